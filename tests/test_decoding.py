@@ -1,0 +1,130 @@
+import threading
+
+import pytest
+import torch
+
+from benchmarks.baselines import recompute_greedy
+from transformer.beam import beam_search
+from transformer.decoding import (
+    DecodeInputError,
+    branch,
+    decode,
+    decode_ids,
+    sampling_chooser,
+    source_ids,
+    teacher_force_ids,
+)
+from transformer.translate import translate_texts
+
+SENTENCE = "the big dog runs in the park"
+
+
+def test_cached_decode_equals_full_recompute(model, tokenizer):
+    result = decode(model, tokenizer, SENTENCE, max_new_tokens=12)
+    tokens, maps = recompute_greedy(model, result.src_ids, 12)
+    assert result.tgt_ids == tokens
+    for t, step_maps in enumerate(maps):  # the row the full pass computes for its last position
+        for layer in range(model.config.n_decoder_layers):
+            torch.testing.assert_close(result.cross[layer, :, t], step_maps.cross[layer][0, :, -1], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                result.decoder_self[layer, :, t, : t + 1], step_maps.decoder_self[layer][0, :, -1], atol=1e-5, rtol=1e-4
+            )
+
+
+def test_recorded_step_equals_teacher_forced_row(model, tokenizer):
+    result = decode(model, tokenizer, SENTENCE, max_new_tokens=12)
+    forced = teacher_force_ids(model, tokenizer, result.src_ids, result.tgt_ids)
+    torch.testing.assert_close(result.cross, forced.cross, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(result.decoder_self, forced.decoder_self, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(result.encoder_self, forced.encoder_self, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(result.token_probs, forced.token_probs, atol=1e-5, rtol=1e-4)
+
+
+def test_result_shapes_and_candidates(model, tokenizer, config):
+    result = decode(model, tokenizer, SENTENCE, max_new_tokens=8)
+    steps, src_len = result.steps, len(result.src_ids)
+    assert result.src_ids[-1] == config.eos_id
+    assert result.encoder_self.shape == (config.n_encoder_layers, config.n_heads, src_len, src_len)
+    assert result.decoder_self.shape == (config.n_decoder_layers, config.n_heads, steps, steps)
+    assert result.cross.shape == (config.n_decoder_layers, config.n_heads, steps, src_len)
+    assert result.topk_probs.shape == result.topk_ids.shape == (steps, 10)
+    assert (result.topk_probs[:, :-1] >= result.topk_probs[:, 1:]).all()  # best first
+    assert result.topk_ids[:, 0].tolist() == result.tgt_ids  # greedy takes the top candidate
+    assert len(result.decoder_input_pieces) == steps and result.decoder_input_pieces[0] == "<s>"
+
+
+def test_beam_width_one_is_greedy_and_its_record_matches_a_forward_pass(model, tokenizer):
+    greedy = decode(model, tokenizer, SENTENCE)
+    assert beam_search(model, tokenizer, SENTENCE, width=1).tgt_ids == greedy.tgt_ids
+    beam = beam_search(model, tokenizer, SENTENCE, width=4)
+    forced = teacher_force_ids(model, tokenizer, beam.src_ids, beam.tgt_ids)
+    torch.testing.assert_close(beam.cross, forced.cross, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(beam.decoder_self, forced.decoder_self, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(beam.token_probs, forced.token_probs, atol=1e-5, rtol=1e-4)
+
+
+def test_beam_finds_a_sequence_at_least_as_probable_as_greedy(model, tokenizer):
+    greedy = decode(model, tokenizer, SENTENCE)
+    beam = beam_search(model, tokenizer, SENTENCE, width=5, alpha=0.0)
+    if beam.tgt_ids[-1] == greedy.tgt_ids[-1] == model.config.eos_id:
+        assert beam.token_probs.log().sum() >= greedy.token_probs.log().sum() - 1e-4
+
+
+def test_sampling_is_reproducible_and_respects_top_k(model, tokenizer):
+    first = decode(model, tokenizer, SENTENCE, sampling_chooser(1.0, 3, seed=7), "sample")
+    again = decode(model, tokenizer, SENTENCE, sampling_chooser(1.0, 3, seed=7), "sample")
+    assert first.tgt_ids == again.tgt_ids
+    for t, token in enumerate(first.tgt_ids):
+        assert token in first.topk_ids[t, :3].tolist()
+    with pytest.raises(ValueError):
+        sampling_chooser(0.0)
+
+
+def test_branch_forces_the_chosen_token_and_keeps_the_prefix(model, tokenizer):
+    result = decode(model, tokenizer, SENTENCE)
+    alternative = result.topk_ids[1, 1].item()
+    branched = branch(model, tokenizer, result, 1, alternative)
+    assert branched.tgt_ids[:2] == [result.tgt_ids[0], alternative]
+    assert result.tgt_ids[1] != alternative  # the original result is untouched
+    torch.testing.assert_close(branched.cross[:, :, :2], result.cross[:, :, :2])
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t"])
+def test_empty_sentences_are_refused(tokenizer, text):
+    with pytest.raises(DecodeInputError, match="empty"):
+        source_ids(tokenizer, text, 64)
+
+
+def test_long_sentences_are_cut_to_max_len_and_say_so(model, tokenizer, config):
+    ids, truncated = source_ids(tokenizer, " ".join(["dog"] * 500), config.max_len)
+    assert truncated and len(ids) == config.max_len and ids[-1] == config.eos_id
+    result = decode_ids(model, tokenizer, ids, truncated=truncated, max_new_tokens=3)
+    assert result.truncated and result.steps <= 3
+
+
+def test_batched_translation_equals_one_at_a_time(model, tokenizer):
+    texts = ["the dog", "", "a small cat sits on the red ball in the water", "man"]
+    batched = translate_texts(model, tokenizer, texts, batch_size=3)
+    single = [decode(model, tokenizer, t).text if t else "" for t in texts]
+    assert batched == single
+
+
+def test_threads_sharing_one_model_get_their_sequential_results(model, tokenizer):
+    sentences = [" ".join(["the", "dog", "cat", "red", "park"][i % 5 :] + ["ball"] * (i % 4)) for i in range(32)]
+    expected = [decode(model, tokenizer, s, max_new_tokens=6) for s in sentences]
+    results: dict[int, object] = {}
+    barrier = threading.Barrier(32)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        results[i] = decode(model, tokenizer, sentences[i], max_new_tokens=6)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(32)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, want in enumerate(expected):
+        assert results[i].tgt_ids == want.tgt_ids
+        torch.testing.assert_close(results[i].cross, want.cross)
+        torch.testing.assert_close(results[i].encoder_self, want.encoder_self)

@@ -1,0 +1,156 @@
+"""The command line: `python -m transformer {translate,inspect,train,evaluate} --help`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import torch
+
+from .checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
+from .decoding import DecodeInputError
+
+
+def _device(name: str) -> str:
+    if name == "cuda" and not torch.cuda.is_available():
+        print("CUDA is not available: running on the CPU", file=sys.stderr)
+        return "cpu"
+    return name
+
+
+def _add_checkpoint(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint file (default: %(default)s)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from .translate import translate_texts
+
+    checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
+    handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    lines = [line.rstrip("\n") for line in handle]
+    for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, beam=args.beam):
+        print(line)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .beam import beam_search
+    from .decoding import decode
+    from .export import to_json, to_npz
+
+    checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
+    if args.beam > 1:
+        result = beam_search(checkpoint.model, checkpoint.tokenizer, args.text, args.beam)
+    else:
+        result = decode(checkpoint.model, checkpoint.tokenizer, args.text)
+    out = Path(args.out)
+    if args.format == "json":
+        out.write_text(to_json(result, checkpoint.tokenizer), encoding="utf-8")
+    else:
+        out.write_bytes(to_npz(result, checkpoint.tokenizer))
+    print(result.text)
+    print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens)", file=sys.stderr)
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate_files, save_scores
+
+    checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
+    scores, hypotheses = evaluate_files(checkpoint, args.src, args.ref, beam=args.beam)
+    print(f"BLEU = {scores.bleu:.2f}  ({scores.bleu_signature})")
+    print(f"chrF = {scores.chrf:.2f}  ({scores.chrf_signature})")
+    if args.output:
+        Path(args.output).write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    if args.save:
+        name = args.name or f"{Path(args.src).name.split('.')[0]}_{'greedy' if args.beam == 1 else f'beam{args.beam}'}"
+        save_scores(args.checkpoint, scores, name)
+        print(f"saved as scores.{name} in {args.checkpoint}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import TrainSettings, train
+
+    values = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
+    values["snapshot_epochs"] = tuple(values.get("snapshot_epochs", ()))
+    progress = train(TrainSettings(**values), resume=args.resume)
+    print(f"done: {progress.step} steps, best validation BLEU {progress.best_bleu:.2f} (epoch {progress.best_epoch})")
+    return 0
+
+
+def cmd_synthetic(args: argparse.Namespace) -> int:
+    from .synthetic import train_reversal
+
+    bleu = train_reversal(args.out, seed=args.seed, epochs=args.epochs)
+    print(f"wrote {args.out}: validation BLEU {bleu:.2f}")
+    return 0
+
+
+def _train_parser(parser: argparse.ArgumentParser) -> None:
+    from .train import TrainSettings
+
+    for field in fields(TrainSettings):
+        flag = "--" + field.name.replace("_", "-")
+        required = field.default is MISSING
+        if field.name == "snapshot_epochs":
+            parser.add_argument(flag, type=int, nargs="*", default=[], help="also save the model after these epochs")
+        elif field.type == "bool":
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
+        else:
+            kind = {"int": int, "float": float}.get(field.type, str)
+            parser.add_argument(flag, type=kind, required=required, default=None if required else field.default,
+                                help=None if required else "default: %(default)s")  # fmt: skip
+    parser.add_argument("--resume", action="store_true", help="continue from the saved state beside --out")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m transformer", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
+    _add_checkpoint(translate)
+    translate.add_argument("--beam", type=int, default=1, help="beam width (1: greedy)")
+    translate.add_argument("--input", help="file to translate instead of stdin")
+    translate.set_defaults(run=cmd_translate)
+
+    inspect = commands.add_parser("inspect", help="decode one sentence and write every attention map")
+    _add_checkpoint(inspect)
+    inspect.add_argument("--text", required=True)
+    inspect.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
+    inspect.add_argument("--format", choices=["npz", "json"], default="npz")
+    inspect.add_argument("--beam", type=int, default=1)
+    inspect.set_defaults(run=cmd_inspect)
+
+    evaluate = commands.add_parser("evaluate", help="sacreBLEU and chrF of a checkpoint on a test set")
+    _add_checkpoint(evaluate)
+    evaluate.add_argument("--src", required=True, help="source sentences, one a line (.gz accepted)")
+    evaluate.add_argument("--ref", required=True, help="reference translations, line by line")
+    evaluate.add_argument("--beam", type=int, default=1)
+    evaluate.add_argument("--output", help="also write the translations here")
+    evaluate.add_argument("--save", action="store_true", help="store the scores in the checkpoint's metadata")
+    evaluate.add_argument("--name", help="key for --save (default: from the file name and beam)")
+    evaluate.set_defaults(run=cmd_evaluate)
+
+    train = commands.add_parser("train", help="train a model on parallel text and save the best checkpoint")
+    _train_parser(train)
+    train.set_defaults(run=cmd_train)
+
+    synthetic = commands.add_parser("synthetic", help="train the tiny sequence-reversal model (about a minute)")
+    synthetic.add_argument("--out", default=str(DEFAULT_CHECKPOINT.with_name("reverse.safetensors")))
+    synthetic.add_argument("--seed", type=int, default=1)
+    synthetic.add_argument("--epochs", type=int, default=12)
+    synthetic.set_defaults(run=cmd_synthetic)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (CheckpointError, DecodeInputError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,104 @@
+"""The model configuration: one frozen dataclass that every module builds from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# Refused before any memory is allocated: a checkpoint's config is untrusted input.
+MAX_PARAMETERS = 2_000_000_000
+MAX_DIMENSION = 65_536
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot describe a working model."""
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes and choices of one encoder-decoder Transformer (Vaswani et al. 2017)."""
+
+    src_vocab_size: int  # source vocabulary, including the special pieces
+    tgt_vocab_size: int  # target vocabulary (equal to the source one when tied)
+    d_model: int = 256  # width of every residual stream
+    n_heads: int = 8  # attention heads per layer; d_model must divide by it
+    d_ff: int = 1024  # inner width of the position-wise feed-forward layer
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    dropout: float = 0.1
+    max_len: int = 256  # longest sequence the positional encoding covers
+    pad_id: int = 0
+    unk_id: int = 1
+    bos_id: int = 2
+    eos_id: int = 3
+    norm_first: bool = False  # False: the paper's post-norm; True: pre-norm
+    tie_embeddings: bool = True  # share source, target embeddings and the generator
+    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIMENSION * 16:
+                raise ConfigError(f"{name} must be a positive integer of sane size, got {value!r}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 1 <= value <= 128:
+                raise ConfigError(f"{name} must be an integer from 1 to 128, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ConfigError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ConfigError("tie_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
+        specials = (self.pad_id, self.unk_id, self.bos_id, self.eos_id)
+        if len(set(specials)) != 4 or not all(0 <= i < min(self.src_vocab_size, self.tgt_vocab_size) for i in specials):
+            raise ConfigError(f"pad/unk/bos/eos ids must be distinct and inside the vocabularies, got {specials}")
+        if self.parameter_count() > MAX_PARAMETERS:
+            raise ConfigError(f"config describes {self.parameter_count():,} parameters, over the limit of {MAX_PARAMETERS:,}")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def parameter_count(self) -> int:
+        """Parameters this config describes, computed without building the model."""
+        d, f = self.d_model, self.d_ff
+        attention = 4 * (d * d + d)
+        feed_forward = d * f + f + f * d + d
+        norm = 2 * d
+        final_norms = 2 * norm if self.norm_first else 0
+        encoder = self.n_encoder_layers * (attention + feed_forward + 2 * norm)
+        decoder = self.n_decoder_layers * (2 * attention + feed_forward + 3 * norm)
+        embeddings = self.src_vocab_size * d + (0 if self.tie_embeddings else self.tgt_vocab_size * d)
+        generator = self.tgt_vocab_size + (0 if self.tie_embeddings else self.tgt_vocab_size * d)
+        positions = 2 * self.max_len * d if self.positional == "learned" else 0
+        return encoder + decoder + final_norms + embeddings + generator + positions
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
+        """Builds a config from untrusted values, naming unknown or missing fields."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"config must be a JSON object, got {type(values).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown config fields: {', '.join(unknown)}")
+        try:
+            return cls(**values)
+        except TypeError as error:
+            raise ConfigError(f"incomplete config: {error}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> TransformerConfig:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"config is not valid JSON: {error}") from None
+        return cls.from_dict(values)

@@ -1,0 +1,41 @@
+"""A decode result as plain arrays: the `.npz` and JSON files that `inspect` and the app write."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+
+from .decoding import DecodeResult
+from .tokenizer import Tokenizer
+
+
+def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
+    """Every attention map (L, H, query, key), the pieces and the per-step top-k candidates."""
+    return {
+        "encoder_self": result.encoder_self.numpy(),
+        "decoder_self": result.decoder_self.numpy(),
+        "cross": result.cross.numpy(),
+        "src_ids": np.array(result.src_ids),
+        "src_pieces": np.array(result.src_pieces),
+        "tgt_ids": np.array(result.tgt_ids),
+        "tgt_pieces": np.array(result.tgt_pieces),
+        "decoder_input_pieces": np.array(result.decoder_input_pieces),
+        "token_probs": result.token_probs.numpy(),
+        "topk_ids": result.topk_ids.numpy(),
+        "topk_pieces": np.array([[tokenizer.id_to_piece(i) for i in row] for row in result.topk_ids.tolist()]),
+        "topk_probs": result.topk_probs.numpy(),
+        "translation": np.array(result.text),
+        "strategy": np.array(result.strategy),
+    }
+
+
+def to_npz(result: DecodeResult, tokenizer: Tokenizer) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **result_arrays(result, tokenizer))
+    return buffer.getvalue()
+
+
+def to_json(result: DecodeResult, tokenizer: Tokenizer) -> str:
+    return json.dumps({name: array.tolist() for name, array in result_arrays(result, tokenizer).items()})

@@ -1,0 +1,168 @@
+"""Embeddings, positional encoding and the encoder and decoder layers (sections 3.1-3.5)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .config import TransformerConfig
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): (max_len, d_model)."""
+    position = torch.arange(max_len, dtype=torch.float32)[:, None]
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    return table
+
+
+class Embeddings(nn.Module):
+    """Token embeddings scaled by sqrt(d_model) (section 3.4)."""
+
+    def __init__(self, vocab_size: int, config: TransformerConfig) -> None:
+        super().__init__()
+        self.lookup = nn.Embedding(vocab_size, config.d_model)
+        self.scale = math.sqrt(config.d_model)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lookup(ids) * self.scale
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information: the fixed sinusoids of section 3.5, or a learned table."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.learned = config.positional == "learned"
+        if self.learned:
+            self.table = nn.Parameter(torch.zeros(config.max_len, config.d_model))
+        else:
+            self.register_buffer("table", sinusoidal_table(config.max_len, config.d_model), persistent=False)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        length = x.size(1)
+        if offset + length > self.table.size(0):
+            raise ValueError(f"sequence of {offset + length} positions exceeds max_len {self.table.size(0)}")
+        return self.dropout(x + self.table[offset : offset + length])
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.inner = nn.Linear(config.d_model, config.d_ff)
+        self.outer = nn.Linear(config.d_ff, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.outer(self.dropout(self.inner(x).relu()))
+
+
+class Residual(nn.Module):
+    """A sublayer wrapped in dropout, a residual connection and layer norm, before or after."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.norm_first = config.norm_first
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple]) -> tuple:
+        """Returns the new stream and whatever else the sublayer returned."""
+        if self.norm_first:
+            out, *extra = sublayer(self.norm(x))
+            return x + self.dropout(out), *extra
+        out, *extra = sublayer(x)
+        return self.norm(x + self.dropout(out)), *extra
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual block."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config)
+        self.feed_forward = FeedForward(config)
+        self.attn_block = Residual(config)
+        self.ff_block = Residual(config)
+
+    def forward(
+        self, x: torch.Tensor, src_mask: torch.Tensor, need_weights: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x, p_attn = self.attn_block(x, lambda h: self.self_attn(h, h, src_mask, need_weights))
+        x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
+        return x, p_attn
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """One decoder layer's keys and values so far, each (B, H, T, d_head): a value, never module state."""
+
+    self_key: torch.Tensor
+    self_value: torch.Tensor
+    cross_key: torch.Tensor
+    cross_value: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> LayerCache:
+        """The cache rows of the given batch entries (beam search reorders its hypotheses)."""
+        return LayerCache(*(t.index_select(0, index) for t in (self.self_key, self.self_value, self.cross_key, self.cross_value)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward, each in a residual block."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(config)
+        self.cross_attn = MultiHeadAttention(config)
+        self.feed_forward = FeedForward(config)
+        self.self_block = Residual(config)
+        self.cross_block = Residual(config)
+        self.ff_block = Residual(config)
+
+    def start_cache(self, memory: torch.Tensor) -> LayerCache:
+        """An empty self-attention cache and the cross-attention keys/values of memory."""
+        cross_key, cross_value = self.cross_attn.project_key_value(memory)
+        empty = cross_key[:, :, :0]
+        return LayerCache(empty, empty, cross_key, cross_value)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
+        need_weights: bool,
+        cache: LayerCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, LayerCache | None]:
+        """With a cache, x holds only the new positions and tgt_mask covers them over all keys."""
+
+        def self_attend(h: torch.Tensor) -> tuple:
+            key, value = self.self_attn.project_key_value(h)
+            if cache is not None:
+                key = torch.cat([cache.self_key, key], dim=2)
+                value = torch.cat([cache.self_value, value], dim=2)
+            out, p_attn = self.self_attn.attend(h, key, value, tgt_mask, need_weights)
+            return out, p_attn, key, value
+
+        def cross_attend(h: torch.Tensor) -> tuple:
+            if cache is None:
+                key, value = self.cross_attn.project_key_value(memory)
+            else:
+                key, value = cache.cross_key, cache.cross_value
+            return self.cross_attn.attend(h, key, value, src_mask, need_weights)
+
+        x, self_weights, self_key, self_value = self.self_block(x, self_attend)
+        x, cross_weights = self.cross_block(x, cross_attend)
+        x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
+        new_cache = None if cache is None else LayerCache(self_key, self_value, cache.cross_key, cache.cross_value)
+        return x, self_weights, cross_weights, new_cache

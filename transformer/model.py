@@ -1,0 +1,115 @@
+"""The encoder-decoder Transformer (section 3, figure 1), returning its attention as values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .config import TransformerConfig
+from .layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache, PositionalEncoding
+from .masks import padding_mask, target_mask
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Post-softmax attention, one tensor per layer, each (batch, heads, query, key)."""
+
+    encoder_self: tuple[torch.Tensor, ...]
+    decoder_self: tuple[torch.Tensor, ...]
+    cross: tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class ModelOutput:
+    """Log-probabilities over the target vocabulary, (B, T, V), and the attention if asked for."""
+
+    log_probs: torch.Tensor
+    attentions: AttentionMaps | None
+
+
+class Transformer(nn.Module):
+    """Encoder, decoder and generator of "Attention Is All You Need"."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.src_embed = Embeddings(config.src_vocab_size, config)
+        self.tgt_embed = self.src_embed if config.tie_embeddings else Embeddings(config.tgt_vocab_size, config)
+        self.src_position = PositionalEncoding(config)
+        self.tgt_position = PositionalEncoding(config)
+        self.encoder_layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.n_encoder_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderLayer(config) for _ in range(config.n_decoder_layers)])
+        final_norm = nn.LayerNorm if config.norm_first else (lambda d: nn.Identity())  # pre-norm needs a last norm
+        self.encoder_norm = final_norm(config.d_model)
+        self.decoder_norm = final_norm(config.d_model)
+        self.generator = nn.Linear(config.d_model, config.tgt_vocab_size)
+        self._init_weights()
+        if config.tie_embeddings:
+            self.generator.weight = self.tgt_embed.lookup.weight
+
+    def _init_weights(self) -> None:
+        for parameter in self.parameters():
+            if parameter.dim() > 1:
+                nn.init.xavier_uniform_(parameter)
+
+    def encode(
+        self, src: torch.Tensor, src_mask: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """src ids (B, S) -> memory (B, S, d_model) and, if asked, each layer's self-attention."""
+        x = self.src_position(self.src_embed(src))
+        maps = []
+        for layer in self.encoder_layers:
+            x, p_attn = layer(x, src_mask, need_weights)
+            maps.append(p_attn)
+        return self.encoder_norm(x), maps if need_weights else []
+
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
+        need_weights: bool = False,
+        cache: list[LayerCache] | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[LayerCache] | None]:
+        """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it."""
+        offset = 0 if cache is None else cache[0].self_key.size(2)
+        x = self.tgt_position(self.tgt_embed(tgt), offset)
+        self_maps, cross_maps, new_cache = [], [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, self_p, cross_p, layer_cache = layer(
+                x, memory, src_mask, tgt_mask, need_weights, None if cache is None else cache[i]
+            )
+            self_maps.append(self_p)
+            cross_maps.append(cross_p)
+            new_cache.append(layer_cache)
+        if not need_weights:
+            self_maps, cross_maps = [], []
+        return self.decoder_norm(x), self_maps, cross_maps, (new_cache if cache is not None else None)
+
+    def start_cache(self, memory: torch.Tensor) -> list[LayerCache]:
+        """A fresh key/value cache for incremental decoding over this memory."""
+        return [layer.start_cache(memory) for layer in self.decoder_layers]
+
+    def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The generator: log-softmax over the target vocabulary."""
+        return self.generator(hidden).float().log_softmax(dim=-1)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False) -> ModelOutput:
+        """Teacher-forced pass: src (B, S) and decoder input tgt (B, T) -> next-token log-probs (B, T, V)."""
+        src_mask = padding_mask(src, self.config.pad_id)
+        memory, encoder_maps = self.encode(src, src_mask, need_weights)
+        hidden, self_maps, cross_maps, _ = self.decode(
+            tgt, memory, src_mask, target_mask(tgt, self.config.pad_id), need_weights
+        )
+        attentions = AttentionMaps(tuple(encoder_maps), tuple(self_maps), tuple(cross_maps)) if need_weights else None
+        return ModelOutput(self.log_probs(hidden), attentions)
+
+    def logits(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Unnormalised scores (B, T, V) for training, where the loss applies its own softmax."""
+        src_mask = padding_mask(src, self.config.pad_id)
+        memory, _ = self.encode(src, src_mask)
+        hidden, *_ = self.decode(tgt, memory, src_mask, target_mask(tgt, self.config.pad_id))
+        return self.generator(hidden)

@@ -1,0 +1,75 @@
+"""SentencePiece tokenization whose model travels inside the checkpoint as bytes."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+
+import sentencepiece as spm
+
+# The special pieces and their ids, fixed so that every checkpoint agrees with the config.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+class TokenizerError(ValueError):
+    """A tokenizer model that cannot be loaded or does not fit its checkpoint."""
+
+
+class Tokenizer:
+    """Text <-> ids and pieces with one SentencePiece model."""
+
+    def __init__(self, model_proto: bytes) -> None:
+        self.processor = spm.SentencePieceProcessor()
+        try:
+            self.processor.LoadFromSerializedProto(model_proto)
+        except (RuntimeError, OSError, TypeError) as error:
+            raise TokenizerError(f"not a SentencePiece model: {error}") from None
+        self.model_proto = bytes(model_proto)
+        self.pieces = [self.processor.IdToPiece(i) for i in range(self.processor.GetPieceSize())]
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def encode(self, text: str) -> list[int]:
+        return self.processor.EncodeAsIds(text)
+
+    def encode_pieces(self, text: str) -> list[str]:
+        return self.processor.EncodeAsPieces(text)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ids, with special ids (padding, bos, eos) left out."""
+        return self.processor.DecodeIds([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self.pieces[token_id]
+
+
+def train_tokenizer(
+    sentences: Iterable[str],
+    vocab_size: int,
+    model_type: str = "unigram",
+    user_defined_symbols: list[str] | None = None,
+) -> Tokenizer:
+    """Trains a joint vocabulary on the given sentences, in memory."""
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(sentences),
+        model_writer=buffer,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=1.0,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        pad_piece="<pad>",
+        unk_piece="<unk>",
+        bos_piece="<s>",
+        eos_piece="</s>",
+        user_defined_symbols=user_defined_symbols or [],
+        hard_vocab_limit=False,
+        num_threads=2,
+        minloglevel=2,
+    )
+    return Tokenizer(buffer.getvalue())

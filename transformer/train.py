@@ -1,0 +1,237 @@
+"""Training (section 5 of the paper): Adam with warm-up, label smoothing, token-count batches.
+
+Resumable at any step, deterministic with a seed on the CPU, mixed precision on CUDA, and
+data-parallel under torchrun (one process per GPU).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+import torch
+import torch.distributed as dist
+from torch import nn
+from tqdm import tqdm
+
+from .checkpoint import save_checkpoint
+from .config import TransformerConfig
+from .data import encode_pairs, iterate_batches, read_parallel, token_batches
+from .model import Transformer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, train_tokenizer
+from .train_state import LoadedState, Progress, load_state, save_state
+from .translate import translate_texts
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything a training run is given; stored in the checkpoint for reproduction."""
+
+    train_src: str
+    train_tgt: str
+    val_src: str
+    val_tgt: str
+    out: str  # the best checkpoint by validation BLEU
+    src_lang: str = "en"
+    tgt_lang: str = "fr"
+    vocab_size: int = 8000
+    tokenizer_type: str = "unigram"  # SentencePiece model type: unigram, bpe, word, char
+    d_model: int = 256
+    n_heads: int = 8
+    d_ff: int = 1024
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    dropout: float = 0.1
+    max_len: int = 128
+    norm_first: bool = False
+    epochs: int = 30
+    max_steps: int = 0  # stop (and save) after this many steps in all; 0: no limit
+    max_tokens: int = 4000  # padded tokens per side of a batch
+    lr_factor: float = 0.5  # scales the Noam schedule
+    warmup: int = 800
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    patience: int = 5  # epochs without a better validation BLEU before stopping
+    seed: int = 1
+    snapshot_epochs: tuple[int, ...] = ()  # also keep the model after these epochs
+    save_every: int = 200  # steps between saves of the resumable state
+    save_dtype: str = "float16"
+    val_limit: int = 0  # validate on the first N sentences only; 0: all
+    max_seconds: float = 0  # start no new epoch after this much training time; 0: no limit
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.out).with_suffix(".state.safetensors")
+
+
+def noam_rate(step: int, d_model: int, factor: float, warmup: int) -> float:
+    """lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (equation 3)."""
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def _distributed() -> tuple[int, int]:
+    """(rank, world size) under torchrun, (0, 1) otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return (dist.get_rank(), world) if world > 1 else (0, 1)
+
+
+def _device(rank: int) -> torch.device:
+    if torch.cuda.is_available():
+        index = int(os.environ.get("LOCAL_RANK", rank))
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+class _Logits(nn.Module):
+    """model.logits as a forward(), which DistributedDataParallel needs to synchronise gradients."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return self.model.logits(src, tgt)
+
+
+def validate(model: Transformer, tokenizer, pairs, src: list[str], ref: list[str], settings: TrainSettings) -> dict[str, float]:
+    """Teacher-forced loss per token and greedy sacreBLEU on the validation set."""
+    device = next(model.parameters()).device
+    model.eval()
+    loss_sum, tokens = 0.0, 0
+    with torch.inference_mode():
+        for _, (s, t_in, t_out) in iterate_batches(pairs, token_batches(pairs, settings.max_tokens, 0, 0), PAD_ID, BOS_ID):
+            logits = model.logits(s.to(device), t_in.to(device)).float()
+            loss_sum += nn.functional.cross_entropy(logits.transpose(1, 2), t_out.to(device), ignore_index=PAD_ID, reduction="sum").item()
+            tokens += int((t_out != PAD_ID).sum())
+    hypotheses = translate_texts(model, tokenizer, src, batch_size=128)
+    model.train()
+    return {"val_loss": loss_sum / max(tokens, 1), "val_bleu": sacrebleu.corpus_bleu(hypotheses, [ref]).score}
+
+
+def _metadata(settings: TrainSettings, progress: Progress, counts: dict[str, int], device: torch.device, world: int) -> dict[str, Any]:
+    every = max(1, len(progress.loss_curve) // 2000)  # keep the stored curve small
+    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    return {
+        "languages": {"src": settings.src_lang, "tgt": settings.tgt_lang},
+        "data": {name: {"path": getattr(settings, name), "lines": counts[name]} for name in counts},
+        "settings": {k: v for k, v in asdict(settings).items() if k not in counts and k != "out"},
+        "training": {
+            "steps": progress.step,
+            "epochs_done": len(progress.epochs),
+            "best_epoch": progress.best_epoch,
+            "seconds": round(progress.elapsed_seconds, 1),
+            "hardware": f"{world} x {hardware}",
+            "torch": torch.__version__,
+            "loss_curve_every": every,
+            "loss_curve": [round(x, 4) for x in progress.loss_curve[::every]],
+            "lr_curve": [float(f"{x:.3g}") for x in progress.lr_curve[::every]],
+            "validation": progress.epochs,
+        },
+        "scores": {"val_bleu_greedy": progress.best_bleu},
+    }
+
+
+def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) -> Progress:
+    """Runs (or continues) training; returns the progress reached."""
+    rank, world = _distributed()
+    device = _device(rank)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    src, tgt = read_parallel(settings.train_src, settings.train_tgt)
+    val_src, val_tgt = read_parallel(settings.val_src, settings.val_tgt)
+    if settings.val_limit:
+        val_src, val_tgt = val_src[: settings.val_limit], val_tgt[: settings.val_limit]
+    counts = {"train_src": len(src), "train_tgt": len(tgt), "val_src": len(val_src), "val_tgt": len(val_tgt)}
+    state: LoadedState | None = load_state(settings.state_path) if resume and settings.state_path.exists() else None
+    if resume and state is None and not quiet:
+        print(f"no state at {settings.state_path}: starting afresh")
+    torch.manual_seed(settings.seed)
+    tokenizer = state.tokenizer if state else train_tokenizer(src + tgt, settings.vocab_size, settings.tokenizer_type)
+    config = TransformerConfig(
+        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
+        **{f.name: getattr(settings, f.name) for f in fields(TransformerConfig) if hasattr(settings, f.name) and "vocab" not in f.name},
+        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+    )  # fmt: skip
+    model = Transformer(config).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    progress = Progress()
+    if state:
+        state.restore(model, optimizer)
+        progress = state.progress
+    compute_logits = nn.parallel.DistributedDataParallel(_Logits(model)) if world > 1 else model.logits
+    pairs = encode_pairs(tokenizer, src, tgt, config.max_len)
+    val_pairs = encode_pairs(tokenizer, val_src, val_tgt, config.max_len)
+    loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID, label_smoothing=settings.label_smoothing, reduction="sum")
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    best_weights = None
+    model.train()
+    started = time.perf_counter() - progress.elapsed_seconds
+    while progress.epoch < settings.epochs:
+        batches = token_batches(pairs, settings.max_tokens, settings.seed, progress.epoch)[rank::world]
+        bar = tqdm(total=len(batches), initial=progress.batch, desc=f"epoch {progress.epoch + 1}", disable=quiet or rank > 0, unit="batch")
+        window_tokens, window_start = 0, time.perf_counter()
+        for index, (s, t_in, t_out) in iterate_batches(pairs, batches, PAD_ID, BOS_ID, progress.batch):
+            s, t_in, t_out = s.to(device), t_in.to(device), t_out.to(device)
+            n_tokens = int((t_out != PAD_ID).sum())
+            lr = noam_rate(progress.step + 1, config.d_model, settings.lr_factor, settings.warmup)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            with autocast:
+                logits = compute_logits(s, t_in)
+            loss = loss_fn(logits.float().transpose(1, 2), t_out) / n_tokens
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), settings.clip_norm)
+            optimizer.step()
+            progress.step += 1
+            progress.batch = index + 1
+            progress.loss_curve.append(loss.item())
+            progress.lr_curve.append(lr)
+            window_tokens += n_tokens
+            bar.update(1)
+            bar.set_postfix(loss=f"{progress.loss_curve[-1]:.3f}", tok_s=f"{window_tokens / (time.perf_counter() - window_start):.0f}")
+            progress.elapsed_seconds = time.perf_counter() - started
+            stop_now = settings.max_steps and progress.step >= settings.max_steps
+            if rank == 0 and (progress.step % settings.save_every == 0 or stop_now):
+                save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
+            if stop_now:
+                bar.close()
+                return progress
+        bar.close()
+        progress.epoch += 1
+        progress.batch = 0
+        if rank == 0:
+            scores = validate(model, tokenizer, val_pairs, val_src, val_tgt, settings)
+            progress.epochs.append({"epoch": progress.epoch, "step": progress.step, **scores, "seconds": round(time.perf_counter() - started, 1)})
+            if not quiet:
+                tqdm.write(f"epoch {progress.epoch}: val loss {scores['val_loss']:.3f}, val BLEU {scores['val_bleu']:.2f}")
+            if scores["val_bleu"] > progress.best_bleu:
+                progress.best_bleu, progress.best_epoch, progress.epochs_without_gain = scores["val_bleu"], progress.epoch, 0
+                best_weights = copy.deepcopy(model)
+                save_checkpoint(settings.out, model, tokenizer, _metadata(settings, progress, counts, device, world), getattr(torch, settings.save_dtype))
+            else:
+                progress.epochs_without_gain += 1
+            if progress.epoch in settings.snapshot_epochs:
+                out = Path(settings.out)
+                snapshot = out.with_name(f"{out.stem}-epoch{progress.epoch}{out.suffix}")
+                metadata = _metadata(settings, progress, counts, device, world)
+                metadata["scores"] = {"val_bleu_greedy": scores["val_bleu"]}
+                save_checkpoint(snapshot, model, tokenizer, metadata, getattr(torch, settings.save_dtype))
+            progress.elapsed_seconds = time.perf_counter() - started
+            save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
+        if progress.epochs_without_gain >= settings.patience:
+            break
+        if settings.max_seconds and time.perf_counter() - started > settings.max_seconds:
+            break
+    if rank == 0 and best_weights is not None:  # the best weights, with the whole run's curves
+        save_checkpoint(settings.out, best_weights, tokenizer, _metadata(settings, progress, counts, device, world), getattr(torch, settings.save_dtype))
+    return progress

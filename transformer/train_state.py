@@ -1,0 +1,101 @@
+"""The resumable training state: weights, optimizer moments, RNG and progress, in safetensors."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save
+
+from .checkpoint import unique_state, write_atomically
+from .config import TransformerConfig
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+
+@dataclass
+class Progress:
+    """Where training stands, enough to continue exactly where it stopped."""
+
+    epoch: int = 0  # the epoch in progress
+    batch: int = 0  # next batch of that epoch
+    step: int = 0  # optimizer steps done
+    elapsed_seconds: float = 0.0
+    loss_curve: list[float] = field(default_factory=list)  # training loss per step
+    lr_curve: list[float] = field(default_factory=list)
+    epochs: list[dict[str, float]] = field(default_factory=list)  # validation per epoch
+    best_bleu: float = -1.0
+    best_epoch: int = -1
+    epochs_without_gain: int = 0
+
+
+def save_state(
+    path: Path,
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: Tokenizer,
+    progress: Progress,
+    settings: dict[str, Any],
+) -> None:
+    """Writes the state atomically: an interrupted save leaves the previous one intact."""
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in unique_state(model).items()}
+    optimizer_state = optimizer.state_dict()
+    for index, values in optimizer_state["state"].items():
+        for key, value in values.items():
+            tensors[f"optimizer.{index}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    tensors["rng.cpu"] = torch.get_rng_state()
+    if torch.cuda.is_available():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    metadata = {
+        "config": model.config.to_json(),
+        "tokenizer": base64.b64encode(tokenizer.model_proto).decode("ascii"),
+        "param_groups": json.dumps(optimizer_state["param_groups"]),
+        "progress": json.dumps(asdict(progress)),
+        "settings": json.dumps(settings),
+    }
+    write_atomically(path, save(tensors, metadata=metadata))
+
+
+@dataclass
+class LoadedState:
+    """A training state read back from disk, ready to restore into a fresh model and optimizer."""
+
+    config: TransformerConfig
+    tokenizer: Tokenizer
+    progress: Progress
+    settings: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+    param_groups: list[dict[str, Any]]
+
+    def restore(self, model: Transformer, optimizer: torch.optim.Optimizer) -> None:
+        """Puts weights, optimizer moments and random-number state back."""
+        weights = {k[len("model.") :]: v for k, v in self.tensors.items() if k.startswith("model.")}
+        model.load_state_dict(weights, strict=False)
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for key, value in self.tensors.items():
+            if key.startswith("optimizer."):
+                _, index, name = key.split(".", 2)
+                state.setdefault(int(index), {})[name] = value
+        optimizer.load_state_dict({"state": state, "param_groups": self.param_groups})
+        torch.set_rng_state(self.tensors["rng.cpu"])
+        if "rng.cuda" in self.tensors and torch.cuda.is_available():
+            torch.cuda.set_rng_state(self.tensors["rng.cuda"])
+
+
+def load_state(path: Path) -> LoadedState:
+    """Reads a state written by save_state (data only, no code)."""
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata()
+    return LoadedState(
+        config=TransformerConfig.from_json(metadata["config"]),
+        tokenizer=Tokenizer(base64.b64decode(metadata["tokenizer"])),
+        progress=Progress(**json.loads(metadata["progress"])),
+        settings=json.loads(metadata["settings"]),
+        tensors=load_file(str(path)),
+        param_groups=json.loads(metadata["param_groups"]),
+    )

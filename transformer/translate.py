@@ -1,0 +1,47 @@
+"""Translating many sentences at once: batched greedy decoding or beam search, no attention kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .beam import beam_search_ids
+from .decoding import _model_device, default_max_new_tokens, generate, source_ids
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+
+def translate_texts(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    beam: int = 1,
+    batch_size: int = 64,
+    progress: Callable[[int], None] | None = None,
+) -> list[str]:
+    """Translations in input order; an empty line translates to an empty line."""
+    device = _model_device(model)
+    pad = model.config.pad_id
+    outputs = [""] * len(texts)
+    sources = {i: source_ids(tokenizer, text, model.config.max_len)[0] for i, text in enumerate(texts) if text.strip()}
+    order = sorted(sources, key=lambda i: len(sources[i]))  # similar lengths batch with little padding
+    if beam > 1:
+        for i in order:
+            tokens = beam_search_ids(model, sources[i], width=beam)[0]
+            outputs[i] = tokenizer.decode(tokens)
+            if progress:
+                progress(1)
+        return outputs
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        longest = max(len(sources[i]) for i in chunk)
+        src = torch.full((len(chunk), longest), pad, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            src[row, : len(sources[i])] = torch.tensor(sources[i])
+        tokens = generate(model, src.to(device), default_max_new_tokens(model, longest))[0]
+        for row, i in enumerate(chunk):  # each sentence keeps the length limit it has alone
+            outputs[i] = tokenizer.decode(tokens[row, : default_max_new_tokens(model, len(sources[i]))].tolist())
+        if progress:
+            progress(len(chunk))
+    return outputs
