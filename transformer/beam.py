@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import DecodeResult, _assemble, _encode, _lower_triangle, _model_device, default_max_new_tokens, source_ids
+from .decoding import (
+    DecodeResult,
+    _assemble,
+    _encode,
+    _lower_triangle,
+    _model_device,
+    default_max_new_tokens,
+    source_ids,
+)
 from .model import Transformer
 from .tokenizer import Tokenizer
 

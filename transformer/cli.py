@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic = commands.add_parser("synthetic", help="train the tiny sequence-reversal model (about a minute)")
     synthetic.add_argument("--out", default=str(DEFAULT_CHECKPOINT.with_name("reverse.safetensors")))
     synthetic.add_argument("--seed", type=int, default=1)
-    synthetic.add_argument("--epochs", type=int, default=12)
+    synthetic.add_argument("--epochs", type=int, default=30)
     synthetic.set_defaults(run=cmd_synthetic)
     return parser
 

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Installs the project and its test tools into .venv, then runs the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/pip install -q -r requirements-dev.txt
+.venv/bin/ruff check transformer tests benchmarks
+.venv/bin/python -m pytest -q "$@"  # exit 5 (no tests collected) fails too

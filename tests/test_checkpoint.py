@@ -1,0 +1,159 @@
+import json
+import pickle
+import struct
+import warnings
+
+import pytest
+import torch
+from safetensors.torch import save as save_safetensors
+
+from transformer.checkpoint import (
+    CheckpointError,
+    CheckpointWarning,
+    checkpoint_bytes,
+    load_checkpoint,
+    load_checkpoint_bytes,
+    unique_state,
+    update_metadata,
+)
+from transformer.decoding import decode
+from transformer.model import Transformer
+
+
+def test_round_trip_gives_identical_outputs(checkpoint_path, model, tokenizer):
+    loaded = load_checkpoint(checkpoint_path)
+    assert loaded.config == model.config
+    assert loaded.metadata["languages"] == {"src": "en", "tgt": "en"}
+    assert loaded.tokenizer.model_proto == tokenizer.model_proto
+    original = decode(model, tokenizer, "the dog runs", max_new_tokens=6)
+    again = decode(loaded.model, loaded.tokenizer, "the dog runs", max_new_tokens=6)
+    assert again.tgt_ids == original.tgt_ids
+    torch.testing.assert_close(again.cross, original.cross, atol=0, rtol=0)
+
+
+def test_float16_storage_halves_the_file_and_keeps_the_output(model, tokenizer):
+    full = checkpoint_bytes(model, tokenizer)
+    half = checkpoint_bytes(model, tokenizer, dtype=torch.float16)
+    stored = sum(t.numel() for t in unique_state(model).values())
+    assert len(full) - len(half) == pytest.approx(2 * stored, abs=64)  # two bytes saved per number
+    loaded = load_checkpoint_bytes(half)
+    assert next(loaded.model.parameters()).dtype == torch.float32
+    assert decode(loaded.model, loaded.tokenizer, "a cat", max_new_tokens=4).tgt_ids == decode(model, tokenizer, "a cat", max_new_tokens=4).tgt_ids
+
+
+def test_loaded_model_is_read_only_and_in_eval_mode(checkpoint_path):
+    loaded = load_checkpoint(checkpoint_path)
+    assert not loaded.model.training
+    assert not any(p.requires_grad for p in loaded.model.parameters())
+
+
+def test_update_metadata_keeps_the_tensors(tmp_path, checkpoint_path):
+    path = tmp_path / "copy.safetensors"
+    path.write_bytes(checkpoint_path.read_bytes())
+    update_metadata(path, lambda m: m.update({"scores": {"test": 1.5}}))
+    loaded, original = load_checkpoint(path), load_checkpoint(checkpoint_path)
+    assert loaded.metadata["scores"] == {"test": 1.5}
+    for a, b in zip(loaded.model.parameters(), original.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_pickle_that_would_run_code_is_refused_without_running(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    path = tmp_path / "evil.safetensors"
+    path.write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(CheckpointError, match="pickle"):
+        load_checkpoint(path)
+    assert not marker.exists()
+    torch.save({"x": torch.zeros(1)}, tmp_path / "zip.pt")  # PyTorch's zip container
+    with pytest.raises(CheckpointError, match="pickle"):
+        load_checkpoint(tmp_path / "zip.pt")
+
+
+@pytest.mark.parametrize("cut", [0, 5, 100, -10])
+def test_truncated_files_are_refused(tmp_path, checkpoint_path, cut):
+    data = checkpoint_path.read_bytes()
+    path = tmp_path / "cut.safetensors"
+    path.write_bytes(data[:cut] if cut >= 0 else data[:cut])
+    with pytest.raises(CheckpointError, match="truncated|corrupt|inconsistent"):
+        load_checkpoint(path)
+
+
+def test_huge_or_malformed_headers_are_refused():
+    with pytest.raises(CheckpointError, match="header claims"):
+        load_checkpoint_bytes(struct.pack("<Q", 2**60) + b"{}")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_checkpoint_bytes(struct.pack("<Q", 4) + b"{{{{")
+    with pytest.raises(CheckpointError, match="not a checkpoint of this project"):
+        load_checkpoint_bytes(save_safetensors({"w": torch.zeros(2)}, metadata={"format": "other"}))
+
+
+def _with_metadata(checkpoint_path, **changes) -> bytes:
+    data = checkpoint_path.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + length])
+    header["__metadata__"].update(changes)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded + data[8 + length :]
+
+
+def test_absurd_config_is_refused_before_allocating(checkpoint_path, config):
+    absurd = json.loads(config.to_json()) | {"d_model": 65536, "d_ff": 1_000_000, "n_heads": 8}
+    with pytest.raises(CheckpointError, match="over the limit"):
+        load_checkpoint_bytes(_with_metadata(checkpoint_path, config=json.dumps(absurd)))
+
+
+def test_tensors_that_do_not_match_the_config_are_named(checkpoint_path, config):
+    other = json.loads(config.to_json()) | {"d_ff": 64}
+    with pytest.raises(CheckpointError, match="shape"):
+        load_checkpoint_bytes(_with_metadata(checkpoint_path, config=json.dumps(other)))
+    deeper = json.loads(config.to_json()) | {"n_encoder_layers": 3}
+    with pytest.raises(CheckpointError, match="missing encoder_layers.2"):
+        load_checkpoint_bytes(_with_metadata(checkpoint_path, config=json.dumps(deeper)))
+
+
+def test_tokenizer_that_does_not_match_the_vocabulary_is_refused(checkpoint_path, config, tokenizer):
+    smaller = json.loads(config.to_json()) | {"src_vocab_size": 50, "tgt_vocab_size": 50}
+    model = Transformer(type(config)(**smaller))
+    data = save_safetensors(
+        {k: v.contiguous() for k, v in unique_state(model).items()},
+        metadata=_header_metadata(checkpoint_path) | {"config": json.dumps(smaller)},
+    )
+    with pytest.raises(CheckpointError, match=f"tokenizer has {tokenizer.vocab_size} pieces"):
+        load_checkpoint_bytes(data)
+    with pytest.raises(CheckpointError, match="tokenizer"):
+        load_checkpoint_bytes(_with_metadata(checkpoint_path, tokenizer="bm90IGEgbW9kZWw="))
+
+
+def _header_metadata(path):
+    data = path.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    return json.loads(data[8 : 8 + length])["__metadata__"]
+
+
+def test_nan_weights_load_with_a_warning(model, tokenizer):
+    broken = Transformer(model.config)
+    broken.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        broken.encoder_layers[0].feed_forward.inner.weight[0, 0] = float("nan")
+    with pytest.warns(CheckpointWarning, match="NaN"):
+        load_checkpoint_bytes(checkpoint_bytes(broken, tokenizer))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_checkpoint_bytes(checkpoint_bytes(model, tokenizer))
+
+
+def test_missing_file_and_wrong_file_types(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint file"):
+        load_checkpoint(tmp_path / "absent.safetensors")
+    text = tmp_path / "notes.txt"
+    text.write_text("hello, this is not a model at all")
+    with pytest.raises(CheckpointError):
+        load_checkpoint(text)
+    with pytest.raises(CheckpointError, match="over the limit"):
+        load_checkpoint(text, max_bytes=10)

@@ -1,0 +1,75 @@
+import subprocess
+import sys
+
+import sacrebleu
+import torch
+
+from tests.conftest import REPO, make_sentences
+from transformer.checkpoint import load_checkpoint
+from transformer.evaluate import score
+from transformer.train import TrainSettings, train
+
+
+def run_cli(*args, stdin=""):
+    return subprocess.run([sys.executable, "-m", "transformer", *args], input=stdin, capture_output=True, text=True, cwd=REPO, timeout=300)
+
+
+def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
+    done = run_cli("translate", "--checkpoint", str(checkpoint_path), stdin="the dog\n\na cat\n")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split("\n")) == 4  # three lines out, in order
+    out = tmp_path / "maps.npz"
+    done = run_cli("inspect", "--checkpoint", str(checkpoint_path), "--text", "the red ball", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    import numpy as np
+
+    arrays = np.load(out)
+    layers, heads, steps, src = arrays["cross"].shape
+    assert arrays["encoder_self"].shape == (2, heads, src, src)
+    assert arrays["decoder_self"].shape == (layers, heads, steps, steps)
+    assert arrays["topk_probs"].shape[0] == steps == len(arrays["tgt_pieces"])
+
+
+def test_cli_reports_bad_checkpoints_clearly(tmp_path):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"nonsense")
+    done = run_cli("translate", "--checkpoint", str(bad), stdin="hello\n")
+    assert done.returncode == 2 and "error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_evaluate_bleu_equals_sacrebleu():
+    hypotheses, references = ["le chat est assis", "un chien court"], ["le chat est assis .", "un chien rouge court"]
+    assert score(hypotheses, references).bleu == sacrebleu.corpus_bleu(hypotheses, [references]).score
+
+
+def _settings(tmp_path, **overrides):
+    sentences = make_sentences(300, seed=3)
+    (tmp_path / "s.txt").write_text("\n".join(sentences))
+    (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
+    values = dict(train_src=str(tmp_path / "s.txt"), train_tgt=str(tmp_path / "t.txt"), val_src=str(tmp_path / "s.txt"),
+                  val_tgt=str(tmp_path / "t.txt"), out=str(tmp_path / "m.safetensors"), vocab_size=40, d_model=16,
+                  n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32, epochs=2, max_tokens=400,
+                  lr_factor=1.0, warmup=20, val_limit=20, save_dtype="float32")  # fmt: skip
+    values.update(overrides)
+    return TrainSettings(**values)
+
+
+def test_training_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_path):
+    progress = train(_settings(tmp_path, epochs=3), quiet=True)
+    assert sum(progress.loss_curve[-5:]) < sum(progress.loss_curve[:5])
+    loaded = load_checkpoint(tmp_path / "m.safetensors")
+    assert loaded.metadata["training"]["steps"] == progress.step
+    assert len(loaded.metadata["training"]["validation"]) == 3
+
+
+def test_resumed_training_equals_uninterrupted(tmp_path):
+    whole_dir, parts_dir = tmp_path / "whole", tmp_path / "parts"
+    whole_dir.mkdir(), parts_dir.mkdir()
+    whole = train(_settings(whole_dir), quiet=True)
+    interrupted = train(_settings(parts_dir, max_steps=whole.step // 2 + 1), quiet=True)
+    assert interrupted.step == whole.step // 2 + 1
+    resumed = train(_settings(parts_dir), resume=True, quiet=True)
+    assert resumed.loss_curve == whole.loss_curve
+    a = load_checkpoint(whole_dir / "m.safetensors").model.state_dict()
+    b = load_checkpoint(parts_dir / "m.safetensors").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,49 @@
+"""The shipped checkpoints: the default translates, the synthetic model shows its predictable attention."""
+
+import gzip
+
+import pytest
+import sacrebleu
+
+from tests.conftest import REPO
+from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.decoding import decode
+from transformer.translate import translate_texts
+
+VALIDATION = REPO.parent / "shared" / "data" / "multi30k"
+
+
+@pytest.fixture(scope="module")
+def default():
+    return load_checkpoint(DEFAULT_CHECKPOINT)
+
+
+def test_default_is_english_to_french_with_enough_layers_and_heads(default):
+    assert default.metadata["languages"] == {"src": "en", "tgt": "fr"}
+    assert default.config.n_encoder_layers >= 3 and default.config.n_decoder_layers >= 3 and default.config.n_heads == 8
+
+
+def test_default_translates_simple_sentences(default):
+    out = translate_texts(default.model, default.tokenizer, ["A dog is running in the grass.", "Two men are playing soccer."])
+    assert "chien" in out[0] and "herbe" in out[0]
+    assert "hommes" in out[1] and "football" in out[1]
+
+
+def test_default_bleu_floor_on_a_validation_sample(default):
+    path_en, path_fr = VALIDATION / "val.en.gz", VALIDATION / "val.fr.gz"
+    if not path_en.exists():
+        pytest.fail(f"validation data missing at {path_en}")
+    src = gzip.open(path_en, "rt").read().splitlines()[:150]
+    ref = gzip.open(path_fr, "rt").read().splitlines()[:150]
+    hypotheses = translate_texts(default.model, default.tokenizer, src)
+    assert sacrebleu.corpus_bleu(hypotheses, [ref]).score > 45
+
+
+def test_reversal_model_cross_attention_is_anti_diagonal():
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT.with_name("reverse.safetensors"))
+    result = decode(checkpoint.model, checkpoint.tokenizer, "one two three four five six seven")
+    assert result.text == "seven six five four three two one"
+    source_words = len(result.src_ids) - 1  # the last source token is eos
+    mean = result.cross.mean(dim=1)  # (L, T, S): mean over heads
+    hits = [any(int(mean[layer, t].argmax()) == source_words - 1 - t for layer in range(mean.size(0))) for t in range(source_words)]
+    assert all(hits)  # output word t looks at source word S-1-t: the anti-diagonal
