@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import numpy as np
 import sacrebleu
 import torch
 
@@ -21,8 +22,6 @@ def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
     out = tmp_path / "maps.npz"
     done = run_cli("inspect", "--checkpoint", str(checkpoint_path), "--text", "the red ball", "--out", str(out))
     assert done.returncode == 0, done.stderr
-    import numpy as np
-
     arrays = np.load(out)
     layers, heads, steps, src = arrays["cross"].shape
     assert arrays["encoder_self"].shape == (2, heads, src, src)
