@@ -140,6 +140,28 @@ def read_header(data: bytes) -> dict[str, Any]:
     return header
 
 
+def read_file_header(path: str | Path) -> dict[str, Any]:
+    """The header of a checkpoint file, reading only its first bytes (for listing files without loading them)."""
+    with open(path, "rb") as file:
+        prefix = file.read(8)
+        if len(prefix) == 8:
+            prefix += file.read(min(struct.unpack("<Q", prefix)[0], MAX_HEADER_BYTES + 1))
+    return read_header(prefix)
+
+
+def describe(path: str | Path) -> str:
+    """A one-line label for a checkpoint file: its name, language pair and size."""
+    path = Path(path)
+    size = f"{path.stat().st_size / 1e6:.1f} MB"
+    try:
+        metadata = json.loads(read_file_header(path)["__metadata__"].get("metadata", "{}"))
+        languages = metadata.get("languages", {})
+        pair = f"{languages.get('src', '?')}→{languages.get('tgt', '?')}"
+    except (CheckpointError, OSError, json.JSONDecodeError, AttributeError):
+        pair = "unreadable"
+    return f"{path.stem} · {pair} · {size}"
+
+
 def _check_tensors(header: dict[str, Any], config: TransformerConfig, payload_bytes: int) -> None:
     """Names, shapes, dtypes and extents of the stored tensors against what the config builds."""
     with torch.device("meta"):

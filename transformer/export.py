@@ -6,6 +6,7 @@ import io
 import json
 
 import numpy as np
+import pandas as pd
 
 from .decoding import DecodeResult
 from .tokenizer import Tokenizer
@@ -39,3 +40,13 @@ def to_npz(result: DecodeResult, tokenizer: Tokenizer) -> bytes:
 
 def to_json(result: DecodeResult, tokenizer: Tokenizer) -> str:
     return json.dumps({name: array.tolist() for name, array in result_arrays(result, tokenizer).items()})
+
+
+def attention_csv(weights: np.ndarray, query_pieces: list[str], key_pieces: list[str]) -> str:
+    """One map (Q, K) as CSV: a row per query, a column per key, labelled 'position:token' so repeats stay apart."""
+    frame = pd.DataFrame(
+        np.asarray(weights),
+        index=pd.Index([f"{i}:{p}" for i, p in enumerate(query_pieces)], name="query"),
+        columns=[f"{i}:{p}" for i, p in enumerate(key_pieces)],
+    )
+    return frame.to_csv(float_format="%.6g")

@@ -44,6 +44,11 @@ class Tokenizer:
     def id_to_piece(self, token_id: int) -> str:
         return self.pieces[token_id]
 
+    def unknown_characters(self, text: str) -> list[str]:
+        """The distinct characters of text that the vocabulary lacks (they become the unknown token)."""
+        unk = self.processor.unk_id()
+        return [c for c in dict.fromkeys(text) if not c.isspace() and unk in self.encode(c)]
+
 
 def train_tokenizer(
     sentences: Iterable[str],

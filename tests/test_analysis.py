@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+import torch
+
+from transformer.analysis import attention_view, merge_words, rollout, word_labels, word_spans
+from transformer.decoding import decode
+
+
+def test_rollout_of_identity_attention_is_identity():
+    maps = np.tile(np.eye(4, dtype=np.float32), (3, 2, 1, 1))
+    assert np.allclose(rollout(maps), np.eye(4))
+
+
+def test_rollout_rows_sum_to_one_and_mix_layers():
+    rng = np.random.default_rng(0)
+    maps = rng.random((3, 2, 5, 5)).astype(np.float32)
+    maps /= maps.sum(-1, keepdims=True)
+    flow = rollout(maps)
+    assert np.allclose(flow.sum(-1), 1, atol=1e-5)
+    one_layer = 0.5 * maps[0].mean(0) + 0.5 * np.eye(5)
+    assert np.allclose(rollout(maps[:1]), one_layer / one_layer.sum(-1, keepdims=True), atol=1e-6)
+
+
+def test_word_spans_follow_the_word_start_marker_and_special_tokens():
+    pieces = ["<s>", "▁Un", "e", "▁chat", "▁noir", "s", "</s>"]
+    spans = word_spans(pieces)
+    assert spans == [(0, 1), (1, 3), (3, 4), (4, 6), (6, 7)]
+    assert word_labels(pieces, spans) == ["<s>", "Une", "chat", "noirs", "</s>"]
+
+
+def test_merge_words_sums_keys_and_averages_queries():
+    weights = np.array([[0.5, 0.25, 0.25], [0.0, 1.0, 0.0], [0.2, 0.2, 0.6]], dtype=np.float32)
+    merged = merge_words(weights, [(0, 2), (2, 3)], [(0, 1), (1, 3)])
+    assert np.allclose(merged, [[0.25, 0.75], [0.2, 0.8]])
+    assert np.allclose(merged.sum(-1), 1)
+
+
+def test_attention_view_cuts_decoder_rows_at_the_step(model, tokenizer):
+    result = decode(model, tokenizer, "the dog runs in the park")
+    view = attention_view(result, "cross", step=2)
+    assert view.maps.shape == (3, 2, 3, len(result.src_pieces))
+    assert view.query_pieces == result.decoder_input_pieces[:3]
+    decoder = attention_view(result, "decoder", step=2)
+    assert decoder.mask.tolist() == [[False, True, True], [False, False, True], [False, False, False]]
+    assert np.array_equal(decoder.maps, result.decoder_self[:, :, :3, :3].numpy())
+
+
+def test_word_view_keeps_rows_summing_to_one(model, tokenizer):
+    result = decode(model, tokenizer, "the children jumps in the water")
+    view = attention_view(result, "encoder", words=True)
+    assert view.key_pieces[-1] == "</s>" and len(view.key_pieces) == len(word_spans(result.src_pieces))
+    assert np.allclose(view.maps.sum(-1), 1, atol=1e-5)
+    decoder = attention_view(result, "decoder", words=True)
+    assert decoder.mask is not None and decoder.mask.shape == decoder.maps.shape[-2:]
+
+
+def test_unknown_kind_is_refused(model, tokenizer):
+    with pytest.raises(ValueError, match="unknown attention kind"):
+        attention_view(decode(model, tokenizer, "a dog"), "sideways")
+
+
+def test_views_read_the_result_without_changing_it(model, tokenizer):
+    result = decode(model, tokenizer, "a red ball")
+    before = result.cross.clone()
+    attention_view(result, "cross", words=True).maps[...] = 7
+    with pytest.raises(ValueError, match="read-only"):
+        attention_view(result, "cross").maps[...] = 7
+    assert torch.equal(result.cross, before)

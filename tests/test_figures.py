@@ -1,0 +1,63 @@
+import json
+
+import numpy as np
+
+from transformer.decoding import decode
+from transformer.export import attention_csv
+from transformer.figures import attention_grid, attention_heatmap, axis_labels, probability_bars, step_attention
+from transformer.report import html_report
+
+
+def test_repeated_tokens_keep_their_own_cells_and_html_is_escaped():
+    labels = axis_labels(["▁a", "<script>", "▁a"])
+    assert len(set(labels)) == 3
+    assert labels[1] == "&lt;script&gt;"
+    assert labels[0].strip("\u200b") == labels[2].strip("\u200b")
+
+
+def test_heatmap_draws_the_weights_and_greys_masked_cells():
+    weights = np.array([[1.0, 0.0], [0.3, 0.7]], dtype=np.float32)
+    mask = np.triu(np.ones((2, 2), dtype=bool), 1)
+    fig = attention_heatmap(weights, ["<s>", "▁Un"], ["<s>", "▁Un"], "t", mask=mask)
+    z = np.asarray(fig.data[0].z, dtype=float)
+    assert np.isnan(z[0, 1]) and z[1, 1] == np.float32(0.7) and z[0, 0] == 1.0
+    assert fig.layout.coloraxis.cmin == 0 and fig.layout.coloraxis.cmax == 1
+    assert fig.layout.plot_bgcolor not in (None, "white")  # masked cells differ from zero weight (white)
+    assert json.loads(fig.to_json())  # serialisable for the browser
+
+
+def test_grid_has_one_trace_per_map_sharing_one_colour_scale():
+    maps = np.random.default_rng(0).random((2, 3, 4, 5))
+    fig = attention_grid(maps, list("abcd"), list("vwxyz"), ["L1", "L2"], ["H1", "H2", "H3"])
+    assert len(fig.data) == 6
+    assert {trace.coloraxis for trace in fig.data} == {"coloraxis"}
+    assert np.allclose(np.asarray(fig.data[4].z), maps[1, 1])
+
+
+def test_step_attention_has_a_row_per_head_and_a_mean_per_layer():
+    rows = np.random.default_rng(1).random((2, 3, 4))
+    fig = step_attention(rows, list("abcd"))
+    z = np.asarray(fig.data[0].z)
+    assert z.shape == (8, 4)
+    assert np.allclose(z[3], rows[0].mean(0)) and np.allclose(z[4], rows[1, 0])
+    assert fig.data[0].y[3] == "layer 1 · mean"
+
+
+def test_probability_bars_highlight_the_chosen_token():
+    fig = probability_bars(["▁chat", "▁chien"], np.array([0.6, 0.3]), highlight=0)
+    assert fig.data[0].marker.color[0] != fig.data[0].marker.color[1]
+
+
+def test_csv_has_a_row_per_query_and_a_column_per_key():
+    csv = attention_csv(np.array([[0.25, 0.75]]), ["▁a"], ["▁b", ","])
+    assert csv.splitlines() == ['query,0:▁b,"1:,"', "0:▁a,0.25,0.75"]
+
+
+def test_report_is_self_contained_and_escapes_user_text(model, tokenizer):
+    text = "<script>alert(1)</script> the dog"
+    result = decode(model, tokenizer, text)
+    page = html_report(result, text, "tiny <b>")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
+    assert "tiny &lt;b&gt;" in page
+    assert 'src="http' not in page and "cdn" not in page.lower()[:2000]
+    assert page.count("Plotly.newPlot") == 5  # output probabilities, three kinds, rollout

@@ -1,0 +1,175 @@
+"""Plotly figure builders for attention: pure functions from arrays and tokens to a Figure.
+
+They need Plotly but not Streamlit, so the app, the HTML report and a notebook draw the
+same pictures. Token text is escaped (Plotly reads a subset of HTML in labels), and
+repeated tokens stay separate rows and columns.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+COLORSCALE = "Blues"
+MASKED_COLOR = "#b9b9b9"  # the plot background shows through masked (NaN) cells
+HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{fullData.name}</extra>"
+CELL_BUDGET = 120_000  # cells in one figure beyond which pages draw a cheaper view
+FIGURE_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+def axis_labels(pieces: list[str]) -> list[str]:
+    """Escaped token labels, made distinct by invisible zero-width spaces so repeats keep their own cell."""
+    seen: dict[str, int] = {}
+    labels = []
+    for piece in pieces:
+        count = seen.get(piece, 0)
+        seen[piece] = count + 1
+        labels.append(html.escape(piece) + "\u200b" * count)
+    return labels
+
+
+def _masked(weights: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    z = np.asarray(weights, dtype=np.float32)
+    if mask is None:
+        return z
+    return np.where(mask, np.float32("nan"), z)
+
+
+def _heatmap_trace(
+    weights: np.ndarray, query_labels: list[str], key_labels: list[str], mask: np.ndarray | None, name: str
+) -> go.Heatmap:
+    return go.Heatmap(
+        z=_masked(weights, mask),
+        x=key_labels,
+        y=query_labels,
+        coloraxis="coloraxis",
+        hovertemplate=HOVER,
+        hoverongaps=False,
+        name=name,
+    )
+
+
+def _attention_layout(fig: go.Figure, height: int, title: str | None) -> go.Figure:
+    fig.update_layout(
+        title=title,
+        height=height,
+        margin=dict(l=10, r=10, t=60 if title else 30, b=10),
+        plot_bgcolor=MASKED_COLOR,
+        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, cmax=1.0, colorbar=dict(title="weight", thickness=12)),
+    )
+    rows, columns = np.shape(fig.data[0].z)  # every map of a figure has one shape
+    fig.update_xaxes(type="category", tickangle=-60, range=[-0.5, columns - 0.5], showgrid=False)  # cells fill the plot
+    fig.update_yaxes(type="category", range=[rows - 0.5, -0.5], showgrid=False)
+    return fig
+
+
+def attention_heatmap(
+    weights: np.ndarray,
+    query_pieces: list[str],
+    key_pieces: list[str],
+    title: str | None = None,
+    mask: np.ndarray | None = None,
+) -> go.Figure:
+    """One attention map (Q, K): rows are queries, columns keys; cells where mask is True are masked (grey)."""
+    fig = go.Figure(_heatmap_trace(weights, axis_labels(query_pieces), axis_labels(key_pieces), mask, "attention"))
+    fig.update_xaxes(title="key")
+    fig.update_yaxes(title="query")
+    return _attention_layout(fig, height=max(320, 140 + 22 * len(query_pieces)), title=title)
+
+
+def attention_grid(
+    maps: np.ndarray,
+    query_pieces: list[str],
+    key_pieces: list[str],
+    row_titles: list[str],
+    column_titles: list[str],
+    title: str | None = None,
+    mask: np.ndarray | None = None,
+    tick_labels: bool = True,
+) -> go.Figure:
+    """A grid of maps (R, C, Q, K) in one figure with one colour scale: all heads of a layer, or the whole model."""
+    rows, columns = maps.shape[:2]
+    fig = make_subplots(
+        rows=rows,
+        cols=columns,
+        row_titles=row_titles,
+        column_titles=column_titles,
+        horizontal_spacing=0.1 / columns if tick_labels else 0.01,
+        vertical_spacing=0.12 / rows if tick_labels else 0.02,
+    )
+    query_labels, key_labels = axis_labels(query_pieces), axis_labels(key_pieces)
+    for r in range(rows):
+        for c in range(columns):
+            name = f"{row_titles[r]} {column_titles[c]}".strip()
+            fig.add_trace(_heatmap_trace(maps[r, c], query_labels, key_labels, mask, name), row=r + 1, col=c + 1)
+    fig.update_xaxes(showticklabels=tick_labels)
+    fig.update_yaxes(showticklabels=tick_labels)
+    cell = 18 if tick_labels else 6
+    height = 80 + rows * max(120 if tick_labels else 60, cell * len(query_pieces) + (60 if tick_labels else 8))
+    return _attention_layout(fig, height=height, title=title)
+
+
+def step_attention(
+    rows: np.ndarray, key_pieces: list[str], title: str | None = None, layer_names: list[str] | None = None
+) -> go.Figure:
+    """What one decoding step attended to: rows (L, H, K) drawn as one row per layer and head, plus each layer's mean."""
+    layers, heads = rows.shape[:2]
+    names = layer_names or [f"layer {i + 1}" for i in range(layers)]
+    block = np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)  # (L, H+1, K)
+    labels = [
+        f"{names[layer]} · {f'head {h + 1}' if h < heads else 'mean'}"
+        for layer in range(layers)
+        for h in range(heads + 1)
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            z=block.reshape(layers * (heads + 1), -1).astype(np.float32),
+            x=axis_labels(key_pieces),
+            y=labels,
+            coloraxis="coloraxis",
+            hovertemplate="%{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(title="key")
+    return _attention_layout(fig, height=110 + 20 * len(labels), title=title)
+
+
+def probability_bars(
+    pieces: list[str], probabilities: np.ndarray, highlight: int | None = None, title: str | None = None
+) -> go.Figure:
+    """Horizontal bars, most probable first; the highlighted bar (the chosen token) in a darker colour."""
+    colors = ["#1f4e9c" if i == highlight else "#8fb3e0" for i in range(len(pieces))]
+    fig = go.Figure(
+        go.Bar(
+            x=np.asarray(probabilities, dtype=np.float32),
+            y=axis_labels(pieces),
+            orientation="h",
+            marker_color=colors,
+            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title, height=max(220, 60 + 24 * len(pieces)), margin=dict(l=10, r=10, t=50 if title else 20, b=10)
+    )
+    fig.update_xaxes(range=[0, 1], title="probability")
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fig
+
+
+def token_probabilities(pieces: list[str], probabilities: np.ndarray, title: str | None = None) -> go.Figure:
+    """The probability the model gave each token of an output, in order (a column per token)."""
+    fig = go.Figure(
+        go.Bar(
+            x=axis_labels(pieces),
+            y=np.asarray(probabilities, dtype=np.float32),
+            marker_color="#3a6fbf",
+            hovertemplate="%{x}: %{y:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=50 if title else 20, b=10))
+    fig.update_yaxes(range=[0, 1], title="probability")
+    fig.update_xaxes(type="category", tickangle=-60)
+    return fig

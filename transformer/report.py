@@ -1,0 +1,75 @@
+"""One self-contained HTML file of a decoded sentence: every figure, plotly.js inlined, works offline."""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from .analysis import KINDS, attention_view, rollout
+from .decoding import DecodeResult
+from .figures import CELL_BUDGET, attention_grid, attention_heatmap, token_probabilities
+
+
+def report_figures(result: DecodeResult) -> list[tuple[str, go.Figure]]:
+    """The figures of the report: output probabilities, each kind's heads by layer, and the encoder rollout."""
+    figures = [
+        (
+            "Output",
+            token_probabilities(result.tgt_pieces, result.token_probs.numpy(), "probability of each output token"),
+        )
+    ]
+    for kind, name in KINDS.items():
+        view = attention_view(result, kind)
+        layers, heads = view.maps.shape[:2]
+        columns = [f"head {h + 1}" for h in range(heads)]
+        rows = [f"layer {i + 1}" for i in range(layers)]
+        if view.maps[0, 0].size * layers * heads <= CELL_BUDGET:
+            figure = attention_grid(view.maps, view.query_pieces, view.key_pieces, rows, columns, name, view.mask)
+        else:
+            figure = attention_grid(
+                view.mean_over_heads()[:, None],
+                view.query_pieces,
+                view.key_pieces,
+                rows,
+                ["mean over heads"],
+                name,
+                view.mask,
+            )
+        figures.append((name, figure))
+    encoder = result.encoder_self.numpy()
+    figures.append(
+        (
+            "Encoder rollout",
+            attention_heatmap(rollout(encoder), result.src_pieces, result.src_pieces, "attention rollout"),
+        )
+    )
+    return figures
+
+
+def html_report(result: DecodeResult, source_text: str, checkpoint_name: str) -> str:
+    """The page as a string; every piece of user text is escaped."""
+    sections = "\n".join(
+        f"<h2>{html.escape(title)}</h2>\n{figure.to_html(full_html=False, include_plotlyjs=False)}"
+        for title, figure in report_figures(result)
+    )
+    rows = "\n".join(
+        f"<tr><td>{t + 1}</td><td>{html.escape(piece)}</td><td>{float(p):.3f}</td></tr>"
+        for t, (piece, p) in enumerate(zip(result.tgt_pieces, result.token_probs.tolist()))
+    )
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Attention report</title>
+<script type="text/javascript">{get_plotlyjs()}</script>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}} td{{padding:0 1em}}</style></head>
+<body>
+<h1>Attention report</h1>
+<p><b>Checkpoint:</b> {html.escape(checkpoint_name)} · <b>decoding:</b> {html.escape(result.strategy)}</p>
+<p><b>Source:</b> {html.escape(source_text)}{" (cut to the model's maximum length)" if result.truncated else ""}</p>
+<p><b>Output:</b> {html.escape(result.text)}</p>
+<table><tr><th>step</th><th>token</th><th>probability</th></tr>
+{rows}
+</table>
+{sections}
+</body></html>
+"""
