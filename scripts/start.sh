@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the project into .venv and translates a sentence with the shipped default checkpoint.
+# Installs the project into .venv and starts the app on the shipped default checkpoint
+# (http://localhost:8501; extra arguments go to `streamlit run`, e.g. --server.port 8502).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
-echo "${1:-A man in a red shirt is riding a bicycle down the street.}" | .venv/bin/python -m transformer translate
+exec .venv/bin/streamlit run app.py "$@"

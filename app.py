@@ -1,0 +1,14 @@
+"""Transformer Explorer: type a sentence, step through its decoding, see every layer's and head's attention.
+
+Run with `streamlit run app.py`. Each page draws the shared sidebar (checkpoint, sentence,
+decoding) itself; this script only lists the pages.
+"""
+
+import streamlit as st
+
+st.navigation(
+    [
+        st.Page("pages/explorer.py", title="Decode explorer", icon=":material/play_circle:", default=True),
+        st.Page("pages/attention.py", title="Attention maps", icon=":material/grid_view:"),
+    ]
+).run()

@@ -1,0 +1,116 @@
+"""Attention maps: one head, a layer's heads, the whole model, the mean over heads, or the encoder rollout."""
+
+import numpy as np
+import streamlit as st
+
+from transformer.analysis import KINDS, attention_view, rollout
+from transformer.export import attention_csv, to_npz
+from transformer.figures import CELL_BUDGET, attention_grid, attention_heatmap
+from transformer.report import html_report
+from ui import state
+from ui.charts import show
+from ui.sidebar import page_frame
+
+VIEWS = {
+    "head": "one head",
+    "layer": "all heads of a layer",
+    "model": "whole model (layers × heads)",
+    "mean": "mean over heads",
+    "rollout": "rollout (encoder)",
+}
+
+explored = page_frame()
+result = explored.result
+session = st.session_state
+st.title("Attention maps")
+
+controls = st.columns([3, 4, 1, 1, 2])
+session.setdefault("kind", "cross")
+kind = controls[0].radio("Attention", list(KINDS), format_func=KINDS.get, **state.shared("kind"))
+views = [v for v in VIEWS if v != "rollout" or kind == "encoder"]
+if session.get("view") not in views:
+    session.view = "head"
+view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **state.shared("view"))
+layers = result.encoder_self.shape[0] if kind == "encoder" else result.cross.shape[0]
+heads = result.cross.shape[1]
+state.clamp_index("layer", layers)
+state.clamp_index("head", heads)
+layer = controls[2].selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **state.shared("layer"))
+head = controls[3].selectbox("Head", range(heads), format_func=lambda i: str(i + 1), **state.shared("head"))
+words = controls[4].toggle(
+    "Merge pieces into words",
+    help="Sum over the pieces of a key word, mean over those of a query word.",
+    **state.shared("words"),
+)
+step = None
+if kind != "encoder" and result.steps > 1:
+    state.clamp_index("step", result.steps)
+    step = st.select_slider(
+        "Decoding step (rows up to it)",
+        list(range(result.steps)),
+        format_func=lambda i: f"{i + 1}",
+        **state.shared("step"),
+    )
+
+view = attention_view(result, kind, step, words)
+cells = view.maps.shape[-1] * view.maps.shape[-2]
+title = f"{KINDS[kind]}, layer {layer + 1}"
+layer_names = [f"layer {i + 1}" for i in range(layers)]
+head_names = [f"head {h + 1}" for h in range(heads)]
+map_for_export = view.maps[layer, head]
+
+if view_name == "head":
+    figure = attention_heatmap(
+        view.maps[layer, head], view.query_pieces, view.key_pieces, f"{title}, head {head + 1}", view.mask
+    )
+elif view_name == "mean" or (view_name in ("layer", "model") and cells * heads > CELL_BUDGET):
+    if view_name != "mean":
+        st.info(
+            f"This input gives {cells:,} cells per map, too many to draw every head at once without slowing the page; "
+            "showing each layer's mean over heads instead. Pick one head to see it alone."
+        )
+    figure = attention_grid(view.mean_over_heads()[:, None], view.query_pieces, view.key_pieces, layer_names,
+                            ["mean over heads"], KINDS[kind], view.mask, tick_labels=view_name == "mean")  # fmt: skip
+    map_for_export = view.mean_over_heads()[layer]
+elif view_name == "layer":
+    figure = attention_grid(
+        view.maps[layer][None], view.query_pieces, view.key_pieces, [""], head_names, title, view.mask
+    )
+elif view_name == "model":
+    figure = attention_grid(view.maps, view.query_pieces, view.key_pieces, layer_names, head_names, KINDS[kind],
+                            view.mask, tick_labels=False)  # fmt: skip
+else:
+    flow = rollout(view.maps)
+    figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")
+    map_for_export = flow
+show(figure, key="attention_chart")
+st.caption(
+    "Colour: weight from 0 (white) to 1 (dark blue), one scale for every map. Grey: masked, the model could not look there."
+)
+
+downloads = st.columns(3)
+downloads[0].download_button(
+    "This map as CSV",
+    attention_csv(np.asarray(map_for_export), view.query_pieces, view.key_pieces),
+    file_name=f"attention-{kind}-{view_name}.csv",
+    mime="text/csv",
+    on_click="ignore",
+    key="csv_download",
+)
+downloads[1].download_button(
+    "Every map as .npz",
+    lambda: to_npz(result, explored.checkpoint.tokenizer),
+    file_name="attention.npz",
+    mime="application/octet-stream",
+    on_click="ignore",
+    key="npz_download",
+)
+downloads[2].download_button(
+    "HTML report (offline)",
+    lambda: html_report(result, explored.text, explored.checkpoint_name),
+    file_name="attention-report.html",
+    mime="text/html",
+    on_click="ignore",
+    key="report_download",
+)
+state.write_url()

@@ -1,0 +1,78 @@
+"""A real `streamlit run app.py` server on a free loopback port, and Debian's Chromium driven by Playwright."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+from playwright.sync_api import Browser, Page, sync_playwright
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ARTIFACTS = REPO / "tests" / "artifacts"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def app_server(log_path: Path, timeout: float = 60.0) -> Iterator[str]:
+    """Starts the app as the README does and yields its URL; the log is kept for assertions."""
+    port = free_port()
+    command = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(port),
+               "--server.address", "127.0.0.1"]  # fmt: skip
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    urllib.request.urlopen(f"{url}/_stcore/health", timeout=2)
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"the app did not start; see {log_path}") from None
+                    time.sleep(0.3)
+            yield url
+        finally:
+            server.terminate()
+            server.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"{CHROMIUM} is missing: install it with `apt-get install -y chromium`")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def wait_for_heatmaps(page: Page, count: int, timeout: float = 60_000) -> None:
+    """Waits until `count` heatmaps are drawn (Plotly paints each as an image in a heatmap layer)."""
+    page.wait_for_function(
+        f"document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length >= {count}", timeout=timeout
+    )
+
+
+def wait_idle(page: Page, timeout: float = 60_000) -> None:
+    """Waits until Streamlit has finished the current run (its status widget gone)."""
+    page.wait_for_timeout(150)
+    page.wait_for_function(
+        "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout
+    )

@@ -1,0 +1,192 @@
+"""The app's pages through Streamlit's AppTest, on the shipped checkpoints: what is shown follows what is done."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import REPO
+from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.decoding import decode
+
+SENTENCE = "Two dogs are playing in the snow."
+
+
+def figure(at: AppTest, index: int) -> dict:
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def array(value) -> np.ndarray:
+    """A Plotly data array from a figure's JSON: a list, or a typed array in base64."""
+    if isinstance(value, dict):
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = [int(n) for n in str(value.get("shape", len(data))).split(",")]
+        return data.reshape(shape)
+    return np.array(value, dtype=float)
+
+
+def markdown(at: AppTest) -> str:
+    return "\n".join(element.value for element in at.markdown)
+
+
+def start(query: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def translate(at: AppTest, text: str) -> AppTest:
+    at.text_area(key="widget_text").input(text)
+    return at.button(key="translate").click().run()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    return decode(checkpoint.model, checkpoint.tokenizer, SENTENCE)
+
+
+@pytest.fixture
+def explorer(reference) -> AppTest:
+    at = translate(start(), SENTENCE)
+    assert not at.exception
+    return at
+
+
+def test_explorer_shows_the_models_translation_and_step_one(explorer, reference):
+    assert reference.text.replace(".", "\\.") in markdown(explorer)
+    assert f"Step 1 of {reference.steps}" in markdown(explorer)
+    topk = figure(explorer, 0)["data"][0]
+    assert np.allclose(array(topk["x"]), reference.topk_probs[0].numpy(), atol=1e-6)
+    cross = array(figure(explorer, 1)["data"][0]["z"])
+    assert np.allclose(cross[0], reference.cross[0, 0, 0].numpy(), atol=1e-6)  # layer 1 head 1, step 1
+
+
+def test_stepping_reveals_the_next_step_without_decoding_again(explorer, reference, monkeypatch):
+    import transformer.decoding
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a step click must not run the model")
+
+    monkeypatch.setattr(transformer.decoding, "generate", no_model)
+    explorer.button(key="next").click().run()
+    assert not explorer.exception
+    assert f"Step 2 of {reference.steps}" in markdown(explorer)
+    cross = array(figure(explorer, 1)["data"][0]["z"])
+    assert np.allclose(cross[0], reference.cross[0, 0, 1].numpy(), atol=1e-6)
+    self_rows = array(figure(explorer, 2)["data"][0]["z"])
+    assert self_rows.shape[1] == 2  # the query sees <s> and the first output token
+    explorer.button(key="last").click().run()
+    assert f"Step {reference.steps} of {reference.steps}" in markdown(explorer)
+    explorer.select_slider(key="widget_step").set_value(2).run()
+    assert f"Step 3 of {reference.steps}" in markdown(explorer)
+    explorer.button(key="first").click().run()
+    assert f"Step 1 of {reference.steps}" in markdown(explorer)
+
+
+def test_play_starts_and_pause_stops(explorer):
+    explorer.button(key="play").click().run()
+    assert explorer.session_state["playing"] and not explorer.exception
+    explorer.button(key="pause").click().run()
+    assert not explorer.session_state["playing"]
+
+
+def test_what_if_branch_changes_the_output(explorer, reference):
+    explorer.selectbox(key="what_if_token").set_value(int(reference.topk_ids[0, 1]))  # the runner-up at step 1
+    explorer.button(key="FormSubmitter:what_if-Continue from this token").click().run()
+    assert not explorer.exception
+    branch = explorer.session_state["branch"]
+    assert branch.tgt_ids[0] == int(reference.topk_ids[0, 1]) and branch.text != reference.text
+    assert "what\\-if" in markdown(explorer)
+    explorer.radio(key="widget_show_branch").set_value(False).run()
+    assert reference.text.replace(".", "\\.") in markdown(explorer)
+
+
+def test_teacher_forcing_scores_the_given_target(explorer):
+    explorer.text_input(key="target").input("Deux chats dorment sur le canapé.")
+    explorer.button(key="FormSubmitter:teacher_forcing-Run on this target").click().run()
+    assert not explorer.exception
+    forced = figure(explorer, 5)  # after the step view and the free decoding's two figures
+    assert "teacher forcing" in forced["layout"]["title"]["text"]
+    assert "▁dorment" in forced["data"][0]["x"]
+
+
+def test_bad_sentences_get_a_message_never_a_traceback(explorer):
+    translate(explorer, "   ")
+    assert not explorer.exception and "empty" in explorer.warning[0].value
+    translate(explorer, "<script>alert('x')</script> 世界")
+    assert not explorer.exception
+    assert "<script>" not in markdown(explorer) and "\\<script\\>" in markdown(explorer)
+    assert any("unknown token" in w.value and "世" in w.value for w in explorer.warning)
+    translate(explorer, "dog " * 400)
+    assert not explorer.exception
+    assert any("128 tokens" in w.value and "cut" in w.value for w in explorer.warning)
+
+
+def test_another_checkpoint_gives_another_model(explorer):
+    explorer.selectbox(key="widget_checkpoint").set_value("reverse").run()
+    translate(explorer, "one two three")
+    assert not explorer.exception
+    assert "three two one" in markdown(explorer)
+
+
+def test_attention_page_views(explorer, reference):
+    at = explorer.switch_page("pages/attention.py").run()
+    assert not at.exception
+    heads = reference.cross.shape[1]
+    layers = reference.cross.shape[0]
+    z = array(figure(at, 0)["data"][0]["z"])
+    assert np.allclose(z, reference.cross[0, 0, :1].numpy(), atol=1e-6)  # step 1: one row
+    expected_traces = {"head": 1, "layer": heads, "model": layers * heads, "mean": layers}
+    for view, traces in expected_traces.items():
+        at.radio(key="widget_view").set_value(view).run()
+        assert not at.exception and len(figure(at, 0)["data"]) == traces, view
+    at.radio(key="widget_kind").set_value("encoder").run()
+    at.radio(key="widget_view").set_value("rollout").run()
+    assert not at.exception
+    rollout = array(figure(at, 0)["data"][0]["z"])
+    assert np.allclose(rollout.sum(-1), 1, atol=1e-4)
+
+
+def test_attention_page_follows_the_step_and_merges_words(explorer, reference):
+    explorer.button(key="next").click().run()
+    explorer.button(key="next").click().run()
+    at = explorer.switch_page("pages/attention.py").run()
+    at.radio(key="widget_kind").set_value("decoder").run()
+    z = array(figure(at, 0)["data"][0]["z"])
+    assert z.shape == (3, 3) and np.isnan(z[0, 1]) and not np.isnan(z[2, 2])  # masked cells are NaN (grey)
+    at.radio(key="widget_kind").set_value("encoder").run()
+    pieces = len(figure(at, 0)["data"][0]["x"])
+    at.toggle(key="widget_words").set_value(True).run()
+    words = figure(at, 0)["data"][0]["x"]
+    assert len(words) < pieces and "playing" in words
+
+
+def test_long_input_draws_a_cheaper_model_view_and_says_so(explorer):
+    translate(explorer, " ".join(["the big dog and the small cat"] * 25))
+    at = explorer.switch_page("pages/attention.py").run()
+    at.radio(key="widget_kind").set_value("encoder").run()
+    at.radio(key="widget_view").set_value("model").run()
+    assert not at.exception
+    assert any("too many" in info.value for info in at.info)
+    assert len(figure(at, 0)["data"]) == 3  # one mean map per layer, not 24 maps
+
+
+def test_the_url_holds_the_view_and_opens_it(reference):
+    at = start({"text": SENTENCE, "step": "3", "kind": "cross", "layer": "2", "head": "4"})
+    assert not at.exception
+    assert f"Step 3 of {reference.steps}" in markdown(at)
+    assert at.query_params["step"] == "3" and at.query_params["text"] == SENTENCE
+    at = at.switch_page("pages/attention.py").run()
+    assert at.selectbox(key="widget_layer").value == 1 and at.selectbox(key="widget_head").value == 3
+    start({"step": "999", "ckpt": "no-such-file", "layer": "x"})  # out of range or malformed: ignored, no error
+
+
+def test_report_and_exports_are_offered(explorer):
+    at = explorer.switch_page("pages/attention.py").run()
+    labels = [button.proto.label for button in at.get("download_button")]
+    assert labels == ["This map as CSV", "Every map as .npz", "HTML report (offline)"]

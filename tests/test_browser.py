@@ -1,0 +1,61 @@
+"""End to end in Debian's Chromium: the README's app, typed into, stepped through, its heatmaps drawn."""
+
+from __future__ import annotations
+
+import pytest
+from browser import ARTIFACTS, app_server, chromium, wait_for_heatmaps, wait_idle
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def server():
+    with app_server(ARTIFACTS / "server.log") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as browser:
+        yield browser
+
+
+def test_type_translate_step_and_see_every_head(server, browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server)
+    wait_for_heatmaps(page, 2)  # the step's cross- and self-attention
+    page.get_by_text("Step 1 of").wait_for()
+
+    page.get_by_label("Sentence").fill("Two dogs are playing in the snow.")
+    page.get_by_role("button", name="Translate").click()
+    page.get_by_text("Deux chiens jouent dans la neige").first.wait_for()
+    wait_idle(page)
+    page.get_by_role("button", name="Next").click()
+    page.get_by_text("Step 2 of 8").wait_for()
+    wait_for_heatmaps(page, 2)
+    page.screenshot(path=ARTIFACTS / "explorer.png", full_page=True)
+
+    page.get_by_role("link", name="Attention maps").click()
+    wait_for_heatmaps(page, 1)
+    page.get_by_text("whole model").click()
+    wait_for_heatmaps(page, 24)  # 3 layers x 8 heads
+    page.screenshot(path=ARTIFACTS / "attention-model-view.png", full_page=True)
+
+    assert page.locator('[data-testid="stException"]').count() == 0
+    log = (ARTIFACTS / "server.log").read_text()
+    assert "Traceback" not in log, log
+
+
+def test_script_in_the_sentence_is_shown_as_text_never_run(server, browser):
+    page = browser.new_page()
+    dialogs = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(server)
+    wait_for_heatmaps(page, 2)
+    page.get_by_label("Sentence").fill("<script>alert('x')</script><img src=x onerror=alert('y')> a dog")
+    page.get_by_role("button", name="Translate").click()
+    page.get_by_text("<script>alert('x')</script>", exact=False).first.wait_for()
+    wait_for_heatmaps(page, 2)
+    page.wait_for_timeout(500)
+    assert dialogs == []
+    assert page.locator("img[src=x]").count() == 0

@@ -1,0 +1,1 @@
+"""Streamlit glue shared by the pages: session state, the sidebar, text display."""

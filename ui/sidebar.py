@@ -1,0 +1,121 @@
+"""The sidebar every page shares: checkpoint, device, the sentence and how to decode it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from transformer.checkpoint import Checkpoint, CheckpointError, describe
+from transformer.decoding import DecodeInputError, DecodeResult
+
+from . import state
+
+
+@dataclass(frozen=True)
+class Explored:
+    """What the pages draw: the loaded checkpoint and the visitor's current result."""
+
+    checkpoint: Checkpoint
+    checkpoint_name: str
+    checkpoint_key: str
+    text: str  # the sentence as decoded (after any cut to MAX_CHARACTERS)
+    result: DecodeResult  # the what-if branch when one is being explored, else the decode
+    original: DecodeResult
+    notes: tuple[str, ...]  # what the visitor should know about their input
+
+
+FORM_KEYS = ("text", "strategy", "beam_width", "temperature", "top_k", "seed")
+
+
+def _settings_form() -> bool:
+    with st.form("sentence_form", border=False):
+        st.text_area("Sentence", height=100, max_chars=state.MAX_CHARACTERS, **state.shared("text", in_form=True))
+        with st.expander("Decoding", expanded=False):
+            st.radio("Strategy", state.STRATEGIES, horizontal=True, **state.shared("strategy", in_form=True))
+            st.slider("Beam width", 1, 10, **state.shared("beam_width", in_form=True))
+            st.slider("Temperature (sampling)", 0.1, 2.0, step=0.1, **state.shared("temperature", in_form=True))
+            st.number_input("Top-k (sampling, 0 = all)", 0, 1000, **state.shared("top_k", in_form=True))
+            st.number_input("Seed (sampling)", 0, 2**31 - 1, **state.shared("seed", in_form=True))
+        return st.form_submit_button(
+            "Translate", type="primary", width="stretch", on_click=state.store, args=FORM_KEYS, key="translate"
+        )
+
+
+def _defaults() -> None:
+    defaults = state.DecodeSettings()
+    for key, value in (("text", state.DEFAULT_SENTENCE), ("strategy", defaults.strategy),
+                       ("beam_width", defaults.beam_width), ("temperature", defaults.temperature),
+                       ("top_k", defaults.top_k), ("seed", defaults.seed)):  # fmt: skip
+        st.session_state.setdefault(key, value)
+
+
+def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tuple[str, ...]:
+    notes = []
+    if result.truncated:
+        notes.append(
+            f"The sentence is longer than this model reads ({checkpoint.config.max_len} tokens with the end "
+            f"token); it was cut to its first {len(result.src_ids) - 1} tokens."
+        )
+    unknown = checkpoint.tokenizer.unknown_characters(text)
+    if unknown:
+        shown = " ".join(repr(c) for c in unknown[:20])
+        notes.append(f"Not in this model's vocabulary, read as the unknown token <unk>: {shown}")
+    return tuple(notes)
+
+
+def render() -> Explored | None:
+    """Draws the sidebar; decodes when the sentence, setting or checkpoint changed. None when nothing can be shown."""
+    files = state.checkpoint_files()
+    state.read_url_once(files)
+    _defaults()
+    session = st.session_state
+    if session.get("checkpoint") not in files:
+        session.checkpoint = next(iter(files))
+    with st.sidebar:
+        name = st.selectbox(
+            "Checkpoint", list(files), format_func=lambda n: describe(files[n]), **state.shared("checkpoint")
+        )
+        device = state.device()
+        st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
+        submitted = _settings_form()
+    if submitted or "applied_text" not in session:
+        session.applied_text = session.text[: state.MAX_CHARACTERS]
+        session.applied_settings = state.DecodeSettings(
+            session.strategy, session.beam_width, session.temperature, session.top_k, session.seed
+        )
+    path = files[name]
+    try:
+        with st.spinner(f"Loading {name} ..."):
+            checkpoint = state.load(path)
+        key = state.checkpoint_key(path)
+    except (CheckpointError, OSError) as error:
+        st.error(f"Checkpoint {name} cannot be used: {error}")
+        return None
+    text, settings = session.applied_text, session.applied_settings
+    if session.get("result_key") != (key, text, settings):
+        try:
+            with st.spinner("Decoding ..."):
+                result = state.decode_cached(checkpoint, key, text, settings)
+        except DecodeInputError as error:
+            st.warning(f"Nothing to show: {error}.")
+            return None
+        session.result_key = (key, text, settings)
+        session.result = result
+        session.pop("branch", None)
+    result = session.result
+    active = session.get("branch") if session.get("show_branch") and session.get("branch") else result
+    return Explored(checkpoint, name, key, text, active, result, _input_notes(checkpoint, text, result))
+
+
+def page_frame() -> Explored:
+    """Called first by every page: the page setup and the shared sidebar; stops the page when there is nothing to show.
+
+    Each page draws the frame itself (rather than the navigation script) so that a page
+    opened directly by its URL is whole however Streamlit reaches it.
+    """
+    st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
+    explored = render()
+    if explored is None:
+        st.stop()
+    return explored

@@ -1,0 +1,135 @@
+"""What one visitor is looking at, kept in st.session_state, and the shared read-only models.
+
+The model is loaded once per process (st.cache_resource) and only read. A decode runs
+when the sentence, checkpoint or decoding choice changes; stepping, switching pages or
+choosing a layer only reads the result kept in the visitor's session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+import torch
+
+from transformer.beam import beam_search
+from transformer.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
+from transformer.decoding import DecodeResult, decode, greedy_chooser, sampling_chooser, teacher_force
+
+DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
+MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)
+STRATEGIES = ("greedy", "beam", "sampling")
+
+URL_KEYS = {"ckpt": "checkpoint", "text": "text", "step": "step", "layer": "layer", "head": "head", "kind": "kind"}
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """The decoding choice made in the sidebar; with the sentence and checkpoint it names one result."""
+
+    strategy: str = "greedy"
+    beam_width: int = 4
+    temperature: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def checkpoint_files() -> dict[str, Path]:
+    """Shipped checkpoints by name (file stem), the default first."""
+    files = sorted(CHECKPOINT_DIR.glob("*.safetensors"), key=lambda p: (p != DEFAULT_CHECKPOINT, p.name))
+    return {path.stem: path for path in files}
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
+    """One copy per process of each checkpoint file version (a replaced file has a new mtime and reloads)."""
+    return load_checkpoint(path, device_name)
+
+
+def load(path: Path) -> Checkpoint:
+    return _load_shared(str(path), path.stat().st_mtime_ns, str(device()))
+
+
+@st.cache_resource(show_spinner=False, max_entries=512)
+def decode_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, settings: DecodeSettings) -> DecodeResult:
+    """Results are immutable, so visitors decoding the same sentence the same way share one."""
+    model, tokenizer = _checkpoint.model, _checkpoint.tokenizer
+    if settings.strategy == "beam":
+        return beam_search(model, tokenizer, text, width=settings.beam_width)
+    if settings.strategy == "sampling":
+        chooser = sampling_chooser(settings.temperature, settings.top_k, settings.seed)
+        label = (
+            f"sampling (temperature {settings.temperature:g}, top-k {settings.top_k or 'all'}, seed {settings.seed})"
+        )
+        return decode(model, tokenizer, text, chooser, label)
+    return decode(model, tokenizer, text, greedy_chooser, "greedy")
+
+
+@st.cache_resource(show_spinner=False, max_entries=512)
+def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, target: str) -> DecodeResult:
+    return teacher_force(_checkpoint.model, _checkpoint.tokenizer, text, target)
+
+
+def checkpoint_key(path: Path) -> str:
+    return f"{path}:{path.stat().st_mtime_ns}"
+
+
+def shared(name: str, in_form: bool = False) -> dict:
+    """Keyword arguments binding a widget to the shared value `name`.
+
+    Streamlit gives a widget a new identity on each page (and forgets its value there),
+    so the value lives under its own key: the widget starts from it and writes back to
+    it on change, or, inside a form, when the form's submit button calls store().
+    """
+    widget_key = f"widget_{name}"
+    if name in st.session_state:
+        st.session_state[widget_key] = st.session_state[name]
+    return {"key": widget_key} if in_form else {"key": widget_key, "on_change": store, "args": (name,)}
+
+
+def store(*names: str) -> None:
+    for name in names:
+        st.session_state[name] = st.session_state[f"widget_{name}"]
+
+
+def read_url_once(checkpoints: dict[str, Path]) -> None:
+    """On a visitor's first run, take the view named in the URL (a shared link)."""
+    if st.session_state.get("url_read"):
+        return
+    st.session_state.url_read = True
+    params = st.query_params
+    if params.get("ckpt") in checkpoints:
+        st.session_state.checkpoint = params["ckpt"]
+    if params.get("text", "").strip():
+        st.session_state.text = params["text"][:MAX_CHARACTERS]
+    for name in ("step", "layer", "head"):
+        value = params.get(name, "")
+        if value.isdigit() and int(value) >= 1:
+            st.session_state[f"url_{name}"] = int(value) - 1  # applied once the result says what is in range
+    if params.get("kind") in ("encoder", "decoder", "cross"):
+        st.session_state.kind = params["kind"]
+
+
+def write_url() -> None:
+    """The URL names the view on screen: checkpoint, sentence, step, layer, head, kind (all 1-based)."""
+    state = st.session_state
+    params = {"ckpt": state.get("checkpoint"), "text": state.get("applied_text", "")[:500]}
+    for name in ("step", "layer", "head"):
+        if isinstance(state.get(name), int):
+            params[name] = str(state[name] + 1)
+    if state.get("kind"):
+        params["kind"] = state.kind
+    st.query_params.from_dict({k: v for k, v in params.items() if v})
+
+
+def clamp_index(name: str, size: int, default: int = 0) -> int:
+    """A 0-based index widget value kept inside range(size) (a new result may be shorter); a URL value first."""
+    pending = st.session_state.pop(f"url_{name}", None)
+    value = pending if pending is not None else st.session_state.get(name, default)
+    st.session_state[name] = max(0, min(int(value), size - 1))
+    return st.session_state[name]
