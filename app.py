@@ -10,5 +10,8 @@ st.navigation(
     [
         st.Page("pages/explorer.py", title="Decode explorer", icon=":material/play_circle:", default=True),
         st.Page("pages/attention.py", title="Attention maps", icon=":material/grid_view:"),
+        st.Page("pages/positional.py", title="Positional encoding", icon=":material/waves:"),
+        st.Page("pages/masks.py", title="Masks", icon=":material/visibility_off:"),
+        st.Page("pages/computation.py", title="Attention, step by step", icon=":material/calculate:"),
     ]
 ).run()

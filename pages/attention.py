@@ -9,6 +9,8 @@ from transformer.figures import CELL_BUDGET, attention_grid, attention_heatmap
 from transformer.report import html_report
 from ui import state
 from ui.charts import show
+from ui.controls import kind_layer_head
+from ui.controls import step as controls_step
 from ui.sidebar import page_frame
 
 VIEWS = {
@@ -25,32 +27,18 @@ session = st.session_state
 st.title("Attention maps")
 
 controls = st.columns([3, 4, 1, 1, 2])
-session.setdefault("kind", "cross")
-kind = controls[0].radio("Attention", list(KINDS), format_func=KINDS.get, **state.shared("kind"))
+kind, layer, head = kind_layer_head(result, [controls[0], controls[2], controls[3]])
 views = [v for v in VIEWS if v != "rollout" or kind == "encoder"]
 if session.get("view") not in views:
     session.view = "head"
 view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **state.shared("view"))
-layers = result.encoder_self.shape[0] if kind == "encoder" else result.cross.shape[0]
-heads = result.cross.shape[1]
-state.clamp_index("layer", layers)
-state.clamp_index("head", heads)
-layer = controls[2].selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **state.shared("layer"))
-head = controls[3].selectbox("Head", range(heads), format_func=lambda i: str(i + 1), **state.shared("head"))
 words = controls[4].toggle(
     "Merge pieces into words",
     help="Sum over the pieces of a key word, mean over those of a query word.",
     **state.shared("words"),
 )
-step = None
-if kind != "encoder" and result.steps > 1:
-    state.clamp_index("step", result.steps)
-    step = st.select_slider(
-        "Decoding step (rows up to it)",
-        list(range(result.steps)),
-        format_func=lambda i: f"{i + 1}",
-        **state.shared("step"),
-    )
+layers, heads = result.cross.shape[:2] if kind != "encoder" else result.encoder_self.shape[:2]
+step = controls_step(result, "Decoding step (rows up to it)") if kind != "encoder" else None
 
 view = attention_view(result, kind, step, words)
 cells = view.maps.shape[-1] * view.maps.shape[-2]

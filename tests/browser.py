@@ -73,6 +73,4 @@ def wait_for_heatmaps(page: Page, count: int, timeout: float = 60_000) -> None:
 def wait_idle(page: Page, timeout: float = 60_000) -> None:
     """Waits until Streamlit has finished the current run (its status widget gone)."""
     page.wait_for_timeout(150)
-    page.wait_for_function(
-        "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout
-    )
+    page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)

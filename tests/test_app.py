@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
+from conftest import REPO
 from streamlit.testing.v1 import AppTest
 
-from conftest import REPO
 from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.decoding import decode
 
@@ -190,3 +190,45 @@ def test_report_and_exports_are_offered(explorer):
     at = explorer.switch_page("pages/attention.py").run()
     labels = [button.proto.label for button in at.get("download_button")]
     assert labels == ["This map as CSV", "Every map as .npz", "HTML report (offline)"]
+
+
+def test_positional_page_draws_the_models_own_encoding(explorer):
+    from transformer.layers import sinusoidal_table
+
+    at = explorer.switch_page("pages/positional.py").run()
+    assert not at.exception
+    matrix = next(f for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
+                  if f["layout"]["title"]["text"].startswith("the positional encoding matrix"))  # fmt: skip
+    assert np.allclose(array(matrix["data"][0]["z"]), sinusoidal_table(128, 256).numpy(), atol=1e-6)
+    at.multiselect(key="pe_dims").set_value([2, 3]).run()
+    assert [trace["name"] for trace in figure(at, 0)["data"]] == ["dimension 2", "dimension 3"]
+
+
+def test_masks_page_shows_padding_in_a_batch_and_zero_weight_where_masked(explorer):
+    at = explorer.switch_page("pages/masks.py").run()
+    assert not at.exception
+    padding = array(figure(at, 0)["data"][0]["z"])  # your sentence's source padding row: nothing padded
+    assert padding.min() == 1
+    second_padding = array(figure(at, 5)["data"][0]["z"])  # "A dog runs." is shorter: padded
+    assert second_padding.min() == 0 and second_padding.max() == 1
+    at.radio(key="widget_kind").set_value("decoder").run()
+    assert "largest weight any of them got after the softmax: 0.0" in at.success[0].value
+
+
+def test_computation_page_matches_the_model_for_every_layer_and_head(explorer):
+    at = explorer.switch_page("pages/computation.py").run()
+    for kind in ("encoder", "decoder", "cross"):
+        at.radio(key="widget_kind").set_value(kind).run()
+        for layer in range(3):
+            at.selectbox(key="widget_layer").set_value(layer).run()
+            for head in range(8):
+                at.selectbox(key="widget_head").set_value(head).run()
+                assert not at.exception
+                assert at.success and at.success[0].value.startswith("The numbers match"), (kind, layer, head)
+
+
+def test_presentation_mode_enlarges_figures(explorer):
+    explorer.toggle(key="widget_presentation").set_value(True).run()
+    assert figure(explorer, 0)["layout"]["font"]["size"] == 18
+    at = explorer.switch_page("pages/attention.py").run()
+    assert figure(at, 0)["layout"]["font"]["size"] == 18  # kept across pages

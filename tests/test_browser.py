@@ -59,3 +59,28 @@ def test_script_in_the_sentence_is_shown_as_text_never_run(server, browser):
     page.wait_for_timeout(500)
     assert dialogs == []
     assert page.locator("img[src=x]").count() == 0
+
+
+@pytest.mark.parametrize(
+    ("link", "figures"), [("Positional encoding", 4), ("Masks", 13), ("Attention, step by step", 13)]
+)
+def test_teaching_pages_draw_in_chromium(server, browser, link, figures):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server)
+    wait_for_heatmaps(page, 2)
+    page.get_by_role("link", name=link).click()
+    wait_for_heatmaps(page, figures)
+    wait_idle(page)
+    page.screenshot(path=ARTIFACTS / f"{link.split(',')[0].lower().replace(' ', '-')}.png", full_page=True)
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_presentation_mode_on_a_projector(server, browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.goto(server)
+    wait_for_heatmaps(page, 2)
+    before = page.evaluate("parseFloat(getComputedStyle(document.documentElement).fontSize)")
+    page.get_by_text("Presentation mode").click()
+    page.wait_for_function(f"parseFloat(getComputedStyle(document.documentElement).fontSize) > {before}")
+    wait_for_heatmaps(page, 2)
+    page.screenshot(path=ARTIFACTS / "presentation.png", full_page=True)

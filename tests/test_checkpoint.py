@@ -39,7 +39,10 @@ def test_float16_storage_halves_the_file_and_keeps_the_output(model, tokenizer):
     assert len(full) - len(half) == pytest.approx(2 * stored, abs=64)  # two bytes saved per number
     loaded = load_checkpoint_bytes(half)
     assert next(loaded.model.parameters()).dtype == torch.float32
-    assert decode(loaded.model, loaded.tokenizer, "a cat", max_new_tokens=4).tgt_ids == decode(model, tokenizer, "a cat", max_new_tokens=4).tgt_ids
+    assert (
+        decode(loaded.model, loaded.tokenizer, "a cat", max_new_tokens=4).tgt_ids
+        == decode(model, tokenizer, "a cat", max_new_tokens=4).tgt_ids
+    )
 
 
 def test_loaded_model_is_read_only_and_in_eval_mode(checkpoint_path):

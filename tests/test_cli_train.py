@@ -12,7 +12,9 @@ from transformer.train import TrainSettings, train
 
 
 def run_cli(*args, stdin=""):
-    return subprocess.run([sys.executable, "-m", "transformer", *args], input=stdin, capture_output=True, text=True, cwd=REPO, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "transformer", *args], input=stdin, capture_output=True, text=True, cwd=REPO, timeout=300
+    )
 
 
 def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):

@@ -25,7 +25,9 @@ def test_cached_decode_equals_full_recompute(model, tokenizer):
     assert result.tgt_ids == tokens
     for t, step_maps in enumerate(maps):  # the row the full pass computes for its last position
         for layer in range(model.config.n_decoder_layers):
-            torch.testing.assert_close(result.cross[layer, :, t], step_maps.cross[layer][0, :, -1], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(
+                result.cross[layer, :, t], step_maps.cross[layer][0, :, -1], atol=1e-5, rtol=1e-4
+            )
             torch.testing.assert_close(
                 result.decoder_self[layer, :, t, : t + 1], step_maps.decoder_self[layer][0, :, -1], atol=1e-5, rtol=1e-4
             )

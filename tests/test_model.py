@@ -52,7 +52,12 @@ def test_fused_path_equals_explicit_path(model, config):
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(norm_first=True), dict(positional="learned"), dict(tie_embeddings=False, tgt_vocab_size=70), dict(n_encoder_layers=1)],
+    [
+        dict(norm_first=True),
+        dict(positional="learned"),
+        dict(tie_embeddings=False, tgt_vocab_size=70),
+        dict(n_encoder_layers=1),
+    ],
 )
 def test_variants_build_and_count_their_parameters(tokenizer, overrides):
     config = tiny_config(tokenizer, **overrides)

@@ -24,7 +24,9 @@ def test_default_is_english_to_french_with_enough_layers_and_heads(default):
 
 
 def test_default_translates_simple_sentences(default):
-    out = translate_texts(default.model, default.tokenizer, ["A dog is running in the grass.", "Two men are playing soccer."])
+    out = translate_texts(
+        default.model, default.tokenizer, ["A dog is running in the grass.", "Two men are playing soccer."]
+    )
     assert "chien" in out[0] and "herbe" in out[0]
     assert "hommes" in out[1] and "football" in out[1]
 

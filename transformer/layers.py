@@ -76,12 +76,15 @@ class Residual(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.norm_first = config.norm_first
 
+    def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the sublayer sees: the normalised stream (pre-norm) or the stream itself (post-norm)."""
+        return self.norm(x) if self.norm_first else x
+
     def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple]) -> tuple:
         """Returns the new stream and whatever else the sublayer returned."""
+        out, *extra = sublayer(self.sublayer_input(x))
         if self.norm_first:
-            out, *extra = sublayer(self.norm(x))
             return x + self.dropout(out), *extra
-        out, *extra = sublayer(x)
         return self.norm(x + self.dropout(out)), *extra
 
 
@@ -114,7 +117,9 @@ class LayerCache:
 
     def select(self, index: torch.Tensor) -> LayerCache:
         """The cache rows of the given batch entries (beam search reorders its hypotheses)."""
-        return LayerCache(*(t.index_select(0, index) for t in (self.self_key, self.self_value, self.cross_key, self.cross_value)))
+        return LayerCache(
+            *(t.index_select(0, index) for t in (self.self_key, self.self_value, self.cross_key, self.cross_value))
+        )
 
 
 class DecoderLayer(nn.Module):

@@ -7,7 +7,26 @@ import streamlit as st
 
 from transformer.figures import FIGURE_CONFIG
 
+PRESENTATION_FONT = 18  # points, for a projector
+
 
 def show(figure: go.Figure, key: str) -> None:
     """Our own styling (theme=None: Streamlit's theme pads heatmaps), and Plotly's toolbar with its PNG download."""
+    if st.session_state.get("presentation"):
+        figure.update_layout(font_size=PRESENTATION_FONT, height=int((figure.layout.height or 450) * 1.3))
     st.plotly_chart(figure, theme=None, config=FIGURE_CONFIG, key=key)
+
+
+PRESENTATION_CSS = """
+<style>
+html { font-size: 22px; }
+header[data-testid="stHeader"], [data-testid="stToolbar"] { display: none; }
+.block-container { padding-top: 1rem; max-width: 100%; }
+</style>
+"""
+
+
+def presentation_style() -> None:
+    """Bigger text and less chrome when presentation mode is on (a fixed style sheet, no user text)."""
+    if st.session_state.get("presentation"):
+        st.html(PRESENTATION_CSS)

@@ -10,6 +10,7 @@ from transformer.checkpoint import Checkpoint, CheckpointError, describe
 from transformer.decoding import DecodeInputError, DecodeResult
 
 from . import state
+from .charts import presentation_style
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ def render() -> Explored | None:
         device = state.device()
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
         submitted = _settings_form()
+        st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **state.shared("presentation"))
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: state.MAX_CHARACTERS]
         session.applied_settings = state.DecodeSettings(
@@ -116,6 +118,7 @@ def page_frame() -> Explored:
     """
     st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
     explored = render()
+    presentation_style()
     if explored is None:
         st.stop()
     return explored

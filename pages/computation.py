@@ -1,0 +1,106 @@
+"""Attention computed before your eyes (sections 3.2.1, 3.2.2): every stage on the model's real tensors."""
+
+import streamlit as st
+import torch
+
+from transformer.matrix_figures import matrix_heatmap
+from transformer.walkthrough import attention_stages, sublayer_inputs
+from ui import state
+from ui.charts import show
+from ui.controls import kind_layer_head
+from ui.sidebar import page_frame
+from ui.text import literal
+
+explored = page_frame()
+checkpoint, result = explored.checkpoint, explored.result
+config = checkpoint.config
+st.title("Attention, computed before your eyes")
+st.markdown(
+    "One layer and head of the model, worked through with plain matrix products on its own weights, for your "
+    "sentence (the decoder reads the output the model produced). Scaled dot-product attention (section 3.2.1):"
+)
+st.latex(r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\Big(\frac{QK^\top}{\sqrt{d_k}}\Big)V")
+st.markdown(
+    "and multi-head attention (section 3.2.2) runs h of them side by side on learned projections, then joins them: "
+)
+st.latex(
+    r"\mathrm{head}_i = \mathrm{Attention}(XW_i^Q, CW_i^K, CW_i^V),\quad \mathrm{MultiHead} = \mathrm{Concat}(\mathrm{head}_1,\dots,\mathrm{head}_h)\,W^O"
+)
+st.caption("X: the sublayer's input (queries); C: what keys and values come from (X itself for self-attention, "
+           "the encoder output for encoder-decoder attention).")  # fmt: skip
+
+kind, layer, head = kind_layer_head(result)
+queries = result.src_pieces if kind == "encoder" else result.decoder_input_pieces
+keys = result.decoder_input_pieces if kind == "decoder" else result.src_pieces
+default_row = 0 if kind == "encoder" else min(st.session_state.get("step", 0), len(queries) - 1)
+row = st.selectbox("Follow the query token", range(len(queries)), index=default_row,
+                   format_func=lambda i: f"{i + 1}: {queries[i]}", key=f"query_row_{kind}")  # fmt: skip
+
+decoder_ids = [config.bos_id, *result.tgt_ids[:-1]]
+inputs = sublayer_inputs(checkpoint.model, result.src_ids, decoder_ids, kind, layer)
+stages = attention_stages(inputs, head)
+d_k = checkpoint.model.encoder_layers[0].self_attn.d_head
+
+
+def draw(matrix: torch.Tensor, name: str, rows: list[str] | None, columns: list[str] | None = None,
+         highlight: bool = True, probabilities: bool = False) -> None:  # fmt: skip
+    figure = matrix_heatmap(matrix.float().cpu().numpy(), name, rows, columns, row if highlight else None,
+                            probabilities=probabilities)  # fmt: skip
+    show(figure, key=f"walk_{name}")
+
+
+st.subheader("1 · Input and projections")
+left, right = st.columns(2)
+with left:
+    draw(inputs.queries, "X (queries' input)", queries)
+with right:
+    if kind == "cross":
+        draw(inputs.context, "C (encoder output)", keys, highlight=False)
+    else:
+        st.info("Self-attention: keys and values come from X itself (C = X).")
+columns = st.columns(3)
+for column, (name, weight) in zip(columns, (("W_Q", stages.w_query), ("W_K", stages.w_key), ("W_V", stages.w_value))):
+    with column:
+        draw(weight, f"{name} of head {head + 1} (d_model × d_k)", None, highlight=False)
+columns = st.columns(3)
+with columns[0]:
+    draw(stages.query, "Q = X W_Q", queries)
+with columns[1]:
+    draw(stages.key, "K = C W_K", keys, highlight=False)
+with columns[2]:
+    draw(stages.value, "V = C W_V", keys, highlight=False)
+
+st.subheader("2 · Scores, scaling, mask, softmax")
+columns = st.columns(2)
+with columns[0]:
+    draw(stages.scores, "Q Kᵀ", queries, keys)
+with columns[1]:
+    draw(stages.scaled, f"Q Kᵀ / √d_k (√{d_k} = {d_k**0.5:.2f})", queries, keys)
+columns = st.columns(2)
+with columns[0]:
+    draw(stages.masked, "masked (grey: −∞)", queries, keys)
+with columns[1]:
+    draw(stages.p_attn, "softmax = p_attn", queries, keys, probabilities=True)
+weights = ", ".join(f"{literal(keys[k])} {float(w):.3f}" for k, w in enumerate(stages.p_attn[row]) if w >= 0.05)
+st.markdown(f"Query **{literal(queries[row])}** puts its weight on: {weights or 'no key above 0.05'}")
+
+st.subheader("3 · Weighted values, all heads, output projection")
+columns = st.columns(3)
+with columns[0]:
+    draw(stages.head_output, f"head {head + 1}: p_attn V", queries)
+with columns[1]:
+    draw(stages.concat, f"Concat of all {config.n_heads} heads", queries)
+with columns[2]:
+    draw(stages.output, "Concat W_O + b", queries)
+
+recorded = {"encoder": result.encoder_self, "decoder": result.decoder_self, "cross": result.cross}[kind][layer, head]
+output_gap = float((stages.output - inputs.output).abs().max())
+p_attn_gap = float((stages.p_attn.cpu() - recorded).abs().max())
+if output_gap < 1e-4 and p_attn_gap < 1e-4:
+    st.success(
+        f"The numbers match: this output equals the model's own attention sublayer output (largest difference "
+        f"{output_gap:.1e}), and p_attn equals the map the other pages show (largest difference {p_attn_gap:.1e})."
+    )
+else:
+    st.error(f"Mismatch with the model: output differs by {output_gap:.3g}, p_attn by {p_attn_gap:.3g}.")
+state.write_url()

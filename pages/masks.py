@@ -1,0 +1,96 @@
+"""Masks (section 3.2.3): padding and look-ahead, as matrices, and what masking does to one head's scores."""
+
+import numpy as np
+import streamlit as st
+
+from transformer.data import collate
+from transformer.decoding import DecodeInputError
+from transformer.masks import padding_mask, subsequent_mask, target_mask
+from transformer.matrix_figures import mask_heatmap, matrix_heatmap
+from transformer.walkthrough import attention_stages, sublayer_inputs
+from ui import state
+from ui.charts import show
+from ui.controls import kind_layer_head
+from ui.sidebar import page_frame
+from ui.text import literal
+
+explored = page_frame()
+checkpoint, result = explored.checkpoint, explored.result
+config, tokenizer = checkpoint.config, checkpoint.tokenizer
+st.title("Masks")
+st.markdown(
+    "A mask says, for each query, which keys it may look at. Sentences in a batch are padded to one length, and "
+    "nobody may look at **padding** (the source padding mask). While producing token t the decoder must not see "
+    "tokens after t, which it is being trained to predict: the **look-ahead** (subsequent) mask (section 3.2.3). "
+    "Masked scores are set to −∞ before the softmax, so they get a weight of exactly 0."
+)
+
+second = st.text_input("A second sentence, to batch with yours", value="A dog runs.", key="mask_second", max_chars=500)
+try:
+    other = state.decode_cached(checkpoint, explored.checkpoint_key, second, state.DecodeSettings())
+except DecodeInputError as error:
+    st.warning(literal(str(error)))
+    st.stop()
+batch = [result, other]
+src, decoder_input, _ = collate([(r.src_ids, r.tgt_ids) for r in batch], [0, 1], config.pad_id, config.bos_id)
+src_keep = padding_mask(src, config.pad_id)  # (2, 1, 1, S)
+tgt_keep = target_mask(decoder_input, config.pad_id)  # (2, 1, T, T)
+look_ahead = subsequent_mask(decoder_input.size(1))[0, 0]
+src_pieces = [[tokenizer.id_to_piece(i) for i in row] for row in src.tolist()]
+tgt_pieces = [[tokenizer.id_to_piece(i) for i in row] for row in decoder_input.tolist()]
+st.caption(
+    f"The batch: source {tuple(src.shape)}, decoder input {tuple(decoder_input.shape)}; <pad> fills the shorter rows."
+)
+
+for index, tab in enumerate(st.tabs(["your sentence", "the second sentence"])):
+    with tab:
+        s_pieces, t_pieces = src_pieces[index], tgt_pieces[index]
+        keep_src = src_keep[index, 0, 0].numpy()
+        columns = st.columns(2)
+        with columns[0]:
+            show(mask_heatmap(keep_src[None], ["any query"], s_pieces, "source padding mask"), key=f"pad_{index}")
+            encoder = np.broadcast_to(keep_src, (len(s_pieces), len(s_pieces)))
+            show(mask_heatmap(encoder, s_pieces, s_pieces, "encoder self-attention uses: padding"), key=f"enc_{index}")
+        with columns[1]:
+            show(
+                mask_heatmap(look_ahead.numpy(), t_pieces, t_pieces, "look-ahead (subsequent) mask"), key=f"sub_{index}"
+            )
+            show(
+                mask_heatmap(
+                    tgt_keep[index, 0].numpy(),
+                    t_pieces,
+                    t_pieces,
+                    "decoder self-attention uses: look-ahead and padding",
+                ),
+                key=f"dec_{index}",
+            )
+        cross = np.broadcast_to(keep_src, (len(t_pieces), len(s_pieces)))
+        show(
+            mask_heatmap(cross, t_pieces, s_pieces, "encoder-decoder attention uses: source padding"),
+            key=f"cross_{index}",
+        )
+
+st.subheader("What the mask does to one head")
+kind, layer, head = kind_layer_head(result)
+decoder_ids = [config.bos_id, *result.tgt_ids[:-1]]
+stages = attention_stages(sublayer_inputs(checkpoint.model, result.src_ids, decoder_ids, kind, layer), head)
+queries = result.src_pieces if kind == "encoder" else result.decoder_input_pieces
+keys = result.decoder_input_pieces if kind == "decoder" else result.src_pieces
+columns = st.columns(3)
+for column, (name, matrix, probabilities) in zip(columns, (
+    ("scores Q·Kᵀ/√d_k", stages.scaled, False),
+    ("after masking (grey: −∞)", stages.masked, False),
+    ("after softmax: p_attn", stages.p_attn, True),
+)):  # fmt: skip
+    with column:
+        show(
+            matrix_heatmap(matrix.cpu().numpy(), name, queries, keys, probabilities=probabilities), key=f"stage_{name}"
+        )
+hidden = ~np.isfinite(stages.masked.cpu().numpy())
+if hidden.any():
+    weight = float(stages.p_attn.cpu().numpy()[hidden].max())
+    st.success(f"{int(hidden.sum())} masked cells; the largest weight any of them got after the softmax: {weight}.")
+else:
+    st.info("Nothing is masked here: one sentence alone has no padding, and this attention kind has no look-ahead. "
+            "Choose the decoder's masked self-attention to see the mask at work.")  # fmt: skip
+state.write_url()

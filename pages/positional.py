@@ -1,0 +1,80 @@
+"""Positional encoding (section 3.5): the sinusoids, their similarity, and what enters the first layer."""
+
+import numpy as np
+import streamlit as st
+import torch
+
+from transformer.layers import sinusoidal_table
+from transformer.matrix_figures import curves, grouped_bars, matrix_heatmap
+from ui import state
+from ui.charts import show
+from ui.sidebar import page_frame
+
+explored = page_frame()
+model, config, result = explored.checkpoint.model, explored.checkpoint.config, explored.result
+st.title("Positional encoding")
+learned = config.positional == "learned"
+if learned:
+    table = model.src_position.table.detach().float().cpu().numpy()
+    st.markdown(
+        "Attention by itself ignores order: shuffle the words and every weight moves with them. So a vector per "
+        "position is added to each token's embedding. This checkpoint **learned** its position vectors "
+        f"(a {config.max_len}×{config.d_model} table trained with the rest); the paper found such a table works "
+        "about as well as its sine formula (section 3.5). Below is the learned table itself."
+    )
+else:
+    table = sinusoidal_table(config.max_len, config.d_model).numpy()
+    st.markdown(
+        "Attention by itself ignores order: shuffle the words and every weight moves with them. So a vector per "
+        "position is added to each token's embedding (section 3.5 of the paper):"
+    )
+    st.latex(
+        r"PE_{(pos,\,2i)} = \sin\!\big(pos / 10000^{2i/d_{model}}\big),\qquad PE_{(pos,\,2i+1)} = \cos\!\big(pos / 10000^{2i/d_{model}}\big)"
+    )
+    st.markdown(
+        "Each pair of dimensions is a sine and a cosine of one frequency; the frequencies fall geometrically from "
+        "one cycle every 2π positions (dimensions 0, 1) to one every 10000·2π. Low dimensions tell near positions "
+        f"apart, high ones far positions. This model: d_model = {config.d_model}, up to {config.max_len} positions."
+    )
+
+defaults = [d for d in (0, 1, 4, 5, 16, 17, 64) if d < config.d_model]
+dims = st.multiselect("Dimensions to draw", list(range(config.d_model)), default=defaults, key="pe_dims")
+show(curves(table, dims, "PE(pos, i) for the chosen dimensions i"), key="pe_curves")
+left, right = st.columns(2)
+with left:
+    show(
+        matrix_heatmap(table, "the positional encoding matrix", x_title="dimension", y_title="position"),
+        key="pe_matrix",
+    )
+with right:
+    similarity = table @ table.T
+    show(
+        matrix_heatmap(similarity, "similarity of positions: PE(p) · PE(q)", x_title="q", y_title="p"),
+        key="pe_similarity",
+    )
+st.caption(
+    "The similarity depends mostly on the offset p − q (bands parallel to the diagonal), not on where the pair "
+    "sits: PE(p + k) is a fixed rotation of PE(p) for each offset k, which is why relative positions are easy "
+    "for attention to pick up."
+)
+
+st.subheader("Your sentence entering the encoder")
+with torch.inference_mode():
+    ids = torch.tensor([result.src_ids], device=next(model.parameters()).device)
+    embedded = model.src_embed(ids)[0].float().cpu().numpy()  # already scaled by sqrt(d_model)
+positions = table[: len(result.src_ids)]
+total = embedded + positions
+st.markdown(
+    f"The embedding of each token is multiplied by √d_model = {np.sqrt(config.d_model):.1f} (section 3.4) before "
+    "the position vector is added, so that the word, not its position, dominates the sum. The norms show it:"
+)
+norms = {
+    "embedding × √d_model": np.linalg.norm(embedded, axis=1),
+    "positional encoding": np.linalg.norm(positions, axis=1),
+    "sum (input of layer 1)": np.linalg.norm(total, axis=1),
+}
+show(grouped_bars(result.src_pieces, norms, "vector norms per source token", "L2 norm"), key="pe_norms")
+with st.expander("The three matrices (tokens × dimensions)"):
+    for name, matrix in (("embedding × √d_model", embedded), ("positional encoding", positions), ("sum", total)):
+        show(matrix_heatmap(matrix, name, row_pieces=result.src_pieces, x_title="dimension"), key=f"pe_{name}")
+state.write_url()

@@ -1,0 +1,108 @@
+"""Plotly builders for the teaching pages: any real matrix, mask matrices, curves and bars.
+
+Like `figures`, pure functions with no Streamlit; token labels go through the same escaping.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .figures import MASKED_COLOR, axis_labels
+
+DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
+
+
+def _labels(pieces: list[str] | None, size: int) -> list[str]:
+    return axis_labels(pieces) if pieces is not None else [str(i) for i in range(size)]
+
+
+def matrix_heatmap(
+    matrix: np.ndarray,
+    title: str,
+    row_pieces: list[str] | None = None,
+    column_pieces: list[str] | None = None,
+    highlight_row: int | None = None,
+    x_title: str | None = None,
+    y_title: str | None = None,
+    probabilities: bool = False,
+) -> go.Figure:
+    """A real matrix with its shape in the title; -inf cells (masked) grey; one row outlined if asked.
+
+    Probabilities (0..1) get the attention colour scale, anything else a diverging one centred on 0.
+    """
+    z = np.asarray(matrix, dtype=np.float32)
+    rows, columns = z.shape
+    z = np.where(np.isneginf(z), np.float32("nan"), z)
+    finite = np.abs(z[np.isfinite(z)])
+    bound = float(finite.max()) if finite.size else 1.0
+    scale = dict(colorscale="Blues", zmin=0, zmax=1) if probabilities else dict(colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=_labels(column_pieces, columns),
+            y=_labels(row_pieces, rows),
+            hoverongaps=False,
+            hovertemplate="row %{y}<br>column %{x}<br>%{z:.4f}<extra></extra>",
+            colorbar=dict(thickness=10),
+            **scale,
+        )
+    )
+    fig.update_layout(
+        title=f"{title} · {rows}×{columns}",
+        height=max(260, min(900, 120 + 18 * rows)),
+        margin=dict(l=10, r=10, t=50, b=10),
+        plot_bgcolor=MASKED_COLOR,
+    )
+    fig.update_xaxes(type="category", title=x_title, showgrid=False, range=[-0.5, columns - 0.5])
+    fig.update_yaxes(type="category", title=y_title, showgrid=False, range=[rows - 0.5, -0.5])
+    if highlight_row is not None:
+        fig.add_shape(type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5,
+                      line=dict(color="#e4572e", width=3))  # fmt: skip
+    return fig
+
+
+def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str], title: str) -> go.Figure:
+    """A boolean mask: dark where the query may look at the key, grey where it may not."""
+    keep = np.asarray(keep, dtype=bool)
+    fig = go.Figure(
+        go.Heatmap(
+            z=keep.astype(np.float32),
+            x=axis_labels(key_pieces),
+            y=axis_labels(query_pieces),
+            text=np.where(keep, "may look", "masked"),
+            hovertemplate="query %{y}<br>key %{x}<br>%{text}<extra></extra>",
+            colorscale=[[0, MASKED_COLOR], [1, "#1f4e9c"]],
+            zmin=0,
+            zmax=1,
+            showscale=False,
+            xgap=1,
+            ygap=1,
+        )
+    )
+    rows, columns = keep.shape
+    fig.update_layout(title=title, height=max(240, min(800, 110 + 20 * rows)), margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_xaxes(type="category", title="key", tickangle=-60, range=[-0.5, columns - 0.5], showgrid=False)
+    fig.update_yaxes(type="category", title="query", range=[rows - 0.5, -0.5], showgrid=False)
+    return fig
+
+
+def curves(table: np.ndarray, columns: list[int], title: str, x_title: str = "position") -> go.Figure:
+    """Chosen columns of a (rows, columns) table as lines over the rows (e.g. PE dimensions over positions)."""
+    fig = go.Figure(
+        [go.Scatter(y=np.asarray(table[:, c], dtype=np.float32), mode="lines", name=f"dimension {c}") for c in columns]
+    )
+    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+    fig.update_xaxes(title=x_title)
+    return fig
+
+
+def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y_title: str) -> go.Figure:
+    """One group of bars per token, one bar per named series."""
+    labels = axis_labels(pieces)
+    fig = go.Figure([go.Bar(x=labels, y=np.asarray(values, dtype=np.float32), name=name) for name, values in series.items()])
+    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=50, b=10),
+                      legend=dict(orientation="h"))  # fmt: skip
+    fig.update_xaxes(type="category", tickangle=-60)
+    fig.update_yaxes(title=y_title)
+    return fig

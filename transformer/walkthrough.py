@@ -1,0 +1,121 @@
+"""The attention of one layer and head recomputed stage by stage from the model's own weights.
+
+Sections 3.2.1 (scaled dot-product attention) and 3.2.2 (multi-head attention): the teaching
+pages show each stage, and `AttentionStages.output` is checked against what the model's
+module computes, so the walk-through is the model's real computation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .attention import MultiHeadAttention
+from .masks import padding_mask, target_mask
+from .model import Transformer
+
+
+@dataclass(frozen=True)
+class SublayerInputs:
+    """What one attention sublayer received in a teacher-forced pass, and what the model made of it."""
+
+    module: MultiHeadAttention
+    queries: torch.Tensor  # (T_q, d_model) the sublayer's input X
+    context: torch.Tensor  # (T_k, d_model) what keys and values are projected from
+    mask: torch.Tensor  # (T_q, T_k) True where the query may look
+    output: torch.Tensor  # (T_q, d_model) the module's own output
+    p_attn: torch.Tensor  # (H, T_q, T_k) the module's own weights
+
+
+@dataclass(frozen=True)
+class AttentionStages:
+    """Each stage for one head (Q..head_output) and for the whole layer (concat, output)."""
+
+    w_query: torch.Tensor  # (d_model, d_k): the head's slice of W_Q
+    w_key: torch.Tensor
+    w_value: torch.Tensor
+    query: torch.Tensor  # (T_q, d_k)
+    key: torch.Tensor  # (T_k, d_k)
+    value: torch.Tensor  # (T_k, d_k)
+    scores: torch.Tensor  # (T_q, T_k) Q K^T
+    scaled: torch.Tensor  # scores / sqrt(d_k)
+    masked: torch.Tensor  # -inf where the mask hides a key
+    p_attn: torch.Tensor  # softmax of masked
+    head_output: torch.Tensor  # (T_q, d_k) p_attn V
+    concat: torch.Tensor  # (T_q, d_model) every head's output side by side
+    output: torch.Tensor  # (T_q, d_model) concat W_O + b
+
+
+def _inputs(module: MultiHeadAttention, h: torch.Tensor, context: torch.Tensor, mask: torch.Tensor) -> SublayerInputs:
+    output, p_attn = module(h, context, mask, need_weights=True)
+    return SublayerInputs(module, h[0], context[0], mask[0, 0].expand(h.size(1), context.size(1)), output[0], p_attn[0])
+
+
+@torch.inference_mode()
+def sublayer_inputs(
+    model: Transformer, src_ids: list[int], decoder_ids: list[int], kind: str, layer: int
+) -> SublayerInputs:
+    """Runs the model (eval mode, teacher-forced on decoder_ids) up to the chosen attention sublayer.
+
+    kind is "encoder" (self-attention), "decoder" (masked self-attention) or "cross".
+    """
+    device = next(model.parameters()).device
+    src = torch.tensor([src_ids], device=device)
+    src_mask = padding_mask(src, model.config.pad_id)
+    x = model.src_position(model.src_embed(src))
+    for index, encoder_layer in enumerate(model.encoder_layers):
+        if kind == "encoder" and index == layer:
+            h = encoder_layer.attn_block.sublayer_input(x)
+            return _inputs(encoder_layer.self_attn, h, h, src_mask)
+        x, _ = encoder_layer(x, src_mask, False)
+    memory = model.encoder_norm(x)
+    tgt = torch.tensor([decoder_ids], device=device)
+    tgt_mask = target_mask(tgt, model.config.pad_id)
+    y = model.tgt_position(model.tgt_embed(tgt))
+    for index, decoder_layer in enumerate(model.decoder_layers):
+        if index == layer:
+            h = decoder_layer.self_block.sublayer_input(y)
+            if kind == "decoder":
+                return _inputs(decoder_layer.self_attn, h, h, tgt_mask)
+            after_self, _ = decoder_layer.self_block(y, lambda q: decoder_layer.self_attn(q, q, tgt_mask))
+            h = decoder_layer.cross_block.sublayer_input(after_self)
+            return _inputs(decoder_layer.cross_attn, h, memory, src_mask)
+        y, *_ = decoder_layer(y, memory, src_mask, tgt_mask, False)
+    raise ValueError(f"no {kind} attention at layer {layer}")
+
+
+@torch.inference_mode()
+def attention_stages(inputs: SublayerInputs, head: int) -> AttentionStages:
+    """The computation written out with plain matrix products on the module's weights."""
+    module = inputs.module
+    d_k, n_heads = module.d_head, module.n_heads
+    heads = slice(head * d_k, (head + 1) * d_k)
+
+    def per_head(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return (x @ linear.weight.T + linear.bias).view(len(x), n_heads, d_k).transpose(0, 1)  # (H, T, d_k)
+
+    query, key, value = (per_head(p, x) for p, x in ((module.q_proj, inputs.queries), (module.k_proj, inputs.context),
+                                                     (module.v_proj, inputs.context)))  # fmt: skip
+    scores = query @ key.transpose(1, 2)  # (H, T_q, T_k)
+    scaled = scores / math.sqrt(d_k)
+    masked = scaled.masked_fill(~inputs.mask, float("-inf"))
+    p_attn = masked.softmax(dim=-1)
+    head_outputs = p_attn @ value  # (H, T_q, d_k)
+    concat = head_outputs.transpose(0, 1).reshape(len(inputs.queries), n_heads * d_k)  # (T_q, d_model)
+    return AttentionStages(
+        w_query=module.q_proj.weight[heads].T,
+        w_key=module.k_proj.weight[heads].T,
+        w_value=module.v_proj.weight[heads].T,
+        query=query[head],
+        key=key[head],
+        value=value[head],
+        scores=scores[head],
+        scaled=scaled[head],
+        masked=masked[head],
+        p_attn=p_attn[head],
+        head_output=head_outputs[head],
+        concat=concat,
+        output=concat @ module.out_proj.weight.T + module.out_proj.bias,
+    )
