@@ -62,7 +62,7 @@ class Checkpoint:
 
 
 def unique_state(model: Transformer) -> dict[str, torch.Tensor]:
-    """The state dict with tied aliases dropped: one name per shared tensor (works on the meta device)."""
+    """The state dict with tied aliases dropped: one name per shared tensor."""
     seen: set[int] = set()
     state = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
@@ -162,10 +162,12 @@ def describe(path: str | Path) -> str:
     return f"{path.stem} · {pair} · {size}"
 
 
-def _check_tensors(header: dict[str, Any], config: TransformerConfig, payload_bytes: int) -> None:
-    """Names, shapes, dtypes and extents of the stored tensors against what the config builds."""
-    with torch.device("meta"):
-        expected = {name: tuple(t.shape) for name, t in unique_state(Transformer(config)).items()}
+def _check_tensors(header: dict[str, Any], model: Transformer, payload_bytes: int) -> None:
+    """Names, shapes, dtypes and extents of the stored tensors against the model the config built.
+
+    Runs before any tensor data is read; the config's own size limit has already bounded the model.
+    """
+    expected = {name: tuple(t.shape) for name, t in unique_state(model).items()}
     stored = {name: entry for name, entry in header.items() if name != "__metadata__"}
     missing = sorted(set(expected) - set(stored))
     extra = sorted(set(stored) - set(expected))
@@ -206,7 +208,8 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
     except ConfigError as error:
         raise CheckpointError(f"invalid config: {error}") from None
     payload_bytes = len(data) - 8 - struct.unpack("<Q", data[:8])[0]
-    _check_tensors(header, config, payload_bytes)
+    model = Transformer(config)
+    _check_tensors(header, model, payload_bytes)
     try:
         tokenizer = Tokenizer(base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True))
     except (binascii.Error, TokenizerError) as error:
@@ -226,7 +229,6 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
     bad = [name for name, t in tensors.items() if not torch.isfinite(t).all()]
     if bad:
         warnings.warn(f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}", CheckpointWarning, stacklevel=2)
-    model = Transformer(config)
     model.load_state_dict({name: t.float() for name, t in tensors.items()}, strict=False)
     model.requires_grad_(False)
     return Checkpoint(model.to(device).eval(), tokenizer, metadata if isinstance(metadata, dict) else {}, len(data))
