@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from browser import ARTIFACTS, app_server, chromium, wait_for_heatmaps, wait_idle
+
+from benchmarks.browser import ARTIFACTS, app_server, chromium, wait_for_heatmaps, wait_idle
 
 pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
 def server():
-    with app_server(ARTIFACTS / "server.log") as url:
-        yield url
+    with app_server(ARTIFACTS / "server.log") as running:
+        yield running.url
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -16,7 +17,20 @@ from playwright.sync_api import Browser, Page, sync_playwright
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-ARTIFACTS = REPO / "tests" / "artifacts"
+ARTIFACTS = REPO / "tests" / "artifacts"  # screenshots and server logs, ignored by git
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    process: subprocess.Popen
+
+    def peak_memory_mb(self) -> float:
+        """The server process's peak resident memory (VmHWM), Linux only."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmHWM in /proc status")
 
 
 def free_port() -> int:
@@ -26,8 +40,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def app_server(log_path: Path, timeout: float = 60.0) -> Iterator[str]:
-    """Starts the app as the README does and yields its URL; the log is kept for assertions."""
+def app_server(log_path: Path, timeout: float = 60.0) -> Iterator[Server]:
+    """Starts the app as the README does and yields it once it answers; the log is kept for assertions."""
     port = free_port()
     command = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(port),
                "--server.address", "127.0.0.1"]  # fmt: skip
@@ -45,7 +59,7 @@ def app_server(log_path: Path, timeout: float = 60.0) -> Iterator[str]:
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError(f"the app did not start; see {log_path}") from None
                     time.sleep(0.3)
-            yield url
+            yield Server(url, server)
         finally:
             server.terminate()
             server.wait(timeout=20)

@@ -1,0 +1,44 @@
+"""python -m benchmarks [--quick] [--no-browser]: every figure of the performance table, with its baseline."""
+
+from __future__ import annotations
+
+import argparse
+
+from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+from .app_speed import browser_rows, long_input_row, machine, server_step_row
+from .model_speed import Row, decode_rows, lower_bound_row, training_row
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| what | baseline (same run) | baseline ms | ours ms | ours / baseline | target | note |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for row in rows:
+        baseline = "" if row.baseline_ms is None else f"{row.baseline_ms:.1f}"
+        ratio = "" if row.ratio is None else f"{row.ratio:.3f}"
+        lines.append(
+            f"| {row.what} | {row.baseline} | {baseline} | {row.ours_ms:.1f} | {ratio} | {row.target} | {row.note} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
+    parser.add_argument("--no-browser", action="store_true", help="skip the Chromium timings")
+    args = parser.parse_args()
+    repeats = 3 if args.quick else 9
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    print(f"machine: {machine()}\ncheckpoint: {DEFAULT_CHECKPOINT.name}\n", flush=True)
+    rows = decode_rows(checkpoint, repeats)
+    rows.append(lower_bound_row(checkpoint, repeats))
+    rows.append(training_row(checkpoint, max(3, repeats // 2)))
+    rows.append(server_step_row(checkpoint, repeats))
+    rows.append(long_input_row(checkpoint))
+    if not args.no_browser:
+        rows.extend(browser_rows())
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+import math
+
+import numpy as np
+import torch
+
+from transformer.decoding import decode
+from transformer.head_stats import (
+    ablated,
+    corpus_statistics,
+    head_statistics,
+    js_divergence,
+    parameter_counts,
+    statistics_frame,
+)
+
+
+def test_uniform_attention_has_maximal_entropy_and_identity_zero_distance():
+    uniform = np.full((1, 1, 4, 4), 0.25)
+    identity = np.eye(4)[None, None]
+    assert math.isclose(head_statistics(uniform, list("abcd"))["entropy"][0, 0], math.log(4))
+    stats = head_statistics(identity, list("abcd"))
+    assert stats["entropy"][0, 0] == 0 and stats["distance"][0, 0] == 0 and stats["same"][0, 0] == 1
+
+
+def test_previous_token_head_and_special_token_share():
+    previous = np.zeros((1, 1, 4, 4))
+    previous[0, 0, 0, 0] = 1
+    for q in range(1, 4):
+        previous[0, 0, q, q - 1] = 1
+    stats = head_statistics(previous, ["<s>", "▁a", "▁b", "</s>"])
+    assert stats["previous"][0, 0] == 0.75 and stats["next"][0, 0] == 0
+    assert stats["special"][0, 0] == 0.5  # rows 0 and 1 look at <s>
+    assert math.isclose(stats["distance"][0, 0], 0.75)
+
+
+def test_statistics_frame_numbers_layers_and_heads_from_one():
+    frame = statistics_frame(head_statistics(np.full((2, 3, 2, 2), 0.5), ["a", "b"]))
+    assert list(frame.index[0]) == [1, 1] and list(frame.index[-1]) == [2, 3] and len(frame) == 6
+
+
+def test_js_divergence_is_zero_for_equal_maps_and_log2_for_disjoint():
+    a = np.eye(3)[None, None]
+    b = np.roll(np.eye(3), 1, axis=1)[None, None]
+    assert np.allclose(js_divergence(a, a), 0)
+    assert np.allclose(js_divergence(a, b), math.log(2))
+
+
+def test_ablation_changes_the_copy_and_never_the_shared_model(model, tokenizer):
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    switched_off = ablated(model, [("cross", 0, 0), ("cross", 0, 1), ("encoder", 1, 0)])
+    src = torch.tensor([tokenizer.encode("the dog runs") + [3]])
+    tgt = torch.tensor([[2, 5, 6]])
+    assert not torch.allclose(model(src, tgt).log_probs, switched_off(src, tgt).log_probs)
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    assert (switched_off.decoder_layers[0].cross_attn.out_proj.weight[:, : model.config.d_model].abs().sum()) == 0
+
+
+def test_corpus_statistics_average_the_sentences(model, tokenizer):
+    one = corpus_statistics(model, tokenizer, ["a red ball"], "encoder")
+    result = decode(model, tokenizer, "a red ball")
+    view_stats = head_statistics(result.encoder_self.numpy(), result.src_pieces)
+    assert np.allclose(one["entropy"], view_stats["entropy"])
+    seen = []
+    two = corpus_statistics(model, tokenizer, ["a red ball", "", "the cat sits"], "cross", progress=seen.append)
+    assert seen == [1, 3] and two["entropy"].shape == (3, 2)
+
+
+def test_parameter_counts_add_up(model):
+    frame = parameter_counts(model)
+    assert frame["parameters"].sum() == model.config.parameter_count()
+    assert "encoder self_attn" in frame.index and math.isclose(frame["share"].sum(), 1)

@@ -1,0 +1,133 @@
+"""What each head does, in numbers: statistics of its attention, divergence between two models, ablation.
+
+Statistics take maps shaped (L, H, Q, K) (rows are probability distributions) and return
+one row per layer and head, so a table or a layers x heads heatmap can show them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .analysis import attention_view
+from .decoding import decode
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+STATISTICS = {
+    "entropy": "entropy of the weights (nats; 0 = one key, log K = uniform)",
+    "previous": "share of weight on the previous position",
+    "same": "share of weight on the same position",
+    "next": "share of weight on the next position",
+    "special": "share of weight on <s> or </s>",
+    "distance": "mean distance |query - key| in positions",
+}
+SPECIAL_PIECES = ("<s>", "</s>")
+ATTENTION_MODULES = {"encoder": ("encoder_layers", "self_attn"), "decoder": ("decoder_layers", "self_attn"),
+                     "cross": ("decoder_layers", "cross_attn")}  # fmt: skip
+
+
+def _offset_share(maps: np.ndarray, offset: int) -> np.ndarray:
+    """Mean over queries q of the weight on key q + offset (0 where that key does not exist)."""
+    queries, keys = maps.shape[-2:]
+    rows = np.arange(queries)
+    columns = rows + offset
+    valid = (columns >= 0) & (columns < keys)
+    picked = maps[..., rows[valid], columns[valid]]
+    return picked.sum(axis=-1) / queries
+
+
+def head_statistics(maps: np.ndarray, key_pieces: list[str]) -> dict[str, np.ndarray]:
+    """Each statistic as an (L, H) array, averaged over the query rows."""
+    maps = np.asarray(maps, dtype=np.float64)
+    queries, keys = maps.shape[-2:]
+    safe = np.where(maps > 0, maps, 1.0)
+    distance = np.abs(np.arange(queries)[:, None] - np.arange(keys)[None, :])
+    special = np.array([piece in SPECIAL_PIECES for piece in key_pieces], dtype=bool)
+    return {
+        "entropy": -(maps * np.log(safe)).sum(-1).mean(-1),
+        "previous": _offset_share(maps, -1),
+        "same": _offset_share(maps, 0),
+        "next": _offset_share(maps, 1),
+        "special": maps[..., special].sum(-1).mean(-1),
+        "distance": (maps * distance).sum(-1).mean(-1),
+    }
+
+
+def statistics_frame(statistics: dict[str, np.ndarray]) -> pd.DataFrame:
+    """(L, H) arrays -> a table with a row per head, layers and heads numbered from 1."""
+    layers, heads = next(iter(statistics.values())).shape
+    index = pd.MultiIndex.from_product([range(1, layers + 1), range(1, heads + 1)], names=["layer", "head"])
+    return pd.DataFrame({name: values.reshape(-1) for name, values in statistics.items()}, index=index)
+
+
+def corpus_statistics(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Iterable[str],
+    kind: str,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """The statistics of one attention kind averaged over sentences (each decoded greedily)."""
+    totals: dict[str, np.ndarray] = {}
+    count = 0
+    for index, sentence in enumerate(sentences):
+        if not sentence.strip():
+            continue
+        view = attention_view(decode(model, tokenizer, sentence), kind)
+        for name, values in head_statistics(view.maps, view.key_pieces).items():
+            totals[name] = totals.get(name, 0) + values
+        count += 1
+        if progress:
+            progress(index + 1)
+    if not count:
+        raise ValueError("no non-empty sentence to average over")
+    return {name: values / count for name, values in totals.items()}
+
+
+def js_divergence(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Jensen-Shannon divergence (nats, 0..log 2) between matching rows, averaged over rows: (L, H, Q, K) -> (L, H)."""
+    p, q = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    middle = (p + q) / 2
+
+    def kl(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.where(a > 0, a * np.log(np.where(a > 0, a, 1) / np.where(b > 0, b, 1)), 0).sum(-1)
+
+    return ((kl(p, middle) + kl(q, middle)) / 2).mean(-1)
+
+
+def ablated(model: Transformer, heads: Iterable[tuple[str, int, int]]) -> Transformer:
+    """A copy of the model with the given (kind, layer, head) switched off; the shared model is untouched.
+
+    A head is switched off by zeroing its columns of W_O, so its output no longer reaches the
+    residual stream: exactly the model without that head.
+    """
+    copied = copy.deepcopy(model)
+    d_head = model.config.d_head
+    with torch.no_grad():
+        for kind, layer, head in heads:
+            layers_name, module_name = ATTENTION_MODULES[kind]
+            attention = getattr(getattr(copied, layers_name)[layer], module_name)
+            attention.out_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
+    return copied
+
+
+def parameter_counts(model: Transformer) -> pd.DataFrame:
+    """Parameters by component (tied weights counted once, under embeddings)."""
+    seen: set[int] = set()
+    counts: dict[str, int] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in seen:
+            continue
+        seen.add(id(parameter))
+        component = name.split(".")[0]
+        if component in ("encoder_layers", "decoder_layers"):
+            component = f"{component.split('_')[0]} {name.split('.')[2]}"  # e.g. "encoder self_attn"
+        counts[component] = counts.get(component, 0) + parameter.numel()
+    frame = pd.DataFrame({"parameters": counts}).sort_values("parameters", ascending=False)
+    frame["share"] = frame["parameters"] / frame["parameters"].sum()
+    return frame
