@@ -114,7 +114,10 @@ def update_metadata(path: Path, change: Callable[[dict[str, Any]], None]) -> Non
     header = read_header(data)["__metadata__"]
     metadata = json.loads(header.get("metadata", "{}"))
     change(metadata)
-    write_atomically(path, save_safetensors(load_safetensors(data), metadata={**header, "metadata": json.dumps(metadata, sort_keys=True)}))
+    write_atomically(
+        path,
+        save_safetensors(load_safetensors(data), metadata={**header, "metadata": json.dumps(metadata, sort_keys=True)}),
+    )
 
 
 def read_header(data: bytes) -> dict[str, Any]:
@@ -200,7 +203,9 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
     header = read_header(data)
     meta = header["__metadata__"]
     if meta.get("format") != FORMAT_NAME:
-        raise CheckpointError(f"not a checkpoint of this project (safetensors metadata 'format' is {meta.get('format')!r})")
+        raise CheckpointError(
+            f"not a checkpoint of this project (safetensors metadata 'format' is {meta.get('format')!r})"
+        )
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"unsupported checkpoint format version {meta.get('format_version')!r}")
     try:
@@ -228,7 +233,9 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
         raise CheckpointError(f"corrupt tensor data: {error}") from None
     bad = [name for name, t in tensors.items() if not torch.isfinite(t).all()]
     if bad:
-        warnings.warn(f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}", CheckpointWarning, stacklevel=2)
+        warnings.warn(
+            f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}", CheckpointWarning, stacklevel=2
+        )
     model.load_state_dict({name: t.float() for name, t in tensors.items()}, strict=False)
     model.requires_grad_(False)
     return Checkpoint(model.to(device).eval(), tokenizer, metadata if isinstance(metadata, dict) else {}, len(data))

@@ -58,7 +58,9 @@ class TransformerConfig:
         if len(set(specials)) != 4 or not all(0 <= i < min(self.src_vocab_size, self.tgt_vocab_size) for i in specials):
             raise ConfigError(f"pad/unk/bos/eos ids must be distinct and inside the vocabularies, got {specials}")
         if self.parameter_count() > MAX_PARAMETERS:
-            raise ConfigError(f"config describes {self.parameter_count():,} parameters, over the limit of {MAX_PARAMETERS:,}")
+            raise ConfigError(
+                f"config describes {self.parameter_count():,} parameters, over the limit of {MAX_PARAMETERS:,}"
+            )
 
     @property
     def d_head(self) -> int:

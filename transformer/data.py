@@ -13,10 +13,21 @@ from .tokenizer import Tokenizer
 
 def read_lines(path: str | Path) -> list[str]:
     """One sentence a line; `.gz` files are decompressed."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in handle]
+    return text_lines(Path(path).read_bytes())
+
+
+def text_lines(data: bytes) -> list[str]:
+    """The lines of UTF-8 text, gzipped or not (recognised by its magic bytes); ValueError if not text."""
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as error:
+            raise ValueError(f"a corrupt gzip file: {error}") from None
+    try:
+        lines = data.decode("utf-8").split("\n")  # not splitlines(): U+2028 and friends stay inside a sentence
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text: expected one sentence a line") from None
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:
@@ -39,9 +50,7 @@ def encode_pairs(
     return pairs
 
 
-def token_batches(
-    pairs: list[tuple[list[int], list[int]]], max_tokens: int, seed: int, epoch: int
-) -> list[list[int]]:
+def token_batches(pairs: list[tuple[list[int], list[int]]], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
     """Indices of pairs grouped so that each batch pads to at most max_tokens per side.
 
     Sorting by length keeps padding low; a per-epoch seeded shuffle (of pairs of equal

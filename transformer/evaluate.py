@@ -31,7 +31,9 @@ def score(hypotheses: list[str], references: list[str], beam: int = 1) -> Scores
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
-    return Scores(bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()), len(hypotheses), beam)
+    return Scores(
+        bleu_score.score, chrf_score.score, str(bleu.get_signature()), str(chrf.get_signature()), len(hypotheses), beam
+    )
 
 
 def evaluate_files(

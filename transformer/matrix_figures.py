@@ -36,7 +36,11 @@ def matrix_heatmap(
     z = np.where(np.isneginf(z), np.float32("nan"), z)
     finite = np.abs(z[np.isfinite(z)])
     bound = float(finite.max()) if finite.size else 1.0
-    scale = dict(colorscale="Blues", zmin=0, zmax=1) if probabilities else dict(colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound)
+    scale = (
+        dict(colorscale="Blues", zmin=0, zmax=1)
+        if probabilities
+        else dict(colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound)
+    )
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -100,9 +104,22 @@ def curves(table: np.ndarray, columns: list[int], title: str, x_title: str = "po
 def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y_title: str) -> go.Figure:
     """One group of bars per token, one bar per named series."""
     labels = axis_labels(pieces)
-    fig = go.Figure([go.Bar(x=labels, y=np.asarray(values, dtype=np.float32), name=name) for name, values in series.items()])
+    fig = go.Figure(
+        [go.Bar(x=labels, y=np.asarray(values, dtype=np.float32), name=name) for name, values in series.items()]
+    )
     fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=50, b=10),
                       legend=dict(orientation="h"))  # fmt: skip
     fig.update_xaxes(type="category", tickangle=-60)
+    fig.update_yaxes(title=y_title)
+    return fig
+
+
+def lines(series: dict[str, tuple[list[float], list[float]]], title: str, x_title: str, y_title: str) -> go.Figure:
+    """Named (x, y) series as lines with markers (training curves)."""
+    fig = go.Figure(
+        [go.Scatter(x=x, y=np.asarray(y, dtype=np.float32), mode="lines", name=name) for name, (x, y) in series.items()]
+    )
+    fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+    fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
     return fig

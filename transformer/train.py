@@ -103,24 +103,36 @@ class _Logits(nn.Module):
         return self.model.logits(src, tgt)
 
 
-def validate(model: Transformer, tokenizer, pairs, src: list[str], ref: list[str], settings: TrainSettings) -> dict[str, float]:
+def validate(
+    model: Transformer, tokenizer, pairs, src: list[str], ref: list[str], settings: TrainSettings
+) -> dict[str, float]:
     """Teacher-forced loss per token and greedy sacreBLEU on the validation set."""
     device = next(model.parameters()).device
     model.eval()
     loss_sum, tokens = 0.0, 0
     with torch.inference_mode():
-        for _, (s, t_in, t_out) in iterate_batches(pairs, token_batches(pairs, settings.max_tokens, 0, 0), PAD_ID, BOS_ID):
+        for _, (s, t_in, t_out) in iterate_batches(
+            pairs, token_batches(pairs, settings.max_tokens, 0, 0), PAD_ID, BOS_ID
+        ):
             logits = model.logits(s.to(device), t_in.to(device)).float()
-            loss_sum += nn.functional.cross_entropy(logits.transpose(1, 2), t_out.to(device), ignore_index=PAD_ID, reduction="sum").item()
+            loss_sum += nn.functional.cross_entropy(
+                logits.transpose(1, 2), t_out.to(device), ignore_index=PAD_ID, reduction="sum"
+            ).item()
             tokens += int((t_out != PAD_ID).sum())
     hypotheses = translate_texts(model, tokenizer, src, batch_size=128)
     model.train()
     return {"val_loss": loss_sum / max(tokens, 1), "val_bleu": sacrebleu.corpus_bleu(hypotheses, [ref]).score}
 
 
-def _metadata(settings: TrainSettings, progress: Progress, counts: dict[str, int], device: torch.device, world: int) -> dict[str, Any]:
+def _metadata(
+    settings: TrainSettings, progress: Progress, counts: dict[str, int], device: torch.device, world: int
+) -> dict[str, Any]:
     every = max(1, len(progress.loss_curve) // 2000)  # keep the stored curve small
-    hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    hardware = (
+        torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+    )
     return {
         "languages": {"src": settings.src_lang, "tgt": settings.tgt_lang},
         "data": {name: {"path": getattr(settings, name), "lines": counts[name]} for name in counts},
@@ -177,7 +189,13 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     started = time.perf_counter() - progress.elapsed_seconds
     while progress.epoch < settings.epochs:
         batches = token_batches(pairs, settings.max_tokens, settings.seed, progress.epoch)[rank::world]
-        bar = tqdm(total=len(batches), initial=progress.batch, desc=f"epoch {progress.epoch + 1}", disable=quiet or rank > 0, unit="batch")
+        bar = tqdm(
+            total=len(batches),
+            initial=progress.batch,
+            desc=f"epoch {progress.epoch + 1}",
+            disable=quiet or rank > 0,
+            unit="batch",
+        )
         window_tokens, window_start = 0, time.perf_counter()
         for index, (s, t_in, t_out) in iterate_batches(pairs, batches, PAD_ID, BOS_ID, progress.batch):
             s, t_in, t_out = s.to(device), t_in.to(device), t_out.to(device)
@@ -198,7 +216,10 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
             progress.lr_curve.append(lr)
             window_tokens += n_tokens
             bar.update(1)
-            bar.set_postfix(loss=f"{progress.loss_curve[-1]:.3f}", tok_s=f"{window_tokens / (time.perf_counter() - window_start):.0f}")
+            bar.set_postfix(
+                loss=f"{progress.loss_curve[-1]:.3f}",
+                tok_s=f"{window_tokens / (time.perf_counter() - window_start):.0f}",
+            )
             progress.elapsed_seconds = time.perf_counter() - started
             stop_now = settings.max_steps and progress.step >= settings.max_steps
             if rank == 0 and (progress.step % settings.save_every == 0 or stop_now):
@@ -211,13 +232,32 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         progress.batch = 0
         if rank == 0:
             scores = validate(model, tokenizer, val_pairs, val_src, val_tgt, settings)
-            progress.epochs.append({"epoch": progress.epoch, "step": progress.step, **scores, "seconds": round(time.perf_counter() - started, 1)})
+            progress.epochs.append(
+                {
+                    "epoch": progress.epoch,
+                    "step": progress.step,
+                    **scores,
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+            )
             if not quiet:
-                tqdm.write(f"epoch {progress.epoch}: val loss {scores['val_loss']:.3f}, val BLEU {scores['val_bleu']:.2f}")
+                tqdm.write(
+                    f"epoch {progress.epoch}: val loss {scores['val_loss']:.3f}, val BLEU {scores['val_bleu']:.2f}"
+                )
             if scores["val_bleu"] > progress.best_bleu:
-                progress.best_bleu, progress.best_epoch, progress.epochs_without_gain = scores["val_bleu"], progress.epoch, 0
+                progress.best_bleu, progress.best_epoch, progress.epochs_without_gain = (
+                    scores["val_bleu"],
+                    progress.epoch,
+                    0,
+                )
                 best_weights = copy.deepcopy(model)
-                save_checkpoint(settings.out, model, tokenizer, _metadata(settings, progress, counts, device, world), getattr(torch, settings.save_dtype))
+                save_checkpoint(
+                    settings.out,
+                    model,
+                    tokenizer,
+                    _metadata(settings, progress, counts, device, world),
+                    getattr(torch, settings.save_dtype),
+                )
             else:
                 progress.epochs_without_gain += 1
             if progress.epoch in settings.snapshot_epochs:
@@ -233,5 +273,11 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         if settings.max_seconds and time.perf_counter() - started > settings.max_seconds:
             break
     if rank == 0 and best_weights is not None:  # the best weights, with the whole run's curves
-        save_checkpoint(settings.out, best_weights, tokenizer, _metadata(settings, progress, counts, device, world), getattr(torch, settings.save_dtype))
+        save_checkpoint(
+            settings.out,
+            best_weights,
+            tokenizer,
+            _metadata(settings, progress, counts, device, world),
+            getattr(torch, settings.save_dtype),
+        )
     return progress

@@ -68,15 +68,19 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tup
 def render() -> Explored | None:
     """Draws the sidebar; decodes when the sentence, setting or checkpoint changed. None when nothing can be shown."""
     files = state.checkpoint_files()
+    session = st.session_state
+    uploads = session.get("uploads", {})
     state.read_url_once(files)
     _defaults()
-    session = st.session_state
-    if session.get("checkpoint") not in files:
-        session.checkpoint = next(iter(files))
+    choices = [*files, *uploads]
+    if session.get("checkpoint") not in choices:
+        session.checkpoint = choices[0]
+
+    def label(name: str) -> str:
+        return describe(files[name]) if name in files else f"{name} · this session only"
+
     with st.sidebar:
-        name = st.selectbox(
-            "Checkpoint", list(files), format_func=lambda n: describe(files[n]), **state.shared("checkpoint")
-        )
+        name = st.selectbox("Checkpoint", choices, format_func=label, **state.shared("checkpoint"))
         device = state.device()
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
         submitted = _settings_form()
@@ -86,14 +90,16 @@ def render() -> Explored | None:
         session.applied_settings = state.DecodeSettings(
             session.strategy, session.beam_width, session.temperature, session.top_k, session.seed
         )
-    path = files[name]
-    try:
-        with st.spinner(f"Loading {name} ..."):
-            checkpoint = state.load(path)
-        key = state.checkpoint_key(path)
-    except (CheckpointError, OSError) as error:
-        st.error(f"Checkpoint {name} cannot be used: {error}")
-        return None
+    if name in uploads:
+        checkpoint, key = uploads[name]
+    else:
+        try:
+            with st.spinner(f"Loading {name} ..."):
+                checkpoint = state.load(files[name])
+            key = state.checkpoint_key(files[name])
+        except (CheckpointError, OSError) as error:
+            st.error(f"Checkpoint {name} cannot be used: {error}")
+            return None
     text, settings = session.applied_text, session.applied_settings
     if session.get("result_key") != (key, text, settings):
         try:

@@ -7,6 +7,9 @@ choosing a layer only reads the result kept in the visitor's session.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +17,15 @@ import streamlit as st
 import torch
 
 from transformer.beam import beam_search
-from transformer.checkpoint import CHECKPOINT_DIR, DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
+from transformer.checkpoint import (
+    CHECKPOINT_DIR,
+    DEFAULT_CHECKPOINT,
+    Checkpoint,
+    CheckpointError,
+    CheckpointWarning,
+    load_checkpoint,
+    load_checkpoint_bytes,
+)
 from transformer.decoding import DecodeResult, decode, greedy_chooser, sampling_chooser, teacher_force
 
 DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
@@ -75,6 +86,33 @@ def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str
     return teacher_force(_checkpoint.model, _checkpoint.tokenizer, text, target)
 
 
+UPLOAD_LIMIT_MB = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_MB", "200"))  # also server.maxUploadSize
+UPLOADS_PER_SESSION = 4
+
+
+def add_upload(filename: str, data: bytes) -> str:
+    """Validates an uploaded checkpoint and keeps it in this visitor's session only; returns its name.
+
+    Raises CheckpointError (with the reason) for anything that is not a usable checkpoint.
+    """
+    limit = UPLOAD_LIMIT_MB * 1024 * 1024
+    if len(data) > limit:
+        raise CheckpointError(
+            f"{filename} is {len(data) / 2**20:.1f} MB, over the upload limit of {UPLOAD_LIMIT_MB} MB"
+        )
+    uploads = st.session_state.setdefault("uploads", {})
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    name = f"{Path(filename).stem} (uploaded)"
+    if name not in uploads and len(uploads) >= UPLOADS_PER_SESSION:
+        raise CheckpointError(f"at most {UPLOADS_PER_SESSION} uploads per session; reload the page to start afresh")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CheckpointWarning)
+        checkpoint = load_checkpoint_bytes(data, device())
+    uploads[name] = (checkpoint, f"upload:{digest}")
+    st.session_state.upload_warnings = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
+    return name
+
+
 def checkpoint_key(path: Path) -> str:
     return f"{path}:{path.stat().st_mtime_ns}"
 
@@ -97,7 +135,7 @@ def store(*names: str) -> None:
         st.session_state[name] = st.session_state[f"widget_{name}"]
 
 
-def read_url_once(checkpoints: dict[str, Path]) -> None:
+def read_url_once(checkpoints: dict) -> None:
     """On a visitor's first run, take the view named in the URL (a shared link)."""
     if st.session_state.get("url_read"):
         return

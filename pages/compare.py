@@ -1,0 +1,78 @@
+"""Two checkpoints on the same sentence: outputs, the same head side by side, the difference, divergence per head."""
+
+import numpy as np
+import streamlit as st
+
+from transformer.analysis import KINDS, attention_view
+from transformer.decoding import teacher_force_ids
+from transformer.figures import attention_heatmap
+from transformer.head_stats import js_divergence
+from transformer.matrix_figures import matrix_heatmap
+from ui import state
+from ui.charts import show
+from ui.controls import kind_layer_head
+from ui.sidebar import page_frame
+from ui.text import literal
+
+explored = page_frame()
+session = st.session_state
+st.title("Compare checkpoints")
+files, uploads = state.checkpoint_files(), session.get("uploads", {})
+others = [name for name in [*files, *uploads] if name != explored.checkpoint_name]
+if not others:
+    st.info("There is only one checkpoint to choose from: upload another on the Checkpoints page.")
+    st.stop()
+default = "en-fr-epoch1" if "en-fr-epoch1" in others else others[0]
+other_name = st.selectbox(
+    "Compare the sidebar's checkpoint with", others, index=others.index(default), key="compare_with"
+)
+other, other_key = (
+    uploads[other_name]
+    if other_name in uploads
+    else (state.load(files[other_name]), state.checkpoint_key(files[other_name]))
+)
+other_free = state.decode_cached(other, other_key, explored.text, session.applied_settings)
+
+first = explored.result
+columns = st.columns(2)
+columns[0].markdown(f"**{literal(explored.checkpoint_name)}** · {literal(first.text)}")
+columns[1].markdown(f"**{literal(other_name)}** · {literal(other_free.text)}")
+
+if other.tokenizer.model_proto != explored.checkpoint.tokenizer.model_proto:
+    st.warning("These checkpoints have different tokenizers: their tokens, and so their attention maps, do not "
+               "line up. Only the outputs above can be compared.")  # fmt: skip
+    st.stop()
+# The same tokens on both sides: the second model is run (teacher-forced) on the first one's output.
+second = teacher_force_ids(other.model, other.tokenizer, first.src_ids, first.tgt_ids, first.truncated)
+st.caption(
+    f"Maps below: {literal(other_name)} is run on the output of {literal(explored.checkpoint_name)} "
+    "(teacher forcing), so both maps have the same rows and columns."
+)
+kind, layer, head = kind_layer_head(first)
+view_a, view_b = attention_view(first, kind), attention_view(second, kind)
+layers = min(view_a.maps.shape[0], view_b.maps.shape[0])
+heads = min(view_a.maps.shape[1], view_b.maps.shape[1])
+if (view_a.maps.shape[:2]) != (view_b.maps.shape[:2]):
+    st.info(f"Different sizes: comparing the first {layers} layers and {heads} heads they share.")
+layer, head = min(layer, layers - 1), min(head, heads - 1)
+columns = st.columns(3)
+with columns[0]:
+    show(attention_heatmap(view_a.maps[layer, head], view_a.query_pieces, view_a.key_pieces,
+                           f"{explored.checkpoint_name}: layer {layer + 1}, head {head + 1}", view_a.mask), key="cmp_a")  # fmt: skip
+with columns[1]:
+    show(attention_heatmap(view_b.maps[layer, head], view_b.query_pieces, view_b.key_pieces,
+                           f"{other_name}: layer {layer + 1}, head {head + 1}", view_b.mask), key="cmp_b")  # fmt: skip
+with columns[2]:
+    difference = view_a.maps[layer, head] - view_b.maps[layer, head]
+    show(
+        matrix_heatmap(difference, "difference (first − second)", view_a.query_pieces, view_a.key_pieces),
+        key="cmp_diff",
+    )
+divergence = js_divergence(view_a.maps[:layers, :heads], view_b.maps[:layers, :heads])
+figure = matrix_heatmap(divergence, f"Jensen-Shannon divergence per head, {KINDS[kind]} (0 = same, {np.log(2):.2f} = disjoint)",
+                        [f"layer {i + 1}" for i in range(layers)], [f"head {h + 1}" for h in range(heads)],
+                        probabilities=True)  # fmt: skip
+show(figure, key="cmp_js")
+top = np.unravel_index(np.argmax(divergence), divergence.shape)
+st.markdown(f"They differ most at layer {top[0] + 1}, head {top[1] + 1} (divergence {divergence[top]:.3f}).")
+state.write_url()

@@ -1,0 +1,78 @@
+"""Corpus mode: translate a file, score each sentence, and jump from any row to its attention."""
+
+import pandas as pd
+import sacrebleu
+import streamlit as st
+
+from transformer.data import text_lines
+from transformer.translate import translate_texts
+from ui import state
+from ui.sidebar import page_frame
+from ui.text import literal
+
+MAX_SENTENCES = 2000
+
+explored = page_frame()
+session = st.session_state
+checkpoint = explored.checkpoint
+st.title("Corpus")
+st.markdown("Translate a file (a test set, say), with its references to score each sentence; pick a row to "
+            "open that sentence in the decode explorer.")  # fmt: skip
+with st.form("corpus"):
+    source_file = st.file_uploader("Source sentences, one a line (.txt or .gz)", type=["txt", "gz"], key="corpus_src")
+    reference_file = st.file_uploader("References, line by line (optional)", type=["txt", "gz"], key="corpus_ref")
+    limit = st.number_input("Sentences (from the top)", 1, MAX_SENTENCES, 200, key="corpus_limit")
+    beam = st.slider("Beam width (1 = greedy)", 1, 8, 1, key="corpus_beam")
+    run = st.form_submit_button("Translate the file")
+
+if run:
+    try:
+        sources = text_lines(source_file.getvalue())[: int(limit)] if source_file else None
+        references = text_lines(reference_file.getvalue())[: len(sources)] if reference_file and sources else None
+    except ValueError as error:
+        st.error(literal(str(error)))
+        sources = None
+    if sources is None:
+        st.warning("Choose a source file.")
+    elif references is not None and len(references) != len(sources):
+        st.error(f"The references have {len(references)} lines for {len(sources)} source lines: not a parallel pair.")
+    else:
+        bar = st.progress(0.0, text="Translating ...")
+        done = [0]
+
+        def advance(count: int) -> None:  # translate_texts reports sentences finished since the last call
+            done[0] += count
+            bar.progress(min(done[0] / len(sources), 1.0), text=f"{done[0]}/{len(sources)} sentences")
+
+        outputs = translate_texts(checkpoint.model, checkpoint.tokenizer, sources, beam=beam, progress=advance)
+        bar.empty()
+        table = pd.DataFrame({"source": sources, "translation": outputs})
+        if references is not None:
+            table["reference"] = references
+            table["BLEU"] = [sacrebleu.sentence_bleu(o, [r]).score for o, r in zip(outputs, references)]
+            table["chrF"] = [sacrebleu.sentence_chrf(o, [r]).score for o, r in zip(outputs, references)]
+            corpus = sacrebleu.corpus_bleu(outputs, [references])
+            session.corpus_score = f"corpus BLEU {corpus.score:.2f} ({corpus.format(signature=True).split()[-1]})"
+        else:
+            session.corpus_score = None
+        session.corpus_table = (explored.checkpoint_key, table)
+
+stored = session.get("corpus_table")
+if stored and stored[0] == explored.checkpoint_key:
+    table = stored[1]
+    if session.get("corpus_score"):
+        st.markdown(session.corpus_score)
+    st.caption("Click a column header to sort (e.g. BLEU, to find the worst sentences); select a row to explore it.")
+    event = st.dataframe(table, width="stretch", height=420, on_select="rerun", selection_mode="single-row",
+                         key="corpus_rows", column_config={"BLEU": st.column_config.NumberColumn(format="%.1f"),
+                                                           "chrF": st.column_config.NumberColumn(format="%.1f")})  # fmt: skip
+    st.download_button("Table as CSV", table.to_csv(index=False), file_name="corpus.csv", mime="text/csv",
+                       on_click="ignore", key="corpus_csv")  # fmt: skip
+    selected = event.selection.rows
+    row = st.number_input("Row to explore (selecting a row above fills it in)", 1, len(table),
+                          selected[0] + 1 if selected else 1, key=f"corpus_row_{selected[:1]}") - 1  # fmt: skip
+    if st.button(f"Explore row {row + 1} in the decode explorer", type="primary", key="corpus_open"):
+        session.text = session.applied_text = table.iloc[row]["source"][: state.MAX_CHARACTERS]
+        session.step = 0
+        st.switch_page("pages/explorer.py")
+state.write_url()

@@ -1,0 +1,99 @@
+"""Head statistics for the sentence and over a corpus sample, and head ablation."""
+
+import streamlit as st
+
+from transformer.analysis import KINDS, attention_view
+from transformer.data import text_lines
+from transformer.decoding import decode
+from transformer.figures import token_probabilities
+from transformer.head_stats import STATISTICS, ablated, corpus_statistics, head_statistics, statistics_frame
+from transformer.matrix_figures import matrix_heatmap
+from ui import state
+from ui.charts import show
+from ui.sidebar import page_frame
+from ui.text import literal
+
+explored = page_frame()
+session = st.session_state
+checkpoint, result = explored.checkpoint, explored.result
+st.title("Head statistics")
+session.setdefault("kind", "cross")
+kind = st.radio("Attention", list(KINDS), format_func=KINDS.get, horizontal=True, **state.shared("kind"))
+st.caption(" · ".join(f"**{name}**: {meaning}" for name, meaning in STATISTICS.items()))
+
+
+def statistics_view(statistics: dict, key: str) -> None:
+    """A sortable table (click a column), one statistic as a layers x heads heatmap, and the CSV."""
+    frame = statistics_frame(statistics)
+    left, right = st.columns([3, 2])
+    with left:
+        st.dataframe(frame.style.format("{:.3f}"), width="stretch", height=320)
+        st.download_button("Table as CSV", frame.to_csv(), file_name=f"head-statistics-{kind}.csv", mime="text/csv",
+                           on_click="ignore", key=f"{key}_csv")  # fmt: skip
+    with right:
+        name = st.selectbox("Statistic", list(STATISTICS), key=f"{key}_statistic")
+        layers, heads = statistics[name].shape
+        figure = matrix_heatmap(statistics[name], name, [f"layer {i + 1}" for i in range(layers)],
+                                [f"head {h + 1}" for h in range(heads)], probabilities=name not in ("entropy", "distance"))  # fmt: skip
+        show(figure, key=f"{key}_heatmap")
+
+
+st.subheader("This sentence")
+view = attention_view(result, kind)
+statistics_view(head_statistics(view.maps, view.key_pieces), "sentence")
+
+st.subheader("Over a corpus sample")
+with st.form("corpus_statistics"):
+    uploaded = st.file_uploader("Source sentences, one a line (.txt or .gz)", type=["txt", "gz"], key="stats_file")
+    sample = st.slider("Sentences to use (from the top of the file)", 10, 500, 100, step=10, key="stats_sample")
+    run = st.form_submit_button("Compute")
+if run and uploaded is not None:
+    try:
+        sentences = [s for s in text_lines(uploaded.getvalue()) if s.strip()][:sample]
+    except ValueError as error:
+        st.error(literal(f"{uploaded.name}: {error}"))
+    else:
+        bar = st.progress(0.0, text="Decoding ...")
+        session.stats_over_corpus = (
+            kind,
+            explored.checkpoint_key,
+            len(sentences),
+            corpus_statistics(
+                checkpoint.model,
+                checkpoint.tokenizer,
+                sentences,
+                kind,
+                progress=lambda done: bar.progress(done / len(sentences), text=f"{done}/{len(sentences)} sentences"),
+            ),  # fmt: skip
+        )
+        bar.empty()
+elif run:
+    st.warning("Choose a file first.")
+stored = session.get("stats_over_corpus")
+if stored and stored[:2] == (kind, explored.checkpoint_key):
+    st.caption(f"Averaged over {stored[2]} sentences.")
+    statistics_view(stored[3], "corpus")
+
+st.subheader("Head ablation")
+st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")
+layers = {name: (result.encoder_self if name == "encoder" else result.cross).shape[0] for name in KINDS}
+heads = result.cross.shape[1]
+options = [(name, layer, head) for name in KINDS for layer in range(layers[name]) for head in range(heads)]
+chosen = st.multiselect("Heads to switch off", options, format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}",
+                        key="ablate_heads")  # fmt: skip
+if chosen:
+    baseline = decode(checkpoint.model, checkpoint.tokenizer, explored.text)
+    with st.spinner("Decoding without those heads ..."):
+        without = decode(ablated(checkpoint.model, chosen), checkpoint.tokenizer, explored.text)
+    columns = st.columns(2)
+    for column, (name, run_result) in zip(columns, (("all heads", baseline), (f"{len(chosen)} heads off", without))):
+        with column:
+            st.markdown(f"**{name}** · {literal(run_result.text)}")
+            show(token_probabilities(run_result.tgt_pieces, run_result.token_probs.numpy(), f"{name}: probability of each token"),
+                 key=f"ablation_{name}")  # fmt: skip
+    changed = "the same output" if without.tgt_ids == baseline.tgt_ids else "a different output"
+    mean = float(without.token_probs.log().mean().exp()) / float(baseline.token_probs.log().mean().exp())
+    st.markdown(
+        f"Without them the model gives {changed}; the geometric mean token probability is {mean:.2f}× the original."
+    )
+state.write_url()

@@ -1,0 +1,135 @@
+"""Checkpoints, uploads, comparison, head statistics and ablation, corpus mode: through AppTest."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import numpy as np
+import pytest
+from conftest import REPO
+from test_app import array, figure, markdown, start
+
+
+class RunsCode:
+    """A pickle that would create a file if it were ever loaded with pickle."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def upload(at, name: str, data: bytes):
+    at = at.switch_page("pages/checkpoints.py").run()
+    at.file_uploader(key="upload_file").set_value((name, data, "application/octet-stream"))
+    return at.run()
+
+
+def errors(at) -> str:
+    return "\n".join(e.value for e in at.error).replace("\\", "")  # the page escapes markdown
+
+
+def test_checkpoints_page_shows_config_parameters_and_curves():
+    at = start().switch_page("pages/checkpoints.py").run()
+    assert not at.exception
+    titles = [figure(at, i)["layout"]["title"]["text"] for i in range(len(at.get("plotly_chart")))]
+    assert titles[:3] == ["loss per step", "learning rate (Noam schedule)", "validation BLEU per epoch (greedy)"]
+    assert "parameters" in at.dataframe[2].value.columns
+
+
+def test_a_good_upload_is_used_in_this_session_only(checkpoint_path):
+    at = upload(start(), "tiny.safetensors", checkpoint_path.read_bytes())
+    assert not at.exception and not at.error
+    assert at.session_state["checkpoint"] == "tiny (uploaded)"
+    assert at.selectbox(key="widget_checkpoint").value == "tiny (uploaded)"
+    assert any("tiny" in header.value for header in at.subheader)
+    other = start()
+    assert "tiny (uploaded)" not in other.selectbox(key="widget_checkpoint").options
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda good: good[: len(good) // 2], "truncated"),
+        (lambda good: b"\x00" * 100, "not a checkpoint"),
+        (lambda good: good[:8] + b"{broken json" + good[20:], "not valid JSON"),
+    ],
+)
+def test_damaged_uploads_are_refused_with_a_reason(checkpoint_path, make, message):
+    at = upload(start(), "bad.safetensors", make(checkpoint_path.read_bytes()))
+    assert not at.exception
+    assert "bad.safetensors was refused" in errors(at) and message in errors(at)
+    assert at.session_state["checkpoint"] == "en-fr"
+
+
+def test_a_pickle_upload_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "ran"
+    at = upload(start(), "model.safetensors", pickle.dumps(RunsCode(str(marker))))
+    assert "refused" in errors(at) and "pickle" in errors(at)
+    assert not marker.exists()
+
+
+def test_an_upload_over_the_limit_names_the_limit(checkpoint_path, monkeypatch):
+    import ui.state
+
+    monkeypatch.setattr(ui.state, "UPLOAD_LIMIT_MB", 1)
+    at = upload(start(), "reverse.safetensors", (REPO / "checkpoints" / "reverse.safetensors").read_bytes())
+    assert "1.2 MB, over the upload limit of 1 MB" in errors(at)
+
+
+def test_compare_shows_where_an_early_snapshot_differs():
+    at = start().switch_page("pages/compare.py").run()
+    assert not at.exception
+    assert "en\\-fr\\-epoch1" in markdown(at)
+    divergence = array(figure(at, 3)["data"][0]["z"])
+    assert divergence.shape == (3, 8) and divergence.max() > 0.1 and divergence.min() >= 0
+    difference = array(figure(at, 2)["data"][0]["z"])
+    first, second = array(figure(at, 0)["data"][0]["z"]), array(figure(at, 1)["data"][0]["z"])
+    assert np.allclose(difference, first - second, atol=1e-5)
+
+
+def test_compare_with_another_tokenizer_compares_only_outputs():
+    at = start().switch_page("pages/compare.py").run()
+    at.selectbox(key="compare_with").set_value("reverse").run()
+    assert not at.exception
+    assert any("different tokenizers" in w.value for w in at.warning)
+    assert len(at.get("plotly_chart")) == 0
+
+
+def test_head_statistics_and_ablation_change_the_output():
+    at = start().switch_page("pages/heads.py").run()
+    assert not at.exception
+    assert at.dataframe[0].value.shape == (24, 6)
+    every_cross_head = [("cross", layer, head) for layer in range(3) for head in range(8)]
+    at.multiselect(key="ablate_heads").set_value(every_cross_head).run()
+    assert not at.exception
+    assert "a different output" in markdown(at)
+
+
+def test_head_statistics_over_an_uploaded_corpus():
+    at = start().switch_page("pages/heads.py").run()
+    text = b"A dog runs.\nTwo men talk.\n\nA girl sings.\n"
+    at.file_uploader(key="stats_file").set_value(("sample.txt", text, "text/plain"))
+    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    assert not at.exception
+    assert any("Averaged over 3 sentences" in c.value for c in at.caption)
+    assert len(at.dataframe) == 2
+
+
+def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
+    at = start().switch_page("pages/corpus.py").run()
+    sources = "Two dogs are playing in the snow.\nA man is riding a bicycle.\n"
+    references = "Deux chiens jouent dans la neige.\nUn homme fait du vélo.\n"
+    at.file_uploader(key="corpus_src").set_value(("src.txt", sources.encode(), "text/plain"))
+    at.file_uploader(key="corpus_ref").set_value(("ref.txt", references.encode(), "text/plain"))
+    at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    assert not at.exception
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["source", "translation", "reference", "BLEU", "chrF"]
+    assert table["BLEU"].iloc[0] > 50
+    at.number_input(key="corpus_row_[]").set_value(2).run()
+    at.button(key="corpus_open").click().run()
+    assert not at.exception
+    assert "A man is riding a bicycle\\." in markdown(at) and "Step 1 of" in markdown(at)
