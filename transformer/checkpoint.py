@@ -155,13 +155,13 @@ def read_file_header(path: str | Path) -> dict[str, Any]:
 def describe(path: str | Path) -> str:
     """A one-line label for a checkpoint file: its name, language pair and size."""
     path = Path(path)
-    size = f"{path.stat().st_size / 1e6:.1f} MB"
     try:
+        size = f"{path.stat().st_size / 1e6:.1f} MB"
         metadata = json.loads(read_file_header(path)["__metadata__"].get("metadata", "{}"))
         languages = metadata.get("languages", {})
         pair = f"{languages.get('src', '?')}→{languages.get('tgt', '?')}"
     except (CheckpointError, OSError, json.JSONDecodeError, AttributeError):
-        pair = "unreadable"
+        return f"{path.stem} · unreadable"
     return f"{path.stem} · {pair} · {size}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import streamlit as st
+import torch
 
 from transformer.checkpoint import Checkpoint, CheckpointError, describe
 from transformer.decoding import DecodeInputError, DecodeResult
@@ -31,7 +32,7 @@ FORM_KEYS = ("text", "strategy", "beam_width", "temperature", "top_k", "seed")
 
 def _settings_form() -> bool:
     with st.form("sentence_form", border=False):
-        st.text_area("Sentence", height=100, max_chars=state.MAX_CHARACTERS, **state.shared("text", in_form=True))
+        st.text_area("Sentence", height=100, max_chars=state.MAX_TYPED_CHARACTERS, **state.shared("text", in_form=True))
         with st.expander("Decoding", expanded=False):
             st.radio("Strategy", state.STRATEGIES, horizontal=True, **state.shared("strategy", in_form=True))
             st.slider("Beam width", 1, 10, **state.shared("beam_width", in_form=True))
@@ -53,6 +54,8 @@ def _defaults() -> None:
 
 def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tuple[str, ...]:
     notes = []
+    if len(st.session_state.get("text", "")) > state.MAX_CHARACTERS:
+        notes.append(f"The text is longer than {state.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
         notes.append(
             f"The sentence is longer than this model reads ({checkpoint.config.max_len} tokens with the end "
@@ -107,6 +110,9 @@ def render() -> Explored | None:
                 result = state.decode_cached(checkpoint, key, text, settings)
         except DecodeInputError as error:
             st.warning(f"Nothing to show: {error}.")
+            return None
+        except torch.OutOfMemoryError:
+            st.error("Out of memory while decoding this sentence; the server is fine. Try a shorter sentence.")
             return None
         session.result_key = (key, text, settings)
         session.result = result

@@ -30,6 +30,7 @@ from transformer.decoding import DecodeResult, decode, greedy_chooser, sampling_
 
 DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
 MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)
+MAX_TYPED_CHARACTERS = 20_000  # what the text box takes; past MAX_CHARACTERS the page says it cut the text
 STRATEGIES = ("greedy", "beam", "sampling")
 
 URL_KEYS = {"ckpt": "checkpoint", "text": "text", "step": "step", "layer": "layer", "head": "head", "kind": "kind"}

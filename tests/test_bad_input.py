@@ -1,0 +1,121 @@
+"""Hostile and odd input: every case answered by a message or a well-formed result, never a traceback."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from functools import cache
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_app import markdown, start, translate
+
+from transformer.checkpoint import describe
+from transformer.decoding import DecodeInputError, decode
+
+ODD_SENTENCES = {
+    "10,000 characters": "The dog runs. " * 715,
+    "one very long word": "a" * 3000,
+    "emoji": "Two dogs 🐕🐕 play in the snow ❄️ 😀",
+    "right-to-left": "كلبان يلعبان في الثلج שני כלבים",
+    "CJK": "两只狗在雪地里玩 二匹の犬が雪の中で遊んでいる",
+    "control characters and NUL": "A dog\x00 runs\x07 in\x1b[31m the\u200b park\r\n.",
+    "HTML and script": "<b>bold</b> <script>alert(1)</script> <img src=x onerror=alert(2)> &amp;",
+}
+
+
+@pytest.mark.parametrize("name", ODD_SENTENCES)
+def test_odd_sentences_in_the_app(name):
+    at = translate(start(), ODD_SENTENCES[name])
+    assert not at.exception, name
+    assert "Step 1 of" in markdown(at)
+    assert re.search(r"(?<!\\)<", markdown(at)) is None  # every < reaches the page escaped, as text
+    for page in ("pages/attention.py", "pages/computation.py", "pages/heads.py"):
+        assert not at.switch_page(page).run().exception, (name, page)
+
+
+def test_overlong_text_says_it_was_cut():
+    at = translate(start(), ODD_SENTENCES["10,000 characters"])
+    notes = " ".join(w.value for w in at.warning).replace("\\", "")
+    assert "longer than 2,000 characters" in notes and "cut to its first 127 tokens" in notes
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n\t  \n"])
+def test_empty_input_gets_a_message(text):
+    at = translate(start(), text)
+    assert not at.exception and "empty" in at.warning[0].value
+
+
+def test_out_of_memory_is_a_message_and_the_server_goes_on(monkeypatch):
+    import ui.state
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    at = start()
+    monkeypatch.setattr(ui.state, "decode_cached", out_of_memory)
+    at = translate(at, "A sentence the server cannot fit.")
+    assert not at.exception and "Out of memory" in at.error[0].value
+    monkeypatch.undo()
+    assert "Step 1 of" in markdown(translate(at, "A dog runs."))
+
+
+def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch):
+    from conftest import REPO
+
+    import ui.state
+
+    for name in ("en-fr.safetensors", "reverse.safetensors"):
+        shutil.copy(REPO / "checkpoints" / name, tmp_path / name)
+    monkeypatch.setattr(ui.state, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.state, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
+    at = start()
+    at.selectbox(key="widget_checkpoint").set_value("reverse").run()
+    at = translate(at, "one two three")
+    assert "three two one" in markdown(at)
+    (tmp_path / "reverse.safetensors").unlink()  # removed: a link naming it falls back to what is there
+    assert describe(tmp_path / "reverse.safetensors") == "reverse · unreadable"
+    other = start({"ckpt": "reverse", "text": "A dog runs."})
+    assert not other.exception and other.selectbox(key="widget_checkpoint").options == ["en-fr · en→fr · 15.8 MB"]
+    (tmp_path / "en-fr.safetensors").write_bytes(b"\x80\x04 replaced by something else")  # a new mtime: reloaded
+    at = start()
+    assert not at.exception
+    assert "cannot be used" in at.error[0].value and "pickle" in at.error[0].value
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=80))
+def test_any_unicode_decodes_to_a_well_formed_result_or_a_clear_refusal(model, tokenizer, text):
+    try:
+        result = decode(model, tokenizer, text)
+    except DecodeInputError:
+        assert not text.strip()
+        return
+    assert text.strip()
+    vocab = tokenizer.vocab_size
+    assert all(0 <= i < vocab for i in result.src_ids + result.tgt_ids)
+    assert len(result.tgt_pieces) == result.steps == result.cross.shape[2]
+    assert torch.allclose(result.encoder_self.sum(-1), torch.ones(()), atol=1e-4)
+    assert torch.allclose(result.cross.sum(-1), torch.ones(()), atol=1e-4)
+    assert isinstance(result.text, str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text())
+def test_the_tokenizer_takes_any_unicode(text):
+    tokenizer = _tokenizer()
+    ids = tokenizer.encode(text)
+    assert all(0 <= i < tokenizer.vocab_size for i in ids)
+    assert isinstance(tokenizer.decode(ids), str)
+    assert set(tokenizer.unknown_characters(text)) <= set(text)
+
+
+@cache
+def _tokenizer():
+    from conftest import make_sentences
+
+    from transformer.tokenizer import train_tokenizer
+
+    return train_tokenizer(make_sentences(200), vocab_size=60)
