@@ -185,6 +185,13 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID, label_smoothing=settings.label_smoothing, reduction="sum")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     best_weights = None
+
+    def save(path: str | Path, weights: Transformer, extra_scores: dict | None = None) -> None:
+        metadata = _metadata(settings, progress, counts, device, world)
+        if extra_scores:
+            metadata["scores"] = extra_scores
+        save_checkpoint(path, weights, tokenizer, metadata, getattr(torch, settings.save_dtype))
+
     model.train()
     started = time.perf_counter() - progress.elapsed_seconds
     while progress.epoch < settings.epochs:
@@ -251,21 +258,13 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
                     0,
                 )
                 best_weights = copy.deepcopy(model)
-                save_checkpoint(
-                    settings.out,
-                    model,
-                    tokenizer,
-                    _metadata(settings, progress, counts, device, world),
-                    getattr(torch, settings.save_dtype),
-                )
+                save(settings.out, model)
             else:
                 progress.epochs_without_gain += 1
             if progress.epoch in settings.snapshot_epochs:
                 out = Path(settings.out)
                 snapshot = out.with_name(f"{out.stem}-epoch{progress.epoch}{out.suffix}")
-                metadata = _metadata(settings, progress, counts, device, world)
-                metadata["scores"] = {"val_bleu_greedy": scores["val_bleu"]}
-                save_checkpoint(snapshot, model, tokenizer, metadata, getattr(torch, settings.save_dtype))
+                save(snapshot, model, {"val_bleu_greedy": scores["val_bleu"]})
             progress.elapsed_seconds = time.perf_counter() - started
             save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
         if progress.epochs_without_gain >= settings.patience:
@@ -273,11 +272,5 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         if settings.max_seconds and time.perf_counter() - started > settings.max_seconds:
             break
     if rank == 0 and best_weights is not None:  # the best weights, with the whole run's curves
-        save_checkpoint(
-            settings.out,
-            best_weights,
-            tokenizer,
-            _metadata(settings, progress, counts, device, world),
-            getattr(torch, settings.save_dtype),
-        )
+        save(settings.out, best_weights)
     return progress
