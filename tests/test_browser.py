@@ -85,3 +85,14 @@ def test_presentation_mode_on_a_projector(server, browser):
     page.wait_for_function(f"parseFloat(getComputedStyle(document.documentElement).fontSize) > {before}")
     wait_for_heatmaps(page, 2)
     page.screenshot(path=ARTIFACTS / "presentation.png", full_page=True)
+
+
+def test_play_advances_the_steps_by_itself(server, browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(server)
+    wait_for_heatmaps(page, 2)
+    wait_idle(page)
+    page.get_by_role("button", name="Play").click()
+    page.get_by_text("Step 3 of").wait_for(timeout=20_000)  # two steps on, with no click
+    page.get_by_role("button", name="Pause").click()
+    assert page.locator('[data-testid="stException"]').count() == 0
