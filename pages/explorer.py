@@ -34,9 +34,9 @@ def _go(step: int) -> None:
 
 
 def _navigation(steps: int, step: int) -> None:
-    columns = st.columns([1, 1, 1, 1, 1, 6])
-    columns[0].button("First", icon=":material/first_page:", on_click=_go, args=(0,), disabled=step == 0, key="first")
-    columns[1].button(
+    row = st.container(horizontal=True)
+    row.button("First", icon=":material/first_page:", on_click=_go, args=(0,), disabled=step == 0, key="first")
+    row.button(
         "Previous",
         icon=":material/chevron_left:",
         on_click=_go,
@@ -44,7 +44,7 @@ def _navigation(steps: int, step: int) -> None:
         disabled=step == 0,
         key="previous",
     )
-    columns[2].button(
+    row.button(
         "Next",
         icon=":material/chevron_right:",
         on_click=_go,
@@ -52,18 +52,18 @@ def _navigation(steps: int, step: int) -> None:
         disabled=step == steps - 1,
         key="next",
     )
-    columns[3].button(
+    row.button(
         "Last", icon=":material/last_page:", on_click=_go, args=(steps - 1,), disabled=step == steps - 1, key="last"
     )
     if session.get("playing"):
-        if columns[4].button("Pause", icon=":material/pause:", key="pause"):
+        if row.button("Pause", icon=":material/pause:", key="pause"):
             session.playing = False
             st.rerun()
-    elif columns[4].button("Play", icon=":material/play_arrow:", disabled=step == steps - 1, key="play"):
+    elif row.button("Play", icon=":material/play_arrow:", disabled=step == steps - 1, key="play"):
         session.playing = True
         st.rerun()
     if steps > 1:
-        columns[5].select_slider(
+        st.select_slider(
             "Step",
             options=list(range(steps)),
             format_func=lambda i: f"{i + 1}",

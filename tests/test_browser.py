@@ -80,9 +80,10 @@ def test_presentation_mode_on_a_projector(server, browser):
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     page.goto(server)
     wait_for_heatmaps(page, 2)
-    before = page.evaluate("parseFloat(getComputedStyle(document.documentElement).fontSize)")
+    size = "parseFloat(getComputedStyle(document.querySelector('[data-testid=stMarkdownContainer] p')).fontSize)"
+    before = page.evaluate(size)
     page.get_by_text("Presentation mode").click()
-    page.wait_for_function(f"parseFloat(getComputedStyle(document.documentElement).fontSize) > {before}")
+    page.wait_for_function(f"{size} > {before}")
     wait_for_heatmaps(page, 2)
     page.screenshot(path=ARTIFACTS / "presentation.png", full_page=True)
 

@@ -20,6 +20,13 @@ CELL_BUDGET = 120_000  # cells in one figure beyond which pages draw a cheaper v
 FIGURE_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
 
+def fit_labels(fig: go.Figure) -> go.Figure:
+    """Margins that grow to fit the tick labels (tokens can be long), whatever the font size."""
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
 def axis_labels(pieces: list[str]) -> list[str]:
     """Escaped token labels, made distinct by invisible zero-width spaces so repeats keep their own cell."""
     seen: dict[str, int] = {}
@@ -63,7 +70,7 @@ def _attention_layout(fig: go.Figure, height: int, title: str | None) -> go.Figu
     rows, columns = np.shape(fig.data[0].z)  # every map of a figure has one shape
     fig.update_xaxes(type="category", tickangle=-60, range=[-0.5, columns - 0.5], showgrid=False)  # cells fill the plot
     fig.update_yaxes(type="category", range=[rows - 0.5, -0.5], showgrid=False)
-    return fig
+    return fit_labels(fig)
 
 
 def attention_heatmap(
@@ -156,7 +163,7 @@ def probability_bars(
     )
     fig.update_xaxes(range=[0, 1], title="probability")
     fig.update_yaxes(autorange="reversed", type="category")
-    return fig
+    return fit_labels(fig)
 
 
 def token_probabilities(pieces: list[str], probabilities: np.ndarray, title: str | None = None) -> go.Figure:
@@ -172,4 +179,4 @@ def token_probabilities(pieces: list[str], probabilities: np.ndarray, title: str
     fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=50 if title else 20, b=10))
     fig.update_yaxes(range=[0, 1], title="probability")
     fig.update_xaxes(type="category", tickangle=-60)
-    return fig
+    return fit_labels(fig)

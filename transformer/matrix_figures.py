@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import MASKED_COLOR, axis_labels
+from .figures import MASKED_COLOR, axis_labels, fit_labels
 
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 
@@ -63,7 +63,7 @@ def matrix_heatmap(
     if highlight_row is not None:
         fig.add_shape(type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5,
                       line=dict(color="#e4572e", width=3))  # fmt: skip
-    return fig
+    return fit_labels(fig)
 
 
 def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str], title: str) -> go.Figure:
@@ -88,7 +88,7 @@ def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str
     fig.update_layout(title=title, height=max(240, min(800, 110 + 20 * rows)), margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(type="category", title="key", tickangle=-60, range=[-0.5, columns - 0.5], showgrid=False)
     fig.update_yaxes(type="category", title="query", range=[rows - 0.5, -0.5], showgrid=False)
-    return fig
+    return fit_labels(fig)
 
 
 def curves(table: np.ndarray, columns: list[int], title: str, x_title: str = "position") -> go.Figure:
@@ -98,7 +98,7 @@ def curves(table: np.ndarray, columns: list[int], title: str, x_title: str = "po
     )
     fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
     fig.update_xaxes(title=x_title)
-    return fig
+    return fit_labels(fig)
 
 
 def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y_title: str) -> go.Figure:
@@ -111,7 +111,7 @@ def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y
                       legend=dict(orientation="h"))  # fmt: skip
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(title=y_title)
-    return fig
+    return fit_labels(fig)
 
 
 def lines(series: dict[str, tuple[list[float], list[float]]], title: str, x_title: str, y_title: str) -> go.Figure:
@@ -122,4 +122,4 @@ def lines(series: dict[str, tuple[list[float], list[float]]], title: str, x_titl
     fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
-    return fig
+    return fit_labels(fig)

@@ -19,11 +19,11 @@ def show(figure: go.Figure, key: str) -> None:
 
 PRESENTATION_CSS = """
 <style>
-html { font-size: 22px; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li,
+[data-testid="stWidgetLabel"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem !important; }
 header[data-testid="stHeader"], [data-testid="stToolbar"] { display: none; }
-.block-container { padding-top: 1rem; max-width: 100%; }
 </style>
-"""
+"""  # text sizes only: changing the root font size would resize the layout under already drawn figures
 
 
 def presentation_style() -> None:
