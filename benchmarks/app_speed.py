@@ -11,7 +11,7 @@ import torch
 from transformer.analysis import KINDS, attention_view
 from transformer.checkpoint import Checkpoint
 from transformer.decoding import DecodeResult, decode, decode_ids
-from transformer.figures import CELL_BUDGET, attention_grid, attention_heatmap, probability_bars, step_attention
+from transformer.figures import attention_heatmap, heads_or_means, probability_bars, step_attention
 from transformer.model import Transformer
 
 from .browser import ARTIFACTS, app_server, chromium, wait_for_heatmaps, wait_idle
@@ -44,14 +44,10 @@ def attention_page_figures(result: DecodeResult) -> int:
     size = 0
     for kind in KINDS:
         view = attention_view(result, kind)
-        layers, heads = view.maps.shape[:2]
-        rows = [f"layer {i + 1}" for i in range(layers)]
-        if view.maps[0, 0].size * heads > CELL_BUDGET:
-            grid = attention_grid(view.mean_over_heads()[:, None], view.query_pieces, view.key_pieces, rows, ["mean"], kind,
-                                  view.mask, tick_labels=False)  # fmt: skip
-        else:
-            grid = attention_grid(view.maps, view.query_pieces, view.key_pieces, rows, [str(h) for h in range(heads)],
-                                  kind, view.mask, tick_labels=False)  # fmt: skip
+        rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
+        grid, _ = heads_or_means(
+            view.maps, view.query_pieces, view.key_pieces, rows, kind, view.mask, tick_labels=False
+        )
         head = attention_heatmap(view.maps[0, 0], view.query_pieces, view.key_pieces, kind, view.mask)
         size += len(grid.to_json()) + len(head.to_json())
     return size

@@ -5,7 +5,7 @@ import streamlit as st
 
 from transformer.analysis import KINDS, attention_view, rollout
 from transformer.export import attention_csv, to_npz
-from transformer.figures import CELL_BUDGET, attention_grid, attention_heatmap
+from transformer.figures import attention_grid, attention_heatmap, heads_or_means
 from transformer.report import html_report
 from ui import state
 from ui.charts import show
@@ -37,36 +37,34 @@ words = controls[4].toggle(
     help="Sum over the pieces of a key word, mean over those of a query word.",
     **state.shared("words"),
 )
-layers, heads = result.cross.shape[:2] if kind != "encoder" else result.encoder_self.shape[:2]
 step = controls_step(result, "Decoding step (rows up to it)") if kind != "encoder" else None
 
 view = attention_view(result, kind, step, words)
-cells = view.maps.shape[-1] * view.maps.shape[-2]
+layers = view.maps.shape[0]
 title = f"{KINDS[kind]}, layer {layer + 1}"
 layer_names = [f"layer {i + 1}" for i in range(layers)]
-head_names = [f"head {h + 1}" for h in range(heads)]
 map_for_export = view.maps[layer, head]
 
 if view_name == "head":
     figure = attention_heatmap(
         view.maps[layer, head], view.query_pieces, view.key_pieces, f"{title}, head {head + 1}", view.mask
     )
-elif view_name == "mean" or (view_name in ("layer", "model") and cells * heads > CELL_BUDGET):
-    if view_name != "mean":
-        st.info(
-            f"This input gives {cells:,} cells per map, too many to draw every head at once without slowing the page; "
-            "showing each layer's mean over heads instead. Pick one head to see it alone."
-        )
+elif view_name == "mean":
     figure = attention_grid(view.mean_over_heads()[:, None], view.query_pieces, view.key_pieces, layer_names,
-                            ["mean over heads"], KINDS[kind], view.mask, tick_labels=view_name == "mean")  # fmt: skip
+                            ["mean over heads"], KINDS[kind], view.mask)  # fmt: skip
     map_for_export = view.mean_over_heads()[layer]
-elif view_name == "layer":
-    figure = attention_grid(
-        view.maps[layer][None], view.query_pieces, view.key_pieces, [""], head_names, title, view.mask
+elif view_name in ("layer", "model"):
+    maps, rows, name = (
+        (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, KINDS[kind])
     )
-elif view_name == "model":
-    figure = attention_grid(view.maps, view.query_pieces, view.key_pieces, layer_names, head_names, KINDS[kind],
-                            view.mask, tick_labels=False)  # fmt: skip
+    figure, fell_back = heads_or_means(maps, view.query_pieces, view.key_pieces, rows, name, view.mask,
+                                       tick_labels=view_name == "layer")  # fmt: skip
+    if fell_back:
+        st.info(
+            f"This input gives {view.maps[0, 0].size:,} cells per map, too many to draw every head at once without "
+            "slowing the page; showing the mean over heads instead. Pick one head to see it alone."
+        )
+        map_for_export = view.mean_over_heads()[layer]
 else:
     flow = rollout(view.maps)
     figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")

@@ -119,6 +119,29 @@ def attention_grid(
     return _attention_layout(fig, height=height, title=title)
 
 
+def heads_or_means(
+    maps: np.ndarray,
+    query_pieces: list[str],
+    key_pieces: list[str],
+    row_titles: list[str],
+    title: str | None = None,
+    mask: np.ndarray | None = None,
+    tick_labels: bool = True,
+) -> tuple[go.Figure, bool]:
+    """Every head of the given layers (L, H, Q, K) in one grid, or, past CELL_BUDGET cells, each layer's mean.
+
+    Returns the figure and whether it fell back to the means (pages say so).
+    """
+    layers, heads = maps.shape[:2]
+    if maps[0, 0].size * layers * heads <= CELL_BUDGET:
+        columns = [f"head {h + 1}" for h in range(heads)]
+        return attention_grid(maps, query_pieces, key_pieces, row_titles, columns, title, mask, tick_labels), False
+    means = maps.mean(axis=1, keepdims=True)
+    return attention_grid(
+        means, query_pieces, key_pieces, row_titles, ["mean over heads"], title, mask, tick_labels
+    ), True
+
+
 def step_attention(
     rows: np.ndarray, key_pieces: list[str], title: str | None = None, layer_names: list[str] | None = None
 ) -> go.Figure:

@@ -9,7 +9,7 @@ from plotly.offline import get_plotlyjs
 
 from .analysis import KINDS, attention_view, rollout
 from .decoding import DecodeResult
-from .figures import CELL_BUDGET, attention_grid, attention_heatmap, token_probabilities
+from .figures import attention_heatmap, heads_or_means, token_probabilities
 
 
 def report_figures(result: DecodeResult) -> list[tuple[str, go.Figure]]:
@@ -22,21 +22,8 @@ def report_figures(result: DecodeResult) -> list[tuple[str, go.Figure]]:
     ]
     for kind, name in KINDS.items():
         view = attention_view(result, kind)
-        layers, heads = view.maps.shape[:2]
-        columns = [f"head {h + 1}" for h in range(heads)]
-        rows = [f"layer {i + 1}" for i in range(layers)]
-        if view.maps[0, 0].size * layers * heads <= CELL_BUDGET:
-            figure = attention_grid(view.maps, view.query_pieces, view.key_pieces, rows, columns, name, view.mask)
-        else:
-            figure = attention_grid(
-                view.mean_over_heads()[:, None],
-                view.query_pieces,
-                view.key_pieces,
-                rows,
-                ["mean over heads"],
-                name,
-                view.mask,
-            )
+        rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
+        figure, _ = heads_or_means(view.maps, view.query_pieces, view.key_pieces, rows, name, view.mask)
         figures.append((name, figure))
     encoder = result.encoder_self.numpy()
     figures.append(
