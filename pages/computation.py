@@ -3,6 +3,7 @@
 import streamlit as st
 import torch
 
+from transformer.analysis import attention_view
 from transformer.matrix_figures import matrix_heatmap
 from transformer.walkthrough import attention_stages, sublayer_inputs
 from ui import state
@@ -30,16 +31,15 @@ st.caption("X: the sublayer's input (queries); C: what keys and values come from
            "the encoder output for encoder-decoder attention).")  # fmt: skip
 
 kind, layer, head = kind_layer_head(result)
-queries = result.src_pieces if kind == "encoder" else result.decoder_input_pieces
-keys = result.decoder_input_pieces if kind == "decoder" else result.src_pieces
+view = attention_view(result, kind)
+queries, keys = view.query_pieces, view.key_pieces
 default_row = 0 if kind == "encoder" else min(st.session_state.get("step", 0), len(queries) - 1)
 row = st.selectbox("Follow the query token", range(len(queries)), index=default_row,
                    format_func=lambda i: f"{i + 1}: {queries[i]}", key=f"query_row_{kind}")  # fmt: skip
 
-decoder_ids = [config.bos_id, *result.tgt_ids[:-1]]
-inputs = sublayer_inputs(checkpoint.model, result.src_ids, decoder_ids, kind, layer)
+inputs = sublayer_inputs(checkpoint.model, result.src_ids, result.tgt_ids, kind, layer)
 stages = attention_stages(inputs, head)
-d_k = checkpoint.model.encoder_layers[0].self_attn.d_head
+d_k = config.d_head
 
 
 def draw(matrix: torch.Tensor, name: str, rows: list[str] | None, columns: list[str] | None = None,
@@ -93,9 +93,8 @@ with columns[1]:
 with columns[2]:
     draw(stages.output, "Concat W_O + b", queries)
 
-recorded = {"encoder": result.encoder_self, "decoder": result.decoder_self, "cross": result.cross}[kind][layer, head]
 output_gap = float((stages.output - inputs.output).abs().max())
-p_attn_gap = float((stages.p_attn.cpu() - recorded).abs().max())
+p_attn_gap = float(abs(stages.p_attn.cpu().numpy() - view.maps[layer, head]).max())
 if output_gap < 1e-4 and p_attn_gap < 1e-4:
     st.success(
         f"The numbers match: this output equals the model's own attention sublayer output (largest difference "

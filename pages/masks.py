@@ -3,6 +3,7 @@
 import numpy as np
 import streamlit as st
 
+from transformer.analysis import attention_view
 from transformer.data import collate
 from transformer.decoding import DecodeInputError
 from transformer.masks import padding_mask, subsequent_mask, target_mask
@@ -72,10 +73,9 @@ for index, tab in enumerate(st.tabs(["your sentence", "the second sentence"])):
 
 st.subheader("What the mask does to one head")
 kind, layer, head = kind_layer_head(result)
-decoder_ids = [config.bos_id, *result.tgt_ids[:-1]]
-stages = attention_stages(sublayer_inputs(checkpoint.model, result.src_ids, decoder_ids, kind, layer), head)
-queries = result.src_pieces if kind == "encoder" else result.decoder_input_pieces
-keys = result.decoder_input_pieces if kind == "decoder" else result.src_pieces
+stages = attention_stages(sublayer_inputs(checkpoint.model, result.src_ids, result.tgt_ids, kind, layer), head)
+view = attention_view(result, kind)
+queries, keys = view.query_pieces, view.key_pieces
 columns = st.columns(3)
 for column, (name, matrix, probabilities) in zip(columns, (
     ("scores Q·Kᵀ/√d_k", stages.scaled, False),

@@ -14,11 +14,10 @@ def test_every_stage_reproduces_the_models_own_attention(tokenizer, norm_first):
     torch.manual_seed(1)
     model = Transformer(tiny_config(tokenizer, norm_first=norm_first)).eval()
     result = decode(model, tokenizer, "the big dog runs in the park")
-    decoder_ids = [model.config.bos_id, *result.tgt_ids[:-1]]
     recorded = {"encoder": result.encoder_self, "decoder": result.decoder_self, "cross": result.cross}
     for kind, maps in recorded.items():
         for layer in range(maps.shape[0]):
-            inputs = sublayer_inputs(model, result.src_ids, decoder_ids, kind, layer)
+            inputs = sublayer_inputs(model, result.src_ids, result.tgt_ids, kind, layer)
             for head in range(maps.shape[1]):
                 stages = attention_stages(inputs, head)
                 assert torch.allclose(stages.output, inputs.output, atol=1e-5)
@@ -29,7 +28,7 @@ def test_every_stage_reproduces_the_models_own_attention(tokenizer, norm_first):
 
 def test_masked_scores_are_minus_infinity_and_get_zero_weight(model, tokenizer):
     result = decode(model, tokenizer, "a cat sits")
-    stages = attention_stages(sublayer_inputs(model, result.src_ids, [2, *result.tgt_ids[:-1]], "decoder", 0), 1)
+    stages = attention_stages(sublayer_inputs(model, result.src_ids, result.tgt_ids, "decoder", 0), 1)
     hidden = torch.ones_like(stages.masked, dtype=torch.bool).triu(1)
     assert torch.isneginf(stages.masked[hidden]).all() and (stages.p_attn[hidden] == 0).all()
     assert torch.isfinite(stages.masked[~hidden]).all()

@@ -55,9 +55,9 @@ def _inputs(module: MultiHeadAttention, h: torch.Tensor, context: torch.Tensor, 
 
 @torch.inference_mode()
 def sublayer_inputs(
-    model: Transformer, src_ids: list[int], decoder_ids: list[int], kind: str, layer: int
+    model: Transformer, src_ids: list[int], tgt_ids: list[int], kind: str, layer: int
 ) -> SublayerInputs:
-    """Runs the model (eval mode, teacher-forced on decoder_ids) up to the chosen attention sublayer.
+    """Runs the model (eval mode, teacher-forced on the output tgt_ids) up to the chosen attention sublayer.
 
     kind is "encoder" (self-attention), "decoder" (masked self-attention) or "cross".
     """
@@ -71,7 +71,7 @@ def sublayer_inputs(
             return _inputs(encoder_layer.self_attn, h, h, src_mask)
         x, _ = encoder_layer(x, src_mask, False)
     memory = model.encoder_norm(x)
-    tgt = torch.tensor([decoder_ids], device=device)
+    tgt = torch.tensor([[model.config.bos_id, *tgt_ids[:-1]]], device=device)  # the decoder input
     tgt_mask = target_mask(tgt, model.config.pad_id)
     y = model.tgt_position(model.tgt_embed(tgt))
     for index, decoder_layer in enumerate(model.decoder_layers):
