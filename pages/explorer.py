@@ -3,10 +3,11 @@
 import streamlit as st
 
 from transformer.analysis import attention_view
-from transformer.decoding import DecodeInputError, branch
+from transformer.decoding import DecodeInputError, DecodeResult, branch
 from transformer.figures import attention_heatmap, probability_bars, step_attention, token_probabilities
 from ui import state
 from ui.charts import show
+from ui.controls import step as step_slider
 from ui.sidebar import Explored, page_frame
 from ui.text import literal
 
@@ -33,7 +34,8 @@ def _go(step: int) -> None:
     session.playing = False
 
 
-def _navigation(steps: int, step: int) -> None:
+def _navigation(result: DecodeResult, step: int) -> None:
+    steps = result.steps
     row = st.container(horizontal=True)
     row.button("First", icon=":material/first_page:", on_click=_go, args=(0,), disabled=step == 0, key="first")
     row.button(
@@ -62,14 +64,7 @@ def _navigation(steps: int, step: int) -> None:
     elif row.button("Play", icon=":material/play_arrow:", disabled=step == steps - 1, key="play"):
         session.playing = True
         st.rerun()
-    if steps > 1:
-        st.select_slider(
-            "Step",
-            options=list(range(steps)),
-            format_func=lambda i: f"{i + 1}",
-            label_visibility="collapsed",
-            **state.shared("step"),
-        )
+    step_slider(result, "Step", label_visibility="collapsed")
 
 
 def _what_if(explored: Explored, step: int) -> None:
@@ -98,7 +93,7 @@ def step_view(explored: Explored) -> None:
         reached_end = session.step == steps - 1
         session.playing = not reached_end
     step = state.clamp_index("step", steps)
-    _navigation(steps, step)
+    _navigation(result, step)
     piece = result.tgt_pieces[step]
     so_far = explored.checkpoint.tokenizer.decode(result.tgt_ids[:step])
     st.markdown(

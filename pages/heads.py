@@ -82,7 +82,7 @@ options = [(name, layer, head) for name in KINDS for layer in range(layers[name]
 chosen = st.multiselect("Heads to switch off", options, format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}",
                         key="ablate_heads")  # fmt: skip
 if chosen:
-    baseline = decode(checkpoint.model, checkpoint.tokenizer, explored.text)
+    baseline = state.decode_cached(checkpoint, explored.checkpoint_key, explored.text, state.DecodeSettings())
     with st.spinner("Decoding without those heads ..."):
         without = decode(ablated(checkpoint.model, chosen), checkpoint.tokenizer, explored.text)
     columns = st.columns(2)

@@ -24,9 +24,11 @@ def kind_layer_head(result: DecodeResult, columns: list | None = None) -> tuple[
     return kind, layer, head
 
 
-def step(result: DecodeResult, label: str = "Decoding step") -> int | None:
+def step(result: DecodeResult, label: str = "Decoding step", label_visibility: str = "visible") -> int | None:
     """The shared decoding step (0-based) as a slider; None when the output has a single step."""
     if result.steps < 2:
         return None
     state.clamp_index("step", result.steps)
-    return st.select_slider(label, list(range(result.steps)), format_func=lambda i: f"{i + 1}", **state.shared("step"))
+    options = list(range(result.steps))
+    return st.select_slider(label, options, format_func=lambda i: f"{i + 1}", label_visibility=label_visibility,
+                            **state.shared("step"))  # fmt: skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import streamlit as st
 import torch
@@ -27,7 +27,7 @@ class Explored:
     notes: tuple[str, ...]  # what the visitor should know about their input
 
 
-FORM_KEYS = ("text", "strategy", "beam_width", "temperature", "top_k", "seed")
+FORM_KEYS = ("text", *state.SETTINGS)
 
 
 def _settings_form() -> bool:
@@ -45,10 +45,8 @@ def _settings_form() -> bool:
 
 
 def _defaults() -> None:
-    defaults = state.DecodeSettings()
-    for key, value in (("text", state.DEFAULT_SENTENCE), ("strategy", defaults.strategy),
-                       ("beam_width", defaults.beam_width), ("temperature", defaults.temperature),
-                       ("top_k", defaults.top_k), ("seed", defaults.seed)):  # fmt: skip
+    st.session_state.setdefault("text", state.DEFAULT_SENTENCE)
+    for key, value in asdict(state.DecodeSettings()).items():
         st.session_state.setdefault(key, value)
 
 
@@ -90,9 +88,7 @@ def render() -> Explored | None:
         st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **state.shared("presentation"))
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: state.MAX_CHARACTERS]
-        session.applied_settings = state.DecodeSettings(
-            session.strategy, session.beam_width, session.temperature, session.top_k, session.seed
-        )
+        session.applied_settings = state.DecodeSettings(**{name: session[name] for name in state.SETTINGS})
     if name in uploads:
         checkpoint, key = uploads[name]
     else:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import streamlit as st
 import torch
 
+from transformer.analysis import KINDS
 from transformer.beam import beam_search
 from transformer.checkpoint import (
     CHECKPOINT_DIR,
@@ -33,8 +34,6 @@ MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads a
 MAX_TYPED_CHARACTERS = 20_000  # what the text box takes; past MAX_CHARACTERS the page says it cut the text
 STRATEGIES = ("greedy", "beam", "sampling")
 
-URL_KEYS = {"ckpt": "checkpoint", "text": "text", "step": "step", "layer": "layer", "head": "head", "kind": "kind"}
-
 
 @dataclass(frozen=True)
 class DecodeSettings:
@@ -45,6 +44,9 @@ class DecodeSettings:
     temperature: float = 1.0
     top_k: int = 0
     seed: int = 0
+
+
+SETTINGS = tuple(field.name for field in fields(DecodeSettings))  # each has a sidebar widget of that name
 
 
 def device() -> torch.device:
@@ -150,7 +152,7 @@ def read_url_once(checkpoints: dict) -> None:
         value = params.get(name, "")
         if value.isdigit() and int(value) >= 1:
             st.session_state[f"url_{name}"] = int(value) - 1  # applied once the result says what is in range
-    if params.get("kind") in ("encoder", "decoder", "cross"):
+    if params.get("kind") in KINDS:
         st.session_state.kind = params["kind"]
 
 
