@@ -20,7 +20,8 @@ st.title("Checkpoints")
 
 with st.expander("Upload a checkpoint (this project's .safetensors format)", expanded=False):
     st.caption(
-        f"Up to {state.UPLOAD_LIMIT_MB} MB. The file is checked before use and never executed (no pickles); "
+        f"Up to {state.UPLOAD_LIMIT_MB} MB, and up to {state.UPLOAD_LIMIT_ELEMENTS:,} parameters for all of your "
+        "uploads together. The file is checked before use and never executed (no pickles); "
         "it stays in your session only, for nobody else to see, until you close the tab."
     )
     uploaded = st.file_uploader("Checkpoint file", type=["safetensors"], max_upload_size=state.UPLOAD_LIMIT_MB,

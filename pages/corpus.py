@@ -4,7 +4,6 @@ import pandas as pd
 import sacrebleu
 import streamlit as st
 
-from transformer.data import text_lines
 from transformer.translate import translate_texts
 from ui import state
 from ui.sidebar import page_frame
@@ -27,8 +26,8 @@ with st.form("corpus"):
 
 if run:
     try:
-        sources = text_lines(source_file.getvalue())[: int(limit)] if source_file else None
-        references = text_lines(reference_file.getvalue())[: len(sources)] if reference_file and sources else None
+        sources = state.uploaded_lines(source_file)[: int(limit)] if source_file else None
+        references = state.uploaded_lines(reference_file)[: len(sources)] if reference_file and sources else None
     except ValueError as error:
         st.error(literal(str(error)))
         sources = None

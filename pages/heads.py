@@ -3,7 +3,6 @@
 import streamlit as st
 
 from transformer.analysis import KINDS, attention_view
-from transformer.data import text_lines
 from transformer.decoding import decode
 from transformer.figures import token_probabilities
 from transformer.head_stats import STATISTICS, ablated, corpus_statistics, head_statistics, statistics_frame
@@ -49,7 +48,7 @@ with st.form("corpus_statistics"):
     run = st.form_submit_button("Compute")
 if run and uploaded is not None:
     try:
-        sentences = [s for s in text_lines(uploaded.getvalue()) if s.strip()][:sample]
+        sentences = [s for s in state.uploaded_lines(uploaded) if s.strip()][:sample]
     except ValueError as error:
         st.error(literal(f"{uploaded.name}: {error}"))
     else:

@@ -4,18 +4,20 @@ import numpy as np
 import streamlit as st
 import torch
 
-from transformer.layers import sinusoidal_table
 from transformer.matrix_figures import curves, grouped_bars, matrix_heatmap
 from ui import state
 from ui.charts import show
 from ui.sidebar import page_frame
 
+MAX_POSITIONS_DRAWN = 512
+
 explored = page_frame()
 model, config, result = explored.checkpoint.model, explored.checkpoint.config, explored.result
 st.title("Positional encoding")
 learned = config.positional == "learned"
+shown = min(config.max_len, MAX_POSITIONS_DRAWN)  # the similarity matrix grows with its square
+table = model.src_position.table[:shown].detach().float().cpu().numpy()  # the model's own, sinusoids or learned
 if learned:
-    table = model.src_position.table.detach().float().cpu().numpy()
     st.markdown(
         "Attention by itself ignores order: shuffle the words and every weight moves with them. So a vector per "
         "position is added to each token's embedding. This checkpoint **learned** its position vectors "
@@ -23,7 +25,6 @@ if learned:
         "about as well as its sine formula (section 3.5). Below is the learned table itself."
     )
 else:
-    table = sinusoidal_table(config.max_len, config.d_model).numpy()
     st.markdown(
         "Attention by itself ignores order: shuffle the words and every weight moves with them. So a vector per "
         "position is added to each token's embedding (section 3.5 of the paper):"
@@ -37,6 +38,8 @@ else:
         f"apart, high ones far positions. This model: d_model = {config.d_model}, up to {config.max_len} positions."
     )
 
+if shown < config.max_len:
+    st.caption(f"The figures show the first {shown} of the model's {config.max_len:,} positions.")
 defaults = [d for d in (0, 1, 4, 5, 16, 17, 64) if d < config.d_model]
 dims = st.multiselect("Dimensions to draw", list(range(config.d_model)), default=defaults, key="pe_dims")
 show(curves(table, dims, "PE(pos, i) for the chosen dimensions i"), key="pe_curves")
@@ -62,7 +65,7 @@ st.subheader("Your sentence entering the encoder")
 with torch.inference_mode():
     ids = torch.tensor([result.src_ids], device=next(model.parameters()).device)
     embedded = model.src_embed(ids)[0].float().cpu().numpy()  # already scaled by sqrt(d_model)
-positions = table[: len(result.src_ids)]
+positions = model.src_position.table[: len(result.src_ids)].detach().float().cpu().numpy()  # what the model adds
 total = embedded + positions
 st.markdown(
     f"The embedding of each token is multiplied by √d_model = {np.sqrt(config.d_model):.1f} (section 3.4) before "

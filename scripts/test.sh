@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements-dev.txt
 .venv/bin/ruff check app.py pages ui transformer tests benchmarks
+.venv/bin/ruff format --check app.py pages ui transformer tests benchmarks
 .venv/bin/python -m pytest -q "$@"  # exit 5 (no tests collected) fails too

@@ -8,11 +8,13 @@ from functools import cache
 
 import pytest
 import torch
+from helpers import gzip_bomb, measured
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_app import markdown, start, translate
 
 from transformer.checkpoint import describe
+from transformer.data import text_lines
 from transformer.decoding import DecodeInputError, decode
 
 ODD_SENTENCES = {
@@ -119,3 +121,13 @@ def _tokenizer():
     from transformer.tokenizer import train_tokenizer
 
     return train_tokenizer(make_sentences(200), vocab_size=60)
+
+
+def test_gzip_is_decompressed_in_a_stream_up_to_the_limit():
+    bomb = gzip_bomb(400)  # 400 KB that expand to 400 MB
+    with measured() as cost, pytest.raises(ValueError, match="over the limit of 1 MB"):
+        text_lines(bomb, max_bytes=2**20)
+    assert cost.peak_growth_mb < 100, cost  # gzip.decompress of the whole file held 3.6 GB here
+    assert len(text_lines(gzip_bomb(8), max_bytes=8 * 2**20)) == 4 * 2**20  # exactly at the limit: accepted
+    with pytest.raises(ValueError, match="corrupt gzip"):
+        text_lines(bomb[:1000], max_bytes=2**20)

@@ -5,10 +5,12 @@ import warnings
 
 import pytest
 import torch
+from helpers import REPO, measured, with_config, with_metadata
 from safetensors.torch import save as save_safetensors
 
 from transformer.checkpoint import (
     CheckpointError,
+    CheckpointTooLarge,
     CheckpointWarning,
     checkpoint_bytes,
     load_checkpoint,
@@ -96,29 +98,19 @@ def test_huge_or_malformed_headers_are_refused():
         load_checkpoint_bytes(save_safetensors({"w": torch.zeros(2)}, metadata={"format": "other"}))
 
 
-def _with_metadata(checkpoint_path, **changes) -> bytes:
-    data = checkpoint_path.read_bytes()
-    length = struct.unpack("<Q", data[:8])[0]
-    header = read_header(data)
-    header["__metadata__"].update(changes)
-    encoded = json.dumps(header).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    return struct.pack("<Q", len(encoded)) + encoded + data[8 + length :]
-
-
 def test_absurd_config_is_refused_before_allocating(checkpoint_path, config):
     absurd = json.loads(config.to_json()) | {"d_model": 65536, "d_ff": 1_000_000, "n_heads": 8}
     with pytest.raises(CheckpointError, match="over the limit"):
-        load_checkpoint_bytes(_with_metadata(checkpoint_path, config=json.dumps(absurd)))
+        load_checkpoint_bytes(with_metadata(checkpoint_path.read_bytes(), config=json.dumps(absurd)))
 
 
 def test_tensors_that_do_not_match_the_config_are_named(checkpoint_path, config):
     other = json.loads(config.to_json()) | {"d_ff": 64}
     with pytest.raises(CheckpointError, match="shape"):
-        load_checkpoint_bytes(_with_metadata(checkpoint_path, config=json.dumps(other)))
+        load_checkpoint_bytes(with_metadata(checkpoint_path.read_bytes(), config=json.dumps(other)))
     deeper = json.loads(config.to_json()) | {"n_encoder_layers": 3}
     with pytest.raises(CheckpointError, match="missing encoder_layers.2"):
-        load_checkpoint_bytes(_with_metadata(checkpoint_path, config=json.dumps(deeper)))
+        load_checkpoint_bytes(with_metadata(checkpoint_path.read_bytes(), config=json.dumps(deeper)))
 
 
 def test_tokenizer_that_does_not_match_the_vocabulary_is_refused(checkpoint_path, config, tokenizer):
@@ -131,7 +123,7 @@ def test_tokenizer_that_does_not_match_the_vocabulary_is_refused(checkpoint_path
     with pytest.raises(CheckpointError, match=f"tokenizer has {tokenizer.vocab_size} pieces"):
         load_checkpoint_bytes(data)
     with pytest.raises(CheckpointError, match="tokenizer"):
-        load_checkpoint_bytes(_with_metadata(checkpoint_path, tokenizer="bm90IGEgbW9kZWw="))
+        load_checkpoint_bytes(with_metadata(checkpoint_path.read_bytes(), tokenizer="bm90IGEgbW9kZWw="))
 
 
 def test_nan_weights_load_with_a_warning(model, tokenizer):
@@ -155,3 +147,64 @@ def test_missing_file_and_wrong_file_types(tmp_path):
         load_checkpoint(text)
     with pytest.raises(CheckpointError, match="over the limit"):
         load_checkpoint(text, max_bytes=10)
+
+
+# A 1.3 MB file whose config claims a 600M-parameter model: refused from the header, nothing built.
+SMALL_FILE_HUGE_CONFIG = dict(
+    src_vocab_size=300_000, tgt_vocab_size=300_000, d_model=2048, n_heads=8, d_ff=64, max_len=64
+)
+
+
+def test_a_small_file_claiming_a_huge_model_is_refused_before_allocating(tmp_path):
+    path = tmp_path / "bomb.safetensors"
+    path.write_bytes(with_config((REPO / "checkpoints" / "reverse.safetensors").read_bytes(), **SMALL_FILE_HUGE_CONFIG))
+    with measured() as cost, pytest.raises(CheckpointError, match="has shape"):
+        load_checkpoint(path)
+    assert cost.peak_growth_mb < 100 and cost.seconds < 1, cost  # was 5.4 GB and 25 s: the model was built first
+
+
+def test_the_cli_refuses_it_with_one_line_and_no_allocation(tmp_path, capsys):
+    from transformer.cli import main
+
+    path = tmp_path / "bomb.safetensors"
+    path.write_bytes(with_config((REPO / "checkpoints" / "reverse.safetensors").read_bytes(), **SMALL_FILE_HUGE_CONFIG))
+    with measured() as cost:
+        code = main(["inspect", "--checkpoint", str(path), "--text", "one two", "--out", str(tmp_path / "m.npz")])
+    assert code == 2 and capsys.readouterr().err.startswith("error: tensor ")
+    assert cost.peak_growth_mb < 100 and cost.seconds < 1, cost
+
+
+def test_tensor_extents_must_tile_the_payload(checkpoint_path):
+    """Tensors sharing bytes would let a small file describe many large tensors."""
+    data = checkpoint_path.read_bytes()
+    header = read_header(data)
+    query, key = "encoder_layers.0.self_attn.q_proj.weight", "encoder_layers.0.self_attn.k_proj.weight"
+    header[key]["data_offsets"] = header[query]["data_offsets"]
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    length = struct.unpack("<Q", data[:8])[0]
+    with pytest.raises(CheckpointError, match="overlaps or leaves gaps"):
+        load_checkpoint_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + length :])
+
+
+def test_sinusoid_tables_count_towards_the_size_limits(checkpoint_path):
+    data = checkpoint_path.read_bytes()
+    with pytest.raises(CheckpointError, match="over the limit"):  # 2 tables of 1M x 2048: 8 GiB each asked for
+        load_checkpoint_bytes(with_config(data, d_model=2048, max_len=1_048_576))
+    long_positions = with_config(data, max_len=262_144)  # a valid file: sinusoids are computed, not stored
+    assert load_checkpoint_bytes(long_positions).config.max_len == 262_144
+    with measured() as cost, pytest.raises(CheckpointTooLarge, match="over the limit of 1,000,000"):
+        load_checkpoint_bytes(long_positions, max_elements=1_000_000)
+    assert cost.peak_growth_mb < 100, cost
+
+
+def test_repeated_tensor_names_are_refused(checkpoint_path):
+    data = checkpoint_path.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    text = data[8 : 8 + length].decode()
+    name = next(n for n in read_header(data) if n != "__metadata__")
+    entry = json.dumps({name: read_header(data)[name]})[1:-1]
+    doubled = text.replace("{", "{" + entry + ",", 1).encode()
+    doubled += b" " * (-len(doubled) % 8)
+    with pytest.raises(CheckpointError, match="repeats"):
+        load_checkpoint_bytes(struct.pack("<Q", len(doubled)) + doubled + data[8 + length :])

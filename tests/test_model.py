@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
+from transformer.checkpoint import expected_shapes, unique_state
 from transformer.config import ConfigError, TransformerConfig
 from transformer.model import Transformer
 
@@ -63,6 +64,9 @@ def test_variants_build_and_count_their_parameters(tokenizer, overrides):
     config = tiny_config(tokenizer, **overrides)
     model = Transformer(config).eval()
     assert sum(p.numel() for p in model.parameters()) == config.parameter_count()
+    allocated = sum(t.numel() for t in [*model.parameters(), *model.buffers()])
+    assert allocated == config.element_count()  # what a checkpoint's config is bounded by before building
+    assert expected_shapes(config) == {name: tuple(t.shape) for name, t in unique_state(model).items()}
     src, tgt = batch(config)
     maps = model(src, tgt, need_weights=True).attentions
     assert len(maps.encoder_self) == config.n_encoder_layers
@@ -85,6 +89,7 @@ def test_embeddings_scale_by_sqrt_d_model(model, config):
         (dict(dropout=1.5), "dropout"),
         (dict(d_model=65536, d_ff=65536, n_encoder_layers=64), "over the limit"),
         (dict(n_heads=0), "positive"),
+        (dict(d_model=2048, max_len=1_048_576), "position values, over the limit"),  # the sinusoid tables count
     ],
 )
 def test_config_refuses_bad_values(tokenizer, bad, message):

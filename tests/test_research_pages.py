@@ -8,7 +8,10 @@ import pickle
 import numpy as np
 import pytest
 from conftest import REPO
+from helpers import gzip_bomb, measured, with_config
 from test_app import array, figure, markdown, start
+
+from transformer.checkpoint import load_checkpoint_bytes
 
 
 class RunsCode:
@@ -29,6 +32,38 @@ def upload(at, name: str, data: bytes):
 
 def errors(at) -> str:
     return "\n".join(e.value for e in at.error).replace("\\", "")  # the page escapes markdown
+
+
+def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
+    from test_checkpoint import SMALL_FILE_HUGE_CONFIG
+
+    reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
+    at = start().switch_page("pages/checkpoints.py").run()
+    at.file_uploader(key="upload_file").set_value(("bomb.safetensors", with_config(reverse, **SMALL_FILE_HUGE_CONFIG),
+                                                    "application/octet-stream"))  # fmt: skip
+    with measured() as cost:
+        at.run()
+    assert "bomb.safetensors was refused: the model is too large" in errors(at)
+    assert cost.peak_growth_mb < 100, cost  # the server went past 11 GB building the model before refusing it
+
+
+def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch):
+    import ui.state
+
+    reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
+    with measured() as cost:  # sinusoid tables of 262,144 positions: valid, but 2 x 64 MiB of positions
+        at = upload(start(), "long.safetensors", with_config(reverse, max_len=262_144))
+    assert "too large" in errors(at) and f"{ui.state.UPLOAD_LIMIT_ELEMENTS:,}" in errors(at)
+    assert cost.peak_growth_mb < 100, cost
+    tiny = checkpoint_path.read_bytes()
+    one = load_checkpoint_bytes(tiny).config.element_count()
+    monkeypatch.setattr(ui.state, "UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # room for one tiny upload, not two
+    at = upload(at, "first.safetensors", tiny)
+    assert not at.error and at.session_state["checkpoint"] == "first (uploaded)"
+    at = upload(at, "second.safetensors", tiny)
+    assert "too large" in errors(at) and f"your other uploads hold {one:,}" in errors(at)
+    at = upload(at, "first.safetensors", tiny)  # the same name replaces, so it still fits
+    assert not at.error
 
 
 def test_checkpoints_page_shows_config_parameters_and_curves():
@@ -133,3 +168,34 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
     at.button(key="corpus_open").click().run()
     assert not at.exception
     assert "A man is riding a bicycle\\." in markdown(at) and "Step 1 of" in markdown(at)
+
+
+def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypatch):
+    import ui.state
+
+    monkeypatch.setattr(ui.state, "UPLOAD_LIMIT_MB", 1)
+    bomb = gzip_bomb(400)
+    at = start().switch_page("pages/corpus.py").run()
+    at.file_uploader(key="corpus_src").set_value(("bomb.txt.gz", bomb, "application/gzip"))
+    with measured() as cost:
+        at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    assert not at.exception
+    assert "over the limit of 1 MB (after decompression)" in errors(at)
+    assert cost.peak_growth_mb < 100, cost  # the whole file was decompressed at once: 400 MB here
+    at = at.switch_page("pages/heads.py").run()
+    at.file_uploader(key="stats_file").set_value(("bomb.gz", bomb, "application/gzip"))
+    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    assert "over the limit of 1 MB (after decompression)" in errors(at)
+
+
+def test_positional_figures_stay_bounded_for_a_model_of_many_positions():
+    reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
+    at = upload(start(), "long.safetensors", with_config(reverse, max_len=100_000))
+    assert not at.error
+    with measured() as cost:
+        at = at.switch_page("pages/positional.py").run()
+    assert not at.exception
+    shapes = [array(figure(at, i)["data"][0]["z"]).shape for i in range(1, 3)]
+    assert shapes == [(512, 64), (512, 512)]  # the similarity matrix would have been 100,000 x 100,000
+    assert any("first 512 of the model's 100,000 positions" in c.value for c in at.caption)
+    assert cost.peak_growth_mb < 100, cost

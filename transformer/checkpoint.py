@@ -43,6 +43,10 @@ class CheckpointError(ValueError):
     """A file that is not a usable checkpoint; the message names the problem."""
 
 
+class CheckpointTooLarge(CheckpointError):
+    """A valid checkpoint whose model is larger than this load allows (an upload's limit, say)."""
+
+
 class CheckpointWarning(UserWarning):
     """A checkpoint that loads but looks damaged (e.g. NaN weights)."""
 
@@ -120,6 +124,14 @@ def update_metadata(path: Path, change: Callable[[dict[str, Any]], None]) -> Non
     )
 
 
+def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose names are unique: a repeated tensor name would otherwise let the last one win."""
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise CheckpointError(f"malformed header: the name {next(n for n in names if names.count(n) > 1)!r} repeats")
+    return dict(pairs)
+
+
 def read_header(data: bytes) -> dict[str, Any]:
     """The safetensors JSON header, checked for size and shape before anything is allocated."""
     if len(data) < 8:
@@ -135,8 +147,8 @@ def read_header(data: bytes) -> dict[str, Any]:
     if 8 + header_bytes > len(data):
         raise CheckpointError(f"file is truncated: header claims {header_bytes:,} bytes, file has {len(data) - 8:,}")
     try:
-        header = json.loads(data[8 : 8 + header_bytes])
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = json.loads(data[8 : 8 + header_bytes], object_pairs_hook=_without_duplicates)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise CheckpointError("not a checkpoint: the safetensors header is not valid JSON") from None
     if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
         raise CheckpointError("not a checkpoint: the safetensors header has no metadata")
@@ -165,12 +177,60 @@ def describe(path: str | Path) -> str:
     return f"{path.stem} · {pair} · {size}"
 
 
-def _check_tensors(header: dict[str, Any], model: Transformer, payload_bytes: int) -> None:
-    """Names, shapes, dtypes and extents of the stored tensors against the model the config built.
+def expected_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """Every stored tensor's name and shape, derived from the config alone: a file is checked against it
+    before anything is allocated (equal to `unique_state` of the built model: a test holds them together)."""
+    d = config.d_model
+    shapes: dict[str, tuple[int, ...]] = {}
 
-    Runs before any tensor data is read; the config's own size limit has already bounded the model.
+    def linear(name: str, fan_in: int, fan_out: int) -> None:
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (fan_out, fan_in), (fan_out,)
+
+    def norm(name: str) -> None:
+        shapes[f"{name}.weight"] = shapes[f"{name}.bias"] = (d,)
+
+    def block(prefix: str, attentions: tuple[str, ...], norms: tuple[str, ...]) -> None:
+        for attention in attentions:
+            for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                linear(f"{prefix}.{attention}.{projection}", d, d)
+        linear(f"{prefix}.feed_forward.inner", d, config.d_ff)
+        linear(f"{prefix}.feed_forward.outer", config.d_ff, d)
+        for name in norms:
+            norm(f"{prefix}.{name}.norm")
+
+    shapes["src_embed.lookup.weight"] = (config.src_vocab_size, d)
+    if not config.tie_embeddings:
+        shapes["tgt_embed.lookup.weight"] = (config.tgt_vocab_size, d)
+    if config.positional == "learned":
+        shapes["src_position.table"] = shapes["tgt_position.table"] = (config.max_len, d)
+    for i in range(config.n_encoder_layers):
+        block(f"encoder_layers.{i}", ("self_attn",), ("attn_block", "ff_block"))
+    for i in range(config.n_decoder_layers):
+        block(f"decoder_layers.{i}", ("self_attn", "cross_attn"), ("self_block", "cross_block", "ff_block"))
+    if config.norm_first:
+        norm("encoder_norm")
+        norm("decoder_norm")
+    if config.tie_embeddings:
+        shapes["generator.bias"] = (config.tgt_vocab_size,)
+    else:
+        linear("generator", d, config.tgt_vocab_size)
+    return shapes
+
+
+def _is_int_list(value: Any, length: int | None = None) -> bool:
+    return (
+        isinstance(value, list)
+        and (length is None or len(value) == length)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
+    )
+
+
+def _check_tensors(header: dict[str, Any], expected: dict[str, tuple[int, ...]], payload_bytes: int) -> None:
+    """Names, shapes, dtypes and extents of the stored tensors against the config's, from the header alone.
+
+    The extents must tile the payload exactly (as safetensors requires), so the tensors hold no more numbers
+    than the file has bytes: a small file cannot make the loader allocate a large model.
     """
-    expected = {name: tuple(t.shape) for name, t in unique_state(model).items()}
     stored = {name: entry for name, entry in header.items() if name != "__metadata__"}
     missing = sorted(set(expected) - set(stored))
     extra = sorted(set(stored) - set(expected))
@@ -180,15 +240,28 @@ def _check_tensors(header: dict[str, Any], model: Transformer, payload_bytes: in
             + (f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; " if missing else "")
             + (f"unexpected {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}" if extra else "")
         )
+    extents = []
     for name, entry in stored.items():
         if not isinstance(entry, dict) or entry.get("dtype") not in _DTYPE_BYTES:
             raise CheckpointError(f"tensor {name}: unsupported or missing dtype")
-        shape = tuple(entry.get("shape", ()))
-        if shape != expected[name]:
-            raise CheckpointError(f"tensor {name} has shape {list(shape)}, the config needs {list(expected[name])}")
-        start, end = entry.get("data_offsets", (0, -1))
-        if not (0 <= start <= end <= payload_bytes) or end - start != math.prod(shape) * _DTYPE_BYTES[entry["dtype"]]:
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        if not _is_int_list(shape):
+            raise CheckpointError(f"tensor {name}: malformed shape {shape!r}")
+        if tuple(shape) != expected[name]:
+            raise CheckpointError(f"tensor {name} has shape {shape}, the config needs {list(expected[name])}")
+        if not _is_int_list(offsets, 2):
+            raise CheckpointError(f"tensor {name}: malformed data offsets {offsets!r}")
+        start, end = offsets
+        if not start <= end <= payload_bytes or end - start != math.prod(shape) * _DTYPE_BYTES[entry["dtype"]]:
             raise CheckpointError(f"tensor {name}: data offsets are inconsistent (file truncated or corrupt)")
+        extents.append((start, end))
+    covered = 0
+    for start, end in sorted(extents):
+        if start != covered:
+            raise CheckpointError("tensor data overlaps or leaves gaps (file corrupt or crafted)")
+        covered = end
+    if covered != payload_bytes:
+        raise CheckpointError(f"tensor data covers {covered:,} of the file's {payload_bytes:,} payload bytes")
 
 
 def _metadata_field(metadata: dict[str, str], key: str) -> str:
@@ -198,8 +271,14 @@ def _metadata_field(metadata: dict[str, str], key: str) -> str:
     return value
 
 
-def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Checkpoint:
-    """Validates and loads a checkpoint held in memory; raises CheckpointError naming the problem."""
+def load_checkpoint_bytes(
+    data: bytes, device: torch.device | str = "cpu", max_elements: int | None = None
+) -> Checkpoint:
+    """Validates and loads a checkpoint held in memory; raises CheckpointError naming the problem.
+
+    Everything is checked from the header before the model is built, so a refusal costs no allocation;
+    max_elements bounds what the model may allocate (parameters and position tables), e.g. for uploads.
+    """
     header = read_header(data)
     meta = header["__metadata__"]
     if meta.get("format") != FORMAT_NAME:
@@ -212,9 +291,12 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
         config = TransformerConfig.from_json(_metadata_field(meta, "config"))
     except ConfigError as error:
         raise CheckpointError(f"invalid config: {error}") from None
-    payload_bytes = len(data) - 8 - struct.unpack("<Q", data[:8])[0]
-    model = Transformer(config)
-    _check_tensors(header, model, payload_bytes)
+    if max_elements is not None and config.element_count() > max_elements:
+        raise CheckpointTooLarge(
+            f"the model is too large here: {config.element_count():,} parameters and position values, "
+            f"over the limit of {max_elements:,}"
+        )
+    _check_tensors(header, expected_shapes(config), len(data) - 8 - struct.unpack("<Q", data[:8])[0])
     try:
         tokenizer = Tokenizer(base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True))
     except (binascii.Error, TokenizerError) as error:
@@ -227,6 +309,7 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
         metadata = json.loads(_metadata_field(meta, "metadata"))
     except json.JSONDecodeError:
         raise CheckpointError("checkpoint metadata 'metadata' is not valid JSON") from None
+    model = Transformer(config)
     try:
         tensors = load_safetensors(data)
     except SafetensorError as error:

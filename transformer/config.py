@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # Refused before any memory is allocated: a checkpoint's config is untrusted input.
-MAX_PARAMETERS = 2_000_000_000
+MAX_ELEMENTS = 2_000_000_000  # parameters plus the sinusoidal position tables: what building the model allocates
 MAX_DIMENSION = 65_536
 
 
@@ -57,9 +57,10 @@ class TransformerConfig:
         specials = (self.pad_id, self.unk_id, self.bos_id, self.eos_id)
         if len(set(specials)) != 4 or not all(0 <= i < min(self.src_vocab_size, self.tgt_vocab_size) for i in specials):
             raise ConfigError(f"pad/unk/bos/eos ids must be distinct and inside the vocabularies, got {specials}")
-        if self.parameter_count() > MAX_PARAMETERS:
+        if self.element_count() > MAX_ELEMENTS:
             raise ConfigError(
-                f"config describes {self.parameter_count():,} parameters, over the limit of {MAX_PARAMETERS:,}"
+                f"config describes {self.element_count():,} parameters and position values, "
+                f"over the limit of {MAX_ELEMENTS:,}"
             )
 
     @property
@@ -79,6 +80,11 @@ class TransformerConfig:
         generator = self.tgt_vocab_size + (0 if self.tie_embeddings else self.tgt_vocab_size * d)
         positions = 2 * self.max_len * d if self.positional == "learned" else 0
         return encoder + decoder + final_norms + embeddings + generator + positions
+
+    def element_count(self) -> int:
+        """Numbers that building this model allocates: its parameters plus the fixed sinusoid tables (buffers)."""
+        sinusoids = 2 * self.max_len * self.d_model if self.positional == "sinusoidal" else 0
+        return self.parameter_count() + sinusoids
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import streamlit as st
 import torch
+from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from transformer.analysis import KINDS
 from transformer.beam import beam_search
@@ -23,10 +24,12 @@ from transformer.checkpoint import (
     DEFAULT_CHECKPOINT,
     Checkpoint,
     CheckpointError,
+    CheckpointTooLarge,
     CheckpointWarning,
     load_checkpoint,
     load_checkpoint_bytes,
 )
+from transformer.data import text_lines
 from transformer.decoding import DecodeResult, decode, greedy_chooser, sampling_chooser, teacher_force
 
 DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
@@ -91,6 +94,14 @@ def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str
 
 UPLOAD_LIMIT_MB = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_MB", "200"))  # also server.maxUploadSize
 UPLOADS_PER_SESSION = 4
+# What one session's uploaded models may hold together (parameters and position tables): about four times
+# the shipped en-fr model, so that a few visitors' uploads cannot exhaust the server's memory.
+UPLOAD_LIMIT_ELEMENTS = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_PARAMETERS", "32000000"))
+
+
+def uploaded_lines(uploaded: UploadedFile) -> list[str]:
+    """The lines of an uploaded text file, plain or gzipped, refused past the upload limit once decompressed."""
+    return text_lines(uploaded.getvalue(), max_bytes=UPLOAD_LIMIT_MB * 2**20)
 
 
 def add_upload(filename: str, data: bytes) -> str:
@@ -108,9 +119,14 @@ def add_upload(filename: str, data: bytes) -> str:
     name = f"{Path(filename).stem} (uploaded)"
     if name not in uploads and len(uploads) >= UPLOADS_PER_SESSION:
         raise CheckpointError(f"at most {UPLOADS_PER_SESSION} uploads per session; reload the page to start afresh")
+    held = sum(kept.config.element_count() for other, (kept, _) in uploads.items() if other != name)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CheckpointWarning)
-        checkpoint = load_checkpoint_bytes(data, device())
+        try:
+            checkpoint = load_checkpoint_bytes(data, device(), max_elements=UPLOAD_LIMIT_ELEMENTS - held)
+        except CheckpointTooLarge as error:
+            others = f"; your other uploads hold {held:,} of the {UPLOAD_LIMIT_ELEMENTS:,}" if held else ""
+            raise CheckpointTooLarge(f"{error} for uploads in one session{others}") from None
     uploads[name] = (checkpoint, f"upload:{digest}")
     st.session_state.upload_warnings = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
     return name
