@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 from .app_speed import browser_rows, long_input_row, machine, server_step_row
 from .model_speed import Row, decode_rows, lower_bound_row, training_row

@@ -8,11 +8,13 @@ from dataclasses import replace
 
 import torch
 
-from transformer.analysis import KINDS, attention_view
-from transformer.checkpoint import Checkpoint
-from transformer.decoding import DecodeResult, decode, decode_ids
-from transformer.figures import attention_heatmap, heads_or_means, probability_bars, step_attention
-from transformer.model import Transformer
+from transformer.analysis.views import KINDS, attention_view
+from transformer.decoding.greedy import decode, decode_ids
+from transformer.decoding.result import DecodeResult
+from transformer.io.checkpoint import Checkpoint
+from transformer.model.encoder_decoder import Transformer
+from transformer.viz.attention import attention_heatmap, heads_or_means, step_attention
+from transformer.viz.charts import probability_bars
 
 from .browser import ARTIFACTS, app_server, chromium, wait_for_heatmaps, wait_idle
 from .model_speed import SENTENCE, Row, median_ms, no_eos_chooser

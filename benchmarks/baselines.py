@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from transformer.decoding import Chooser, greedy_chooser
-from transformer.model import Transformer
+from transformer.decoding.greedy import Chooser, greedy_chooser
+from transformer.model.encoder_decoder import Transformer
 
 
 @torch.inference_mode()

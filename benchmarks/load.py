@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from playwright.async_api import async_playwright
 
-from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from transformer.decoding import decode
+from transformer.decoding.greedy import decode
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 from .app_speed import CLICK_UNTIL_DRAWN
 from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server

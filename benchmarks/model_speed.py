@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from transformer.beam import beam_search
-from transformer.checkpoint import Checkpoint
-from transformer.decoding import decode, generate, source_ids
-from transformer.layers import sinusoidal_table
-from transformer.model import Transformer
+from transformer.decoding.beam import beam_search
+from transformer.decoding.greedy import decode, generate
+from transformer.decoding.result import source_ids
+from transformer.io.checkpoint import Checkpoint
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.layers import sinusoidal_table
 
 from .baselines import recompute_greedy
 

@@ -3,10 +3,11 @@
 import numpy as np
 import streamlit as st
 
-from transformer.analysis import KINDS, attention_view, rollout
-from transformer.export import attention_csv, to_npz
-from transformer.figures import attention_grid, attention_heatmap, heads_or_means
-from transformer.report import html_report
+from transformer.analysis.rollout import rollout
+from transformer.analysis.views import KINDS, attention_view
+from transformer.io.export import attention_csv, to_npz
+from transformer.viz.attention import attention_grid, attention_heatmap, heads_or_means
+from transformer.viz.report import html_report
 from ui import state
 from ui.charts import show
 from ui.controls import kind_layer_head

@@ -5,9 +5,9 @@ import json
 import pandas as pd
 import streamlit as st
 
-from transformer.checkpoint import CheckpointError
-from transformer.head_stats import parameter_counts
-from transformer.matrix_figures import lines
+from transformer.analysis.head_stats import parameter_counts
+from transformer.io.checkpoint import CheckpointError
+from transformer.viz.charts import lines
 from ui import state
 from ui.charts import show
 from ui.sidebar import page_frame

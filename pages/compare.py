@@ -3,11 +3,11 @@
 import numpy as np
 import streamlit as st
 
-from transformer.analysis import KINDS, attention_view
-from transformer.decoding import teacher_force_ids
-from transformer.figures import attention_heatmap
-from transformer.head_stats import js_divergence
-from transformer.matrix_figures import matrix_heatmap
+from transformer.analysis.head_stats import js_divergence
+from transformer.analysis.views import KINDS, attention_view
+from transformer.decoding.forcing import teacher_force_ids
+from transformer.viz.attention import attention_heatmap
+from transformer.viz.matrices import matrix_heatmap
 from ui import state
 from ui.charts import show
 from ui.controls import kind_layer_head

@@ -3,9 +3,9 @@
 import streamlit as st
 import torch
 
-from transformer.analysis import attention_view
-from transformer.matrix_figures import matrix_heatmap
-from transformer.walkthrough import attention_stages, sublayer_inputs
+from transformer.analysis.views import attention_view
+from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
+from transformer.viz.matrices import matrix_heatmap
 from ui import state
 from ui.charts import show
 from ui.controls import kind_layer_head

@@ -4,7 +4,7 @@ import pandas as pd
 import sacrebleu
 import streamlit as st
 
-from transformer.translate import translate_texts
+from transformer.decoding.translate import translate_texts
 from ui import state
 from ui.sidebar import page_frame
 from ui.text import literal

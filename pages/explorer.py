@@ -2,9 +2,11 @@
 
 import streamlit as st
 
-from transformer.analysis import attention_view
-from transformer.decoding import DecodeInputError, DecodeResult, branch
-from transformer.figures import attention_heatmap, probability_bars, step_attention, token_probabilities
+from transformer.analysis.views import attention_view
+from transformer.decoding.forcing import branch
+from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.viz.attention import attention_heatmap, step_attention
+from transformer.viz.charts import probability_bars, token_probabilities
 from ui import state
 from ui.charts import show
 from ui.controls import step as step_slider

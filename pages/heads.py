@@ -2,11 +2,11 @@
 
 import streamlit as st
 
-from transformer.analysis import KINDS, attention_view
-from transformer.decoding import decode
-from transformer.figures import token_probabilities
-from transformer.head_stats import STATISTICS, ablated, corpus_statistics, head_statistics, statistics_frame
-from transformer.matrix_figures import matrix_heatmap
+from transformer.analysis.head_stats import STATISTICS, ablated, corpus_statistics, head_statistics, statistics_frame
+from transformer.analysis.views import KINDS, attention_view
+from transformer.decoding.greedy import decode
+from transformer.viz.charts import token_probabilities
+from transformer.viz.matrices import matrix_heatmap
 from ui import state
 from ui.charts import show
 from ui.sidebar import page_frame

@@ -3,12 +3,12 @@
 import numpy as np
 import streamlit as st
 
-from transformer.analysis import attention_view
-from transformer.data import collate
-from transformer.decoding import DecodeInputError
-from transformer.masks import padding_mask, subsequent_mask, target_mask
-from transformer.matrix_figures import mask_heatmap, matrix_heatmap
-from transformer.walkthrough import attention_stages, sublayer_inputs
+from transformer.analysis.views import attention_view
+from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
+from transformer.decoding.result import DecodeInputError
+from transformer.model.masks import padding_mask, subsequent_mask, target_mask
+from transformer.training.batches import collate
+from transformer.viz.matrices import mask_heatmap, matrix_heatmap
 from ui import state
 from ui.charts import show
 from ui.controls import kind_layer_head

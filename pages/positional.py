@@ -4,7 +4,8 @@ import numpy as np
 import streamlit as st
 import torch
 
-from transformer.matrix_figures import curves, grouped_bars, matrix_heatmap
+from transformer.viz.charts import curves, grouped_bars
+from transformer.viz.matrices import matrix_heatmap
 from ui import state
 from ui.charts import show
 from ui.sidebar import page_frame

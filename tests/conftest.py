@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer.checkpoint import save_checkpoint
-from transformer.config import TransformerConfig
-from transformer.model import Transformer
-from transformer.tokenizer import Tokenizer, train_tokenizer
+from transformer.io.checkpoint import save_checkpoint
+from transformer.model.config import TransformerConfig
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.tokenizer import Tokenizer, train_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = "the a dog cat man woman child runs jumps sits red blue green big small park street water ball".split()

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer.checkpoint import read_header
+from transformer.io.checkpoint import read_header
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -2,8 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.analysis import attention_view, merge_words, rollout, word_labels, word_spans
-from transformer.decoding import decode
+from transformer.analysis.rollout import rollout
+from transformer.analysis.views import attention_view
+from transformer.analysis.words import merge_words, word_labels, word_spans
+from transformer.decoding.greedy import decode
 
 
 def test_rollout_of_identity_attention_is_identity():

@@ -10,8 +10,8 @@ import pytest
 from conftest import REPO
 from streamlit.testing.v1 import AppTest
 
-from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from transformer.decoding import decode
+from transformer.decoding.greedy import decode
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 SENTENCE = "Two dogs are playing in the snow."
 
@@ -67,12 +67,12 @@ def test_explorer_shows_the_models_translation_and_step_one(explorer, reference)
 
 
 def test_stepping_reveals_the_next_step_without_decoding_again(explorer, reference, monkeypatch):
-    import transformer.decoding
+    import transformer.decoding.greedy
 
     def no_model(*args, **kwargs):
         raise AssertionError("a step click must not run the model")
 
-    monkeypatch.setattr(transformer.decoding, "generate", no_model)
+    monkeypatch.setattr(transformer.decoding.greedy, "generate", no_model)
     explorer.button(key="next").click().run()
     assert not explorer.exception
     assert f"Step 2 of {reference.steps}" in markdown(explorer)
@@ -193,7 +193,7 @@ def test_report_and_exports_are_offered(explorer):
 
 
 def test_positional_page_draws_the_models_own_encoding(explorer):
-    from transformer.layers import sinusoidal_table
+    from transformer.model.layers import sinusoidal_table
 
     at = explorer.switch_page("pages/positional.py").run()
     assert not at.exception

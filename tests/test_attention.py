@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.attention import MultiHeadAttention, attention
-from transformer.masks import padding_mask, subsequent_mask, target_mask
+from transformer.model.attention import MultiHeadAttention, attention
+from transformer.model.masks import padding_mask, subsequent_mask, target_mask
 
 
 def test_explicit_attention_equals_fused_kernel():

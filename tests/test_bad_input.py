@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_app import markdown, start, translate
 
-from transformer.checkpoint import describe
-from transformer.data import text_lines
-from transformer.decoding import DecodeInputError, decode
+from transformer.decoding.greedy import decode
+from transformer.decoding.result import DecodeInputError
+from transformer.io.checkpoint import describe
+from transformer.text.files import text_lines
 
 ODD_SENTENCES = {
     "10,000 characters": "The dog runs. " * 715,
@@ -118,7 +119,7 @@ def test_the_tokenizer_takes_any_unicode(text):
 def _tokenizer():
     from conftest import make_sentences
 
-    from transformer.tokenizer import train_tokenizer
+    from transformer.text.tokenizer import train_tokenizer
 
     return train_tokenizer(make_sentences(200), vocab_size=60)
 

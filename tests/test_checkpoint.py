@@ -8,7 +8,8 @@ import torch
 from helpers import REPO, measured, with_config, with_metadata
 from safetensors.torch import save as save_safetensors
 
-from transformer.checkpoint import (
+from transformer.decoding.greedy import decode
+from transformer.io.checkpoint import (
     CheckpointError,
     CheckpointTooLarge,
     CheckpointWarning,
@@ -19,8 +20,7 @@ from transformer.checkpoint import (
     unique_state,
     update_metadata,
 )
-from transformer.decoding import decode
-from transformer.model import Transformer
+from transformer.model.encoder_decoder import Transformer
 
 
 def test_round_trip_gives_identical_outputs(checkpoint_path, model, tokenizer):

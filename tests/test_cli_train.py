@@ -6,9 +6,9 @@ import sacrebleu
 import torch
 
 from tests.conftest import REPO, make_sentences
-from transformer.checkpoint import load_checkpoint
-from transformer.evaluate import score
-from transformer.train import TrainSettings, train
+from transformer.io.checkpoint import load_checkpoint
+from transformer.training.evaluate import score
+from transformer.training.train import TrainSettings, train
 
 
 def run_cli(*args, stdin=""):

@@ -4,17 +4,11 @@ import pytest
 import torch
 
 from benchmarks.baselines import recompute_greedy
-from transformer.beam import beam_search
-from transformer.decoding import (
-    DecodeInputError,
-    branch,
-    decode,
-    decode_ids,
-    sampling_chooser,
-    source_ids,
-    teacher_force_ids,
-)
-from transformer.translate import translate_texts
+from transformer.decoding.beam import beam_search
+from transformer.decoding.forcing import branch, teacher_force_ids
+from transformer.decoding.greedy import decode, decode_ids, sampling_chooser
+from transformer.decoding.result import DecodeInputError, source_ids
+from transformer.decoding.translate import translate_texts
 
 SENTENCE = "the big dog runs in the park"
 

@@ -2,10 +2,12 @@ import json
 
 import numpy as np
 
-from transformer.decoding import decode
-from transformer.export import attention_csv
-from transformer.figures import attention_grid, attention_heatmap, axis_labels, probability_bars, step_attention
-from transformer.report import html_report
+from transformer.decoding.greedy import decode
+from transformer.io.export import attention_csv
+from transformer.viz.attention import attention_grid, attention_heatmap, step_attention
+from transformer.viz.charts import probability_bars
+from transformer.viz.report import html_report
+from transformer.viz.style import axis_labels
 
 
 def test_repeated_tokens_keep_their_own_cells_and_html_is_escaped():

@@ -3,8 +3,7 @@ import math
 import numpy as np
 import torch
 
-from transformer.decoding import decode
-from transformer.head_stats import (
+from transformer.analysis.head_stats import (
     ablated,
     corpus_statistics,
     head_statistics,
@@ -12,6 +11,7 @@ from transformer.head_stats import (
     parameter_counts,
     statistics_frame,
 )
+from transformer.decoding.greedy import decode
 
 
 def test_uniform_attention_has_maximal_entropy_and_identity_zero_distance():

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from tests.conftest import tiny_config
-from transformer.checkpoint import expected_shapes, unique_state
-from transformer.config import ConfigError, TransformerConfig
-from transformer.model import Transformer
+from transformer.io.checkpoint import expected_shapes, unique_state
+from transformer.model.config import ConfigError, TransformerConfig
+from transformer.model.encoder_decoder import Transformer
 
 
 def batch(config, seed=0):

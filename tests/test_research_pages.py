@@ -11,7 +11,7 @@ from conftest import REPO
 from helpers import gzip_bomb, measured, with_config
 from test_app import array, figure, markdown, start
 
-from transformer.checkpoint import load_checkpoint_bytes
+from transformer.io.checkpoint import load_checkpoint_bytes
 
 
 class RunsCode:

@@ -6,9 +6,9 @@ import pytest
 import sacrebleu
 
 from tests.conftest import REPO
-from transformer.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from transformer.decoding import decode
-from transformer.translate import translate_texts
+from transformer.decoding.greedy import decode
+from transformer.decoding.translate import translate_texts
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 VALIDATION = REPO.parent / "shared" / "data" / "multi30k"
 

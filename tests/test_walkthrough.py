@@ -3,10 +3,11 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from transformer.decoding import decode
-from transformer.matrix_figures import curves, grouped_bars, mask_heatmap, matrix_heatmap
-from transformer.model import Transformer
-from transformer.walkthrough import attention_stages, sublayer_inputs
+from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
+from transformer.decoding.greedy import decode
+from transformer.model.encoder_decoder import Transformer
+from transformer.viz.charts import curves, grouped_bars
+from transformer.viz.matrices import mask_heatmap, matrix_heatmap
 
 
 @pytest.mark.parametrize("norm_first", [False, True])

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
-from .decoding import DecodeInputError
+from transformer.decoding.result import DecodeInputError
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
 
 
 def _device(name: str) -> str:
@@ -26,7 +26,7 @@ def _add_checkpoint(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from .translate import translate_texts
+    from transformer.decoding.translate import translate_texts
 
     checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
     handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
@@ -37,9 +37,9 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .beam import beam_search
-    from .decoding import decode
-    from .export import to_json, to_npz
+    from transformer.decoding.beam import beam_search
+    from transformer.decoding.greedy import decode
+    from transformer.io.export import to_json, to_npz
 
     checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
     if args.beam > 1:
@@ -57,7 +57,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import evaluate_files, save_scores
+    from transformer.training.evaluate import evaluate_files, save_scores
 
     checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
     scores, hypotheses = evaluate_files(checkpoint, args.src, args.ref, beam=args.beam)
@@ -73,7 +73,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from .train import TrainSettings, train
+    from transformer.training.train import TrainSettings, train
 
     values = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
     values["snapshot_epochs"] = tuple(values.get("snapshot_epochs", ()))
@@ -83,7 +83,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_synthetic(args: argparse.Namespace) -> int:
-    from .synthetic import train_reversal
+    from transformer.training.synthetic import train_reversal
 
     bleu = train_reversal(args.out, seed=args.seed, epochs=args.epochs)
     print(f"wrote {args.out}: validation BLEU {bleu:.2f}")
@@ -91,7 +91,7 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
 
 
 def _train_parser(parser: argparse.ArgumentParser) -> None:
-    from .train import TrainSettings
+    from transformer.training.train import TrainSettings
 
     for field in fields(TrainSettings):
         flag = "--" + field.name.replace("_", "-")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
-from transformer.figures import FIGURE_CONFIG
+from transformer.viz.style import FIGURE_CONFIG
 
 PRESENTATION_FONT = 18  # points, for a projector
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from transformer.analysis import KINDS
-from transformer.decoding import DecodeResult
+from transformer.analysis.views import KINDS
+from transformer.decoding.result import DecodeResult
 
 from . import state
 

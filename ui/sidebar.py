@@ -7,8 +7,8 @@ from dataclasses import asdict, dataclass
 import streamlit as st
 import torch
 
-from transformer.checkpoint import Checkpoint, CheckpointError, describe
-from transformer.decoding import DecodeInputError, DecodeResult
+from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.io.checkpoint import Checkpoint, CheckpointError, describe
 
 from . import state
 from .charts import presentation_style

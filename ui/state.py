@@ -17,9 +17,12 @@ import streamlit as st
 import torch
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from transformer.analysis import KINDS
-from transformer.beam import beam_search
-from transformer.checkpoint import (
+from transformer.analysis.views import KINDS
+from transformer.decoding.beam import beam_search
+from transformer.decoding.forcing import teacher_force
+from transformer.decoding.greedy import decode, greedy_chooser, sampling_chooser
+from transformer.decoding.result import DecodeResult
+from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
     DEFAULT_CHECKPOINT,
     Checkpoint,
@@ -29,8 +32,7 @@ from transformer.checkpoint import (
     load_checkpoint,
     load_checkpoint_bytes,
 )
-from transformer.data import text_lines
-from transformer.decoding import DecodeResult, decode, greedy_chooser, sampling_chooser, teacher_force
+from transformer.text.files import text_lines
 
 DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
 MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)

@@ -6,17 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import (
-    DecodeResult,
-    _assemble,
-    _encode,
-    _lower_triangle,
-    _model_device,
-    default_max_new_tokens,
-    source_ids,
-)
-from .model import Transformer
-from .tokenizer import Tokenizer
+from transformer.decoding.greedy import default_max_new_tokens, encode_source
+from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.tokenizer import Tokenizer
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -55,9 +48,9 @@ def beam_search_ids(
 ) -> tuple[list[int], list[int], list[_Step], torch.Tensor | None]:
     """The best hypothesis' tokens and, to rebuild its record, its hypothesis index per step."""
     config = model.config
-    device = _model_device(model)
+    device = model_device(model)
     src = torch.tensor([src_ids], device=device)
-    memory, src_mask, encoder_maps = _encode(model, src, need_weights)
+    memory, src_mask, encoder_maps = encode_source(model, src, need_weights)
     memory, src_mask = memory.expand(width, -1, -1), src_mask.expand(width, -1, -1, -1)
     cache = model.start_cache(memory)
     last = torch.full((width, 1), config.bos_id, dtype=torch.long, device=device)
@@ -115,13 +108,13 @@ def beam_search(
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
     tokens, indices, steps, encoder = beam_search_ids(model, ids, width, alpha, need_weights=True)
     chosen = [steps[t] for t in range(len(tokens))]
-    return _assemble(
+    return assemble(
         tokenizer,
         ids,
         tokens,
         torch.stack([s.log_probs[i] for s, i in zip(chosen, indices)]),
         encoder,
-        _lower_triangle([s.self_rows[i] for s, i in zip(chosen, indices)]),
+        lower_triangle([s.self_rows[i] for s, i in zip(chosen, indices)]),
         torch.stack([s.cross_rows[i] for s, i in zip(chosen, indices)], dim=2),
         f"beam {width}",
         truncated,

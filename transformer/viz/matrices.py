@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .figures import MASKED_COLOR, axis_labels, fit_labels
+from transformer.viz.style import MASKED_COLOR, axis_labels, fit_labels
 
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 
@@ -88,38 +88,4 @@ def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str
     fig.update_layout(title=title, height=max(240, min(800, 110 + 20 * rows)), margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(type="category", title="key", tickangle=-60, range=[-0.5, columns - 0.5], showgrid=False)
     fig.update_yaxes(type="category", title="query", range=[rows - 0.5, -0.5], showgrid=False)
-    return fit_labels(fig)
-
-
-def curves(table: np.ndarray, columns: list[int], title: str, x_title: str = "position") -> go.Figure:
-    """Chosen columns of a (rows, columns) table as lines over the rows (e.g. PE dimensions over positions)."""
-    fig = go.Figure(
-        [go.Scatter(y=np.asarray(table[:, c], dtype=np.float32), mode="lines", name=f"dimension {c}") for c in columns]
-    )
-    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
-    fig.update_xaxes(title=x_title)
-    return fit_labels(fig)
-
-
-def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y_title: str) -> go.Figure:
-    """One group of bars per token, one bar per named series."""
-    labels = axis_labels(pieces)
-    fig = go.Figure(
-        [go.Bar(x=labels, y=np.asarray(values, dtype=np.float32), name=name) for name, values in series.items()]
-    )
-    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h"))  # fmt: skip
-    fig.update_xaxes(type="category", tickangle=-60)
-    fig.update_yaxes(title=y_title)
-    return fit_labels(fig)
-
-
-def lines(series: dict[str, tuple[list[float], list[float]]], title: str, x_title: str, y_title: str) -> go.Figure:
-    """Named (x, y) series as lines with markers (training curves)."""
-    fig = go.Figure(
-        [go.Scatter(x=x, y=np.asarray(y, dtype=np.float32), mode="lines", name=name) for name, (x, y) in series.items()]
-    )
-    fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
-    fig.update_xaxes(title=x_title)
-    fig.update_yaxes(title=y_title)
     return fit_labels(fig)

@@ -12,10 +12,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from .checkpoint import unique_state, write_atomically
-from .config import TransformerConfig
-from .model import Transformer
-from .tokenizer import Tokenizer
+from transformer.io.checkpoint import unique_state, write_atomically
+from transformer.model.config import TransformerConfig
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.tokenizer import Tokenizer
 
 
 @dataclass

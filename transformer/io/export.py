@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pandas as pd
 
-from .decoding import DecodeResult
-from .tokenizer import Tokenizer
+from transformer.decoding.result import DecodeResult
+from transformer.text.tokenizer import Tokenizer
 
 
 def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.ndarray]:

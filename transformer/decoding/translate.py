@@ -6,10 +6,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .beam import beam_search_ids
-from .decoding import _model_device, default_max_new_tokens, generate, source_ids
-from .model import Transformer
-from .tokenizer import Tokenizer
+from transformer.decoding.beam import beam_search_ids
+from transformer.decoding.greedy import default_max_new_tokens, generate
+from transformer.decoding.result import model_device, source_ids
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.tokenizer import Tokenizer
 
 
 def translate_texts(
@@ -21,7 +22,7 @@ def translate_texts(
     progress: Callable[[int], None] | None = None,
 ) -> list[str]:
     """Translations in input order; an empty line translates to an empty line."""
-    device = _model_device(model)
+    device = model_device(model)
     pad = model.config.pad_id
     outputs = [""] * len(texts)
     sources = {i: source_ids(tokenizer, text, model.config.max_len)[0] for i, text in enumerate(texts) if text.strip()}

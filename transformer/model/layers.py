@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import MultiHeadAttention
-from .config import TransformerConfig
+from transformer.model.attention import MultiHeadAttention
+from transformer.model.config import TransformerConfig
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:

@@ -26,15 +26,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from .config import ConfigError, TransformerConfig
-from .model import Transformer
-from .tokenizer import Tokenizer, TokenizerError
+from transformer.model.config import ConfigError, TransformerConfig
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.tokenizer import Tokenizer, TokenizerError
 
 FORMAT_NAME = "transformer-explorer-checkpoint"
 FORMAT_VERSION = "1"
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
-CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
+CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr.safetensors"
 _DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
 

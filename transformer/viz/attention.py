@@ -7,35 +7,14 @@ repeated tokens stay separate rows and columns.
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-COLORSCALE = "Blues"
-MASKED_COLOR = "#b9b9b9"  # the plot background shows through masked (NaN) cells
+from transformer.viz.style import COLORSCALE, MASKED_COLOR, axis_labels, fit_labels
+
 HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{fullData.name}</extra>"
 CELL_BUDGET = 120_000  # cells in one figure beyond which pages draw a cheaper view
-FIGURE_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
-
-
-def fit_labels(fig: go.Figure) -> go.Figure:
-    """Margins that grow to fit the tick labels (tokens can be long), whatever the font size."""
-    fig.update_xaxes(automargin=True)
-    fig.update_yaxes(automargin=True)
-    return fig
-
-
-def axis_labels(pieces: list[str]) -> list[str]:
-    """Escaped token labels, made distinct by invisible zero-width spaces so repeats keep their own cell."""
-    seen: dict[str, int] = {}
-    labels = []
-    for piece in pieces:
-        count = seen.get(piece, 0)
-        seen[piece] = count + 1
-        labels.append(html.escape(piece) + "\u200b" * count)
-    return labels
 
 
 def _masked(weights: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
@@ -165,41 +144,3 @@ def step_attention(
     )
     fig.update_xaxes(title="key")
     return _attention_layout(fig, height=110 + 20 * len(labels), title=title)
-
-
-def probability_bars(
-    pieces: list[str], probabilities: np.ndarray, highlight: int | None = None, title: str | None = None
-) -> go.Figure:
-    """Horizontal bars, most probable first; the highlighted bar (the chosen token) in a darker colour."""
-    colors = ["#1f4e9c" if i == highlight else "#8fb3e0" for i in range(len(pieces))]
-    fig = go.Figure(
-        go.Bar(
-            x=np.asarray(probabilities, dtype=np.float32),
-            y=axis_labels(pieces),
-            orientation="h",
-            marker_color=colors,
-            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title=title, height=max(220, 60 + 24 * len(pieces)), margin=dict(l=10, r=10, t=50 if title else 20, b=10)
-    )
-    fig.update_xaxes(range=[0, 1], title="probability")
-    fig.update_yaxes(autorange="reversed", type="category")
-    return fit_labels(fig)
-
-
-def token_probabilities(pieces: list[str], probabilities: np.ndarray, title: str | None = None) -> go.Figure:
-    """The probability the model gave each token of an output, in order (a column per token)."""
-    fig = go.Figure(
-        go.Bar(
-            x=axis_labels(pieces),
-            y=np.asarray(probabilities, dtype=np.float32),
-            marker_color="#3a6fbf",
-            hovertemplate="%{x}: %{y:.3f}<extra></extra>",
-        )
-    )
-    fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=50 if title else 20, b=10))
-    fig.update_yaxes(range=[0, 1], title="probability")
-    fig.update_xaxes(type="category", tickangle=-60)
-    return fit_labels(fig)

@@ -13,10 +13,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .analysis import attention_view
-from .decoding import decode
-from .model import Transformer
-from .tokenizer import Tokenizer
+from transformer.analysis.views import attention_view
+from transformer.decoding.greedy import decode
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.tokenizer import Tokenizer
 
 STATISTICS = {
     "entropy": "entropy of the weights (nats; 0 = one key, log K = uniform)",

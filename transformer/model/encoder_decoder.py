@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import TransformerConfig
-from .layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache, PositionalEncoding
-from .masks import padding_mask, target_mask
+from transformer.model.config import TransformerConfig
+from transformer.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache, PositionalEncoding
+from transformer.model.masks import padding_mask, target_mask
 
 
 @dataclass(frozen=True)

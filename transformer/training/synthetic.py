@@ -11,7 +11,7 @@ import random
 import tempfile
 from pathlib import Path
 
-from .train import TrainSettings, train
+from transformer.training.train import TrainSettings, train
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention import MultiHeadAttention
-from .masks import padding_mask, target_mask
-from .model import Transformer
+from transformer.model.attention import MultiHeadAttention
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.masks import padding_mask, target_mask
 
 
 @dataclass(frozen=True)

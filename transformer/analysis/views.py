@@ -1,4 +1,4 @@
-"""Views derived from the recorded attention: rollout, and pieces merged into words.
+"""Views of a decode result as pages draw them: one attention kind's maps with labels and masked cells.
 
 Everything here takes and returns numpy arrays shaped (..., query, key), so it works the
 same on one head's map, a layer's heads or the whole model.
@@ -10,59 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .decoding import DecodeResult
-
-WORD_START = "\u2581"  # SentencePiece marks the first piece of a word with it
-
-
-def rollout(encoder_self: np.ndarray) -> np.ndarray:
-    """Attention rollout (Abnar and Zuidema 2020) over the encoder layers.
-
-    Each layer's mean over heads is mixed half and half with the identity (the residual
-    path), rows renormalised, and the layers multiplied from the first: row i of the
-    result says how much of each input token flowed into position i of the last layer.
-    encoder_self (L, H, S, S) -> (S, S).
-    """
-    size = encoder_self.shape[-1]
-    flow = np.eye(size, dtype=np.float64)
-    for layer in encoder_self:
-        mixed = 0.5 * layer.mean(axis=0) + 0.5 * np.eye(size)
-        mixed /= mixed.sum(axis=-1, keepdims=True)
-        flow = mixed @ flow
-    return flow.astype(np.float32)
-
-
-def word_spans(pieces: list[str]) -> list[tuple[int, int]]:
-    """[start, end) of each word: a piece marked as a word start, a special token, or what follows one, starts a word."""
-    spans: list[tuple[int, int]] = []
-    for index, piece in enumerate(pieces):
-        starts_word = index == 0 or piece.startswith(WORD_START) or _is_special(piece) or _is_special(pieces[index - 1])
-        if starts_word:
-            spans.append((index, index + 1))
-        else:
-            spans[-1] = (spans[-1][0], index + 1)
-    return spans
-
-
-def _is_special(piece: str) -> bool:
-    return len(piece) > 2 and piece.startswith("<") and piece.endswith(">")
-
-
-def word_labels(pieces: list[str], spans: list[tuple[int, int]]) -> list[str]:
-    return ["".join(pieces[start:end]).replace(WORD_START, "") or WORD_START for start, end in spans]
-
-
-def merge_words(
-    weights: np.ndarray, query_spans: list[tuple[int, int]], key_spans: list[tuple[int, int]]
-) -> np.ndarray:
-    """Piece-level attention (..., Q, K) -> word-level (..., Qw, Kw).
-
-    A word's weight as a key is the sum over its pieces (rows still sum to 1); as a query
-    it is the mean over its pieces' rows.
-    """
-    by_key = np.stack([weights[..., start:end].sum(axis=-1) for start, end in key_spans], axis=-1)
-    return np.stack([by_key[..., start:end, :].mean(axis=-2) for start, end in query_spans], axis=-2)
-
+from transformer.analysis.words import merge_words, word_labels, word_spans
+from transformer.decoding.result import DecodeResult
 
 KINDS = {
     "encoder": "encoder self-attention",

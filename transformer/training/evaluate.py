@@ -8,9 +8,9 @@ from pathlib import Path
 import sacrebleu
 from tqdm import tqdm
 
-from .checkpoint import Checkpoint, update_metadata
-from .data import read_parallel
-from .translate import translate_texts
+from transformer.decoding.translate import translate_texts
+from transformer.io.checkpoint import Checkpoint, update_metadata
+from transformer.text.files import read_parallel
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,11 @@ import html
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from .analysis import KINDS, attention_view, rollout
-from .decoding import DecodeResult
-from .figures import attention_heatmap, heads_or_means, token_probabilities
+from transformer.analysis.rollout import rollout
+from transformer.analysis.views import KINDS, attention_view
+from transformer.decoding.result import DecodeResult
+from transformer.viz.attention import attention_heatmap, heads_or_means
+from transformer.viz.charts import token_probabilities
 
 
 def report_figures(result: DecodeResult) -> list[tuple[str, go.Figure]]:

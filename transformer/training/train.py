@@ -20,13 +20,14 @@ import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
-from .checkpoint import save_checkpoint
-from .config import TransformerConfig
-from .data import encode_pairs, iterate_batches, read_parallel, token_batches
-from .model import Transformer
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, train_tokenizer
-from .train_state import LoadedState, Progress, load_state, save_state
-from .translate import translate_texts
+from transformer.decoding.translate import translate_texts
+from transformer.io.checkpoint import save_checkpoint
+from transformer.model.config import TransformerConfig
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.files import read_parallel
+from transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, train_tokenizer
+from transformer.training.batches import encode_pairs, iterate_batches, token_batches
+from transformer.training.state import LoadedState, Progress, load_state, save_state
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import TransformerConfig
+from transformer.model.config import TransformerConfig
 
 
 def attention(

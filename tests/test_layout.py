@@ -1,0 +1,76 @@
+"""The folders are the architecture: each layer imports only the layers below it, with no cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from helpers import REPO
+
+PACKAGE = REPO / "transformer"
+# What each layer may import from the package besides itself (the table in transformer/__init__.py).
+ALLOWED = {
+    "model": set(),
+    "text": set(),
+    "decoding": {"model", "text"},
+    "analysis": {"model", "text", "decoding"},
+    "io": {"model", "text", "decoding"},
+    "viz": {"model", "text", "decoding", "analysis"},
+    "training": {"model", "text", "decoding", "io"},
+}
+
+
+def imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth of its code (lazy imports count too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def package_modules() -> dict[str, set[str]]:
+    return {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_plotly_only_in_viz_and_streamlit_only_in_the_app():
+    for path in [*PACKAGE.rglob("*.py")]:
+        top = {name.split(".")[0] for name in imports(path)}
+        if "plotly" in top:
+            assert module_name(path).startswith("transformer.viz"), path
+        assert "streamlit" not in top, path
+    for path in REPO.glob("benchmarks/*.py"):
+        assert "streamlit" not in {name.split(".")[0] for name in imports(path)}, path
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    for module, names in package_modules().items():
+        parts = module.split(".")
+        if len(parts) < 3:  # transformer, transformer.cli, transformer.__main__ sit on top
+            continue
+        used = {name.split(".")[1] for name in names if name.startswith("transformer.")} - {parts[1]}
+        assert used <= ALLOWED[parts[1]], f"{module} imports {sorted(used - ALLOWED[parts[1]])}"
+
+
+def test_no_import_cycle_between_modules():
+    graph = {module: {n for n in names if n.startswith("transformer.")} for module, names in package_modules().items()}
+    graph = {module: {n for n in targets if n in graph and n != module} for module, targets in graph.items()}
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in graph[module]:
+            assert state.get(target) != "open", " -> ".join([*path, module, target])
+            if target not in state:
+                visit(target, [*path, module])
+        state[module] = "done"
+
+    for module in graph:
+        if module not in state:
+            visit(module, [])

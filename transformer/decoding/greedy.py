@@ -1,0 +1,132 @@
+"""Decoding one token at a time with a key/value cache: greedy and sampling.
+
+Every function here is pure: it reads the shared model and returns a new DecodeResult.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.masks import padding_mask
+from transformer.text.tokenizer import Tokenizer
+
+
+def encode_source(model: Transformer, src: torch.Tensor, need_weights: bool):
+    src_mask = padding_mask(src, model.config.pad_id)
+    memory, maps = model.encode(src, src_mask, need_weights)
+    return memory, src_mask, maps
+
+
+Chooser = Callable[[torch.Tensor], torch.Tensor]  # log-probs (B, V) -> token ids (B,)
+
+
+def greedy_chooser(log_probs: torch.Tensor) -> torch.Tensor:
+    return log_probs.argmax(dim=-1)
+
+
+def sampling_chooser(temperature: float = 1.0, top_k: int = 0, seed: int = 0) -> Chooser:
+    """Samples from softmax(logits / temperature), restricted to the top_k tokens when top_k > 0."""
+    if temperature <= 0:
+        raise ValueError("temperature must be positive")
+    generators: dict[torch.device, torch.Generator] = {}
+
+    def choose(log_probs: torch.Tensor) -> torch.Tensor:
+        generator = generators.setdefault(log_probs.device, torch.Generator(log_probs.device).manual_seed(seed))
+        scores = log_probs / temperature
+        if 0 < top_k < scores.size(-1):
+            threshold = scores.topk(top_k, dim=-1).values[:, -1:]
+            scores = scores.masked_fill(scores < threshold, float("-inf"))
+        return torch.multinomial(scores.softmax(dim=-1), 1, generator=generator).squeeze(1)
+
+    return choose
+
+
+@torch.inference_mode()
+def generate(
+    model: Transformer,
+    src: torch.Tensor,
+    max_new_tokens: int,
+    choose: Chooser = greedy_chooser,
+    need_weights: bool = False,
+    prefix: Sequence[int] = (),
+) -> tuple[torch.Tensor, torch.Tensor, list, list, list]:
+    """Token-by-token decoding of a batch src (B, S); one decoder step per new token.
+
+    The first len(prefix) tokens are forced (teacher forcing, what-if branches), the rest
+    chosen by `choose`. Returns tokens (B, T), per-step log-probs (B, T, V), the encoder
+    maps and, per step, the decoder self and cross rows of every layer.
+    """
+    config = model.config
+    batch = src.size(0)
+    memory, src_mask, encoder_maps = encode_source(model, src, need_weights)
+    cache = model.start_cache(memory)
+    last = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src.device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    tokens, log_probs_per_step, self_rows, cross_rows = [], [], [], []
+    for step in range(min(max_new_tokens, config.max_len)):
+        hidden, self_maps, cross_maps, cache = model.decode(last, memory, src_mask, None, need_weights, cache)
+        log_probs = model.log_probs(hidden[:, -1])  # (B, V)
+        if step < len(prefix):
+            token = torch.full((batch,), prefix[step], dtype=torch.long, device=src.device)
+        else:
+            token = choose(log_probs)
+        token = token.masked_fill(finished, config.pad_id)
+        tokens.append(token)
+        log_probs_per_step.append(log_probs)
+        if need_weights:
+            self_rows.append(torch.stack([m[:, :, 0] for m in self_maps], dim=1))  # (B, L, H, t+1)
+            cross_rows.append(torch.stack([m[:, :, 0] for m in cross_maps], dim=1))  # (B, L, H, S)
+        finished |= token == config.eos_id
+        if finished.all():
+            break
+        last = token[:, None]
+    return torch.stack(tokens, 1), torch.stack(log_probs_per_step, 1), encoder_maps, self_rows, cross_rows
+
+
+def default_max_new_tokens(model: Transformer, src_len: int) -> int:
+    return min(model.config.max_len, 2 * src_len + 10)
+
+
+def decode(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    text: str,
+    choose: Chooser = greedy_chooser,
+    strategy: str = "greedy",
+    max_new_tokens: int | None = None,
+) -> DecodeResult:
+    """Decodes one sentence, recording every attention map of every step."""
+    ids, truncated = source_ids(tokenizer, text, model.config.max_len)
+    return decode_ids(model, tokenizer, ids, choose, strategy, max_new_tokens=max_new_tokens, truncated=truncated)
+
+
+def decode_ids(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    ids: list[int],
+    choose: Chooser = greedy_chooser,
+    strategy: str = "greedy",
+    prefix: Sequence[int] = (),
+    max_new_tokens: int | None = None,
+    truncated: bool = False,
+) -> DecodeResult:
+    """decode() for source ids already tokenized (eos included)."""
+    src = torch.tensor([ids], device=model_device(model))
+    limit = max_new_tokens or max(default_max_new_tokens(model, len(ids)), len(prefix))
+    tokens, log_probs, encoder_maps, self_rows, cross_rows = generate(model, src, limit, choose, True, prefix)
+    tgt_ids = tokens[0].tolist()
+    return assemble(
+        tokenizer,
+        ids,
+        tgt_ids,
+        log_probs[0],
+        torch.cat(encoder_maps),
+        lower_triangle([row[0] for row in self_rows]),
+        torch.stack([row[0] for row in cross_rows], dim=2),  # (L, H, T, S)
+        strategy,
+        truncated,
+    )

@@ -1,0 +1,106 @@
+"""The decode result: what every decoding strategy returns and every view reads; its source side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from transformer.model.encoder_decoder import Transformer
+from transformer.text.tokenizer import Tokenizer
+
+TOP_K = 10  # candidates kept per step for display
+
+
+class DecodeInputError(ValueError):
+    """A sentence the model cannot take (empty, nothing but whitespace)."""
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Everything the app, the CLI and the statistics read about one decoded sentence.
+
+    Row t of decoder_self and cross belongs to decoder input position t (bos, then the
+    output so far), the query that produced output token t.
+    """
+
+    src_ids: list[int]
+    src_pieces: list[str]
+    tgt_ids: list[int]  # the output, ending in eos when the model produced it
+    tgt_pieces: list[str]
+    text: str
+    topk_ids: torch.Tensor  # (T, k) the most probable next tokens at each step
+    topk_probs: torch.Tensor  # (T, k)
+    token_probs: torch.Tensor  # (T,) probability of the token taken at each step
+    encoder_self: torch.Tensor  # (L_enc, H, S, S)
+    decoder_self: torch.Tensor  # (L_dec, H, T, T), zero above the diagonal
+    cross: torch.Tensor  # (L_dec, H, T, S)
+    strategy: str
+    truncated: bool = False  # the source was cut to the model's max_len
+
+    @property
+    def decoder_input_pieces(self) -> list[str]:
+        return ["<s>", *self.tgt_pieces[:-1]]
+
+    @property
+    def steps(self) -> int:
+        return len(self.tgt_ids)
+
+
+def source_ids(tokenizer: Tokenizer, text: str, max_len: int) -> tuple[list[int], bool]:
+    """Token ids of a sentence with eos appended, cut to max_len; and whether it was cut."""
+    if not text or not text.strip():
+        raise DecodeInputError("the sentence is empty: type something to translate")
+    ids = tokenizer.encode(text) + [tokenizer.processor.eos_id()]
+    if len(ids) > max_len:
+        return ids[: max_len - 1] + [ids[-1]], True
+    return ids, False
+
+
+def model_device(model: Transformer) -> torch.device:
+    return next(model.parameters()).device
+
+
+def pieces_of(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+    return [tokenizer.id_to_piece(i) for i in ids]
+
+
+def lower_triangle(rows: list[torch.Tensor]) -> torch.Tensor:
+    """Per-step rows (L, H, t+1) -> (L, H, T, T), zero where the look-ahead mask hid a key."""
+    steps = len(rows)
+    full = rows[-1].new_zeros(*rows[-1].shape[:2], steps, steps)
+    for t, row in enumerate(rows):
+        full[:, :, t, : t + 1] = row
+    return full
+
+
+def assemble(
+    tokenizer: Tokenizer,
+    src_ids: list[int],
+    tgt_ids: list[int],
+    step_log_probs: torch.Tensor,
+    encoder_self: torch.Tensor,
+    decoder_self: torch.Tensor,
+    cross: torch.Tensor,
+    strategy: str,
+    truncated: bool,
+) -> DecodeResult:
+    probs = step_log_probs.float().exp().cpu()
+    topk = probs.topk(min(TOP_K, probs.size(-1)), dim=-1)
+    chosen = torch.tensor(tgt_ids, dtype=torch.long)
+    return DecodeResult(
+        src_ids=list(src_ids),
+        src_pieces=pieces_of(tokenizer, src_ids),
+        tgt_ids=list(tgt_ids),
+        tgt_pieces=pieces_of(tokenizer, tgt_ids),
+        text=tokenizer.decode(tgt_ids),
+        topk_ids=topk.indices,
+        topk_probs=topk.values,
+        token_probs=probs.gather(1, chosen[:, None]).squeeze(1),
+        encoder_self=encoder_self.float().cpu(),
+        decoder_self=decoder_self.float().cpu(),
+        cross=cross.float().cpu(),
+        strategy=strategy,
+        truncated=truncated,
+    )

@@ -1,0 +1,6 @@
+"""The model (Vaswani et al. 2017): config, the pure attention function, masks, layers; needs only torch."""
+
+from transformer.model.config import ConfigError, TransformerConfig
+from transformer.model.encoder_decoder import AttentionMaps, ModelOutput, Transformer
+
+__all__ = ["AttentionMaps", "ConfigError", "ModelOutput", "Transformer", "TransformerConfig"]

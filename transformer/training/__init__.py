@@ -1,0 +1,1 @@
+"""Training and evaluation: batches, the loop (one process or several), its resumable state, scores."""

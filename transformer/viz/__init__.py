@@ -1,0 +1,6 @@
+"""Every Plotly figure: pure builders from arrays and tokens to a Figure, one shared style; the HTML report."""
+
+from transformer.viz.attention import attention_grid, attention_heatmap, step_attention
+from transformer.viz.charts import token_probabilities
+
+__all__ = ["attention_grid", "attention_heatmap", "step_attention", "token_probabilities"]

@@ -1,0 +1,80 @@
+"""Bars and curves: next-token probabilities, vector norms, training curves, positional sinusoids."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from transformer.viz.style import axis_labels, fit_labels
+
+
+def probability_bars(
+    pieces: list[str], probabilities: np.ndarray, highlight: int | None = None, title: str | None = None
+) -> go.Figure:
+    """Horizontal bars, most probable first; the highlighted bar (the chosen token) in a darker colour."""
+    colors = ["#1f4e9c" if i == highlight else "#8fb3e0" for i in range(len(pieces))]
+    fig = go.Figure(
+        go.Bar(
+            x=np.asarray(probabilities, dtype=np.float32),
+            y=axis_labels(pieces),
+            orientation="h",
+            marker_color=colors,
+            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title, height=max(220, 60 + 24 * len(pieces)), margin=dict(l=10, r=10, t=50 if title else 20, b=10)
+    )
+    fig.update_xaxes(range=[0, 1], title="probability")
+    fig.update_yaxes(autorange="reversed", type="category")
+    return fit_labels(fig)
+
+
+def token_probabilities(pieces: list[str], probabilities: np.ndarray, title: str | None = None) -> go.Figure:
+    """The probability the model gave each token of an output, in order (a column per token)."""
+    fig = go.Figure(
+        go.Bar(
+            x=axis_labels(pieces),
+            y=np.asarray(probabilities, dtype=np.float32),
+            marker_color="#3a6fbf",
+            hovertemplate="%{x}: %{y:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=50 if title else 20, b=10))
+    fig.update_yaxes(range=[0, 1], title="probability")
+    fig.update_xaxes(type="category", tickangle=-60)
+    return fit_labels(fig)
+
+
+def curves(table: np.ndarray, columns: list[int], title: str, x_title: str = "position") -> go.Figure:
+    """Chosen columns of a (rows, columns) table as lines over the rows (e.g. PE dimensions over positions)."""
+    fig = go.Figure(
+        [go.Scatter(y=np.asarray(table[:, c], dtype=np.float32), mode="lines", name=f"dimension {c}") for c in columns]
+    )
+    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+    fig.update_xaxes(title=x_title)
+    return fit_labels(fig)
+
+
+def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y_title: str) -> go.Figure:
+    """One group of bars per token, one bar per named series."""
+    labels = axis_labels(pieces)
+    fig = go.Figure(
+        [go.Bar(x=labels, y=np.asarray(values, dtype=np.float32), name=name) for name, values in series.items()]
+    )
+    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=50, b=10),
+                      legend=dict(orientation="h"))  # fmt: skip
+    fig.update_xaxes(type="category", tickangle=-60)
+    fig.update_yaxes(title=y_title)
+    return fit_labels(fig)
+
+
+def lines(series: dict[str, tuple[list[float], list[float]]], title: str, x_title: str, y_title: str) -> go.Figure:
+    """Named (x, y) series as lines with markers (training curves)."""
+    fig = go.Figure(
+        [go.Scatter(x=x, y=np.asarray(y, dtype=np.float32), mode="lines", name=name) for name, (x, y) in series.items()]
+    )
+    fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(title=y_title)
+    return fit_labels(fig)

@@ -1,0 +1,33 @@
+"""The shared look of every figure: colours, the Plotly toolbar, token labels that fit and never run script."""
+
+from __future__ import annotations
+
+import html
+
+import plotly.graph_objects as go
+
+COLORSCALE = "Blues"
+
+
+MASKED_COLOR = "#b9b9b9"  # the plot background shows through masked (NaN) cells
+
+
+FIGURE_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+def fit_labels(fig: go.Figure) -> go.Figure:
+    """Margins that grow to fit the tick labels (tokens can be long), whatever the font size."""
+    fig.update_xaxes(automargin=True)
+    fig.update_yaxes(automargin=True)
+    return fig
+
+
+def axis_labels(pieces: list[str]) -> list[str]:
+    """Escaped token labels, made distinct by invisible zero-width spaces so repeats keep their own cell."""
+    seen: dict[str, int] = {}
+    labels = []
+    for piece in pieces:
+        count = seen.get(piece, 0)
+        seen[piece] = count + 1
+        labels.append(html.escape(piece) + "\u200b" * count)
+    return labels
