@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import torch
 
-from transformer.analysis.views import KINDS, attention_view
+from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode, decode_ids
 from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_heatmap, heads_or_means, step_attention
 from transformer.viz.charts import probability_bars
 
@@ -44,7 +45,7 @@ def step_figures(result: DecodeResult, step: int, tokenizer) -> int:
 def attention_page_figures(result: DecodeResult) -> int:
     """Every kind's model view (or its cheaper form past the budget) and one head's map; returns JSON bytes."""
     size = 0
-    for kind in KINDS:
+    for kind in AttentionKind:
         view = attention_view(result, kind)
         rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
         grid, _ = heads_or_means(

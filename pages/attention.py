@@ -4,8 +4,9 @@ import numpy as np
 import streamlit as st
 
 from transformer.analysis.rollout import rollout
-from transformer.analysis.views import KINDS, attention_view
+from transformer.analysis.views import attention_view
 from transformer.io.export import attention_csv, to_npz
+from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_grid, attention_heatmap, heads_or_means
 from transformer.viz.report import html_report
 from ui import state
@@ -29,7 +30,7 @@ st.title("Attention maps")
 
 controls = st.columns([3, 4, 1, 1, 2])
 kind, layer, head = kind_layer_head(result, [controls[0], controls[2], controls[3]])
-views = [v for v in VIEWS if v != "rollout" or kind == "encoder"]
+views = [v for v in VIEWS if v != "rollout" or kind is AttentionKind.ENCODER]
 if session.get("view") not in views:
     session.view = "head"
 view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **state.shared("view"))
@@ -38,11 +39,11 @@ words = controls[4].toggle(
     help="Sum over the pieces of a key word, mean over those of a query word.",
     **state.shared("words"),
 )
-step = controls_step(result, "Decoding step (rows up to it)") if kind != "encoder" else None
+step = controls_step(result, "Decoding step (rows up to it)") if not kind.queries_from_source else None
 
 view = attention_view(result, kind, step, words)
 layers = view.maps.shape[0]
-title = f"{KINDS[kind]}, layer {layer + 1}"
+title = f"{kind.title}, layer {layer + 1}"
 layer_names = [f"layer {i + 1}" for i in range(layers)]
 map_for_export = view.maps[layer, head]
 
@@ -52,11 +53,11 @@ if view_name == "head":
     )
 elif view_name == "mean":
     figure = attention_grid(view.mean_over_heads()[:, None], view.query_pieces, view.key_pieces, layer_names,
-                            ["mean over heads"], KINDS[kind], view.mask)  # fmt: skip
+                            ["mean over heads"], kind.title, view.mask)  # fmt: skip
     map_for_export = view.mean_over_heads()[layer]
 elif view_name in ("layer", "model"):
     maps, rows, name = (
-        (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, KINDS[kind])
+        (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, kind.title)
     )
     figure, fell_back = heads_or_means(maps, view.query_pieces, view.key_pieces, rows, name, view.mask,
                                        tick_labels=view_name == "layer")  # fmt: skip

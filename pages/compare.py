@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from transformer.analysis.head_stats import js_divergence
-from transformer.analysis.views import KINDS, attention_view
+from transformer.analysis.views import attention_view
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
@@ -69,7 +69,7 @@ with columns[2]:
         key="cmp_diff",
     )
 divergence = js_divergence(view_a.maps[:layers, :heads], view_b.maps[:layers, :heads])
-figure = matrix_heatmap(divergence, f"Jensen-Shannon divergence per head, {KINDS[kind]} (0 = same, {np.log(2):.2f} = disjoint)",
+figure = matrix_heatmap(divergence, f"Jensen-Shannon divergence per head, {kind.title} (0 = same, {np.log(2):.2f} = disjoint)",
                         [f"layer {i + 1}" for i in range(layers)], [f"head {h + 1}" for h in range(heads)],
                         probabilities=True)  # fmt: skip
 show(figure, key="cmp_js")

@@ -5,6 +5,7 @@ import torch
 
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
+from transformer.model.kinds import AttentionKind
 from transformer.viz.matrices import matrix_heatmap
 from ui import state
 from ui.charts import show
@@ -33,7 +34,7 @@ st.caption("X: the sublayer's input (queries); C: what keys and values come from
 kind, layer, head = kind_layer_head(result)
 view = attention_view(result, kind)
 queries, keys = view.query_pieces, view.key_pieces
-default_row = 0 if kind == "encoder" else min(st.session_state.get("step", 0), len(queries) - 1)
+default_row = 0 if kind.queries_from_source else min(st.session_state.get("step", 0), len(queries) - 1)
 row = st.selectbox("Follow the query token", range(len(queries)), index=default_row,
                    format_func=lambda i: f"{i + 1}: {queries[i]}", key=f"query_row_{kind}")  # fmt: skip
 
@@ -54,7 +55,7 @@ left, right = st.columns(2)
 with left:
     draw(inputs.queries, "X (queries' input)", queries)
 with right:
-    if kind == "cross":
+    if kind is AttentionKind.CROSS:
         draw(inputs.context, "C (encoder output)", keys, highlight=False)
     else:
         st.info("Self-attention: keys and values come from X itself (C = X).")

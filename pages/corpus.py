@@ -4,6 +4,7 @@ import pandas as pd
 import sacrebleu
 import streamlit as st
 
+from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from ui import state
 from ui.sidebar import page_frame
@@ -43,7 +44,9 @@ if run:
             done[0] += count
             bar.progress(min(done[0] / len(sources), 1.0), text=f"{done[0]}/{len(sources)} sentences")
 
-        outputs = translate_texts(checkpoint.model, checkpoint.tokenizer, sources, beam=beam, progress=advance)
+        outputs = translate_texts(
+            checkpoint.model, checkpoint.tokenizer, sources, DecodeSettings.greedy_or_beam(beam), progress=advance
+        )
         bar.empty()
         table = pd.DataFrame({"source": sources, "translation": outputs})
         if references is not None:

@@ -3,11 +3,13 @@
 import streamlit as st
 
 from transformer.analysis.head_stats import STATISTICS, ablated, corpus_statistics, head_statistics, statistics_frame
-from transformer.analysis.views import KINDS, attention_view
+from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode
+from transformer.decoding.settings import DecodeSettings
+from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
-from ui import state
+from ui import controls, state
 from ui.charts import show
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -16,8 +18,7 @@ explored = page_frame()
 session = st.session_state
 checkpoint, result = explored.checkpoint, explored.result
 st.title("Head statistics")
-session.setdefault("kind", "cross")
-kind = st.radio("Attention", list(KINDS), format_func=KINDS.get, horizontal=True, **state.shared("kind"))
+kind = controls.attention_kind(horizontal=True)
 st.caption(" · ".join(f"**{name}**: {meaning}" for name, meaning in STATISTICS.items()))
 
 
@@ -75,13 +76,13 @@ if stored and stored[:2] == (kind, explored.checkpoint_key):
 
 st.subheader("Head ablation")
 st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")
-layers = {name: (result.encoder_self if name == "encoder" else result.cross).shape[0] for name in KINDS}
 heads = result.cross.shape[1]
-options = [(name, layer, head) for name in KINDS for layer in range(layers[name]) for head in range(heads)]
+options = [(kind.value, layer, head) for kind in AttentionKind for layer in range(result.maps(kind).shape[0])
+           for head in range(heads)]  # fmt: skip
 chosen = st.multiselect("Heads to switch off", options, format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}",
                         key="ablate_heads")  # fmt: skip
 if chosen:
-    baseline = state.decode_cached(checkpoint, explored.checkpoint_key, explored.text, state.DecodeSettings())
+    baseline = state.decode_cached(checkpoint, explored.checkpoint_key, explored.text, DecodeSettings())
     with st.spinner("Decoding without those heads ..."):
         without = decode(ablated(checkpoint.model, chosen), checkpoint.tokenizer, explored.text)
     columns = st.columns(2)

@@ -6,6 +6,7 @@ import streamlit as st
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.result import DecodeInputError
+from transformer.decoding.settings import DecodeSettings
 from transformer.model.masks import padding_mask, subsequent_mask, target_mask
 from transformer.training.batches import collate
 from transformer.viz.matrices import mask_heatmap, matrix_heatmap
@@ -28,7 +29,7 @@ st.markdown(
 
 second = st.text_input("A second sentence, to batch with yours", value="A dog runs.", key="mask_second", max_chars=500)
 try:
-    other = state.decode_cached(checkpoint, explored.checkpoint_key, second, state.DecodeSettings())
+    other = state.decode_cached(checkpoint, explored.checkpoint_key, second, DecodeSettings())
 except DecodeInputError as error:
     st.warning(literal(str(error)))
     st.stop()

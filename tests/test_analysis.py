@@ -6,6 +6,7 @@ from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
 from transformer.analysis.words import merge_words, word_labels, word_spans
 from transformer.decoding.greedy import decode
+from transformer.model.kinds import AttentionKind
 
 
 def test_rollout_of_identity_attention_is_identity():
@@ -68,3 +69,21 @@ def test_views_read_the_result_without_changing_it(model, tokenizer):
     with pytest.raises(ValueError, match="read-only"):
         attention_view(result, "cross").maps[...] = 7
     assert torch.equal(result.cross, before)
+
+
+def test_each_attention_kind_names_its_maps_pieces_and_module(model, tokenizer):
+    result = decode(model, tokenizer, "a big dog runs in the park")
+    S, T = len(result.src_ids), result.steps
+    expected = {
+        AttentionKind.ENCODER: (result.encoder_self, (S, S), model.encoder_layers[1].self_attn),
+        AttentionKind.DECODER: (result.decoder_self, (T, T), model.decoder_layers[1].self_attn),
+        AttentionKind.CROSS: (result.cross, (T, S), model.decoder_layers[1].cross_attn),
+    }
+    for kind, (maps, shape, module) in expected.items():
+        assert result.maps(kind) is maps and result.maps(kind.value) is maps
+        assert (len(result.query_pieces(kind)), len(result.key_pieces(kind))) == shape == maps.shape[-2:]
+        assert kind.module(model, 1) is module
+        assert AttentionKind(kind.value) is kind and kind.title.endswith("attention")
+        view = attention_view(result, kind.value, step=1)
+        assert view.kind is kind and (view.mask is not None) == kind.masked
+        assert view.maps.shape[-2] == (S if kind.queries_from_source else 2)  # decoder rows up to step 2

@@ -1,3 +1,4 @@
+import json
 import threading
 
 import pytest
@@ -8,7 +9,9 @@ from transformer.decoding.beam import beam_search
 from transformer.decoding.forcing import branch, teacher_force_ids
 from transformer.decoding.greedy import decode, decode_ids, sampling_chooser
 from transformer.decoding.result import DecodeInputError, source_ids
+from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
+from transformer.io.checkpoint import load_checkpoint
 
 SENTENCE = "the big dog runs in the park"
 
@@ -124,3 +127,53 @@ def test_threads_sharing_one_model_get_their_sequential_results(model, tokenizer
         assert results[i].tgt_ids == want.tgt_ids
         torch.testing.assert_close(results[i].cross, want.cross)
         torch.testing.assert_close(results[i].encoder_self, want.encoder_self)
+
+
+def test_one_decode_entry_applies_each_strategy(model, tokenizer):
+    greedy = decode_text(model, tokenizer, SENTENCE)
+    assert greedy.tgt_ids == decode(model, tokenizer, SENTENCE).tgt_ids and greedy.strategy == "greedy"
+    beam = decode_text(model, tokenizer, SENTENCE, DecodeSettings(strategy="beam", beam_width=3, length_penalty=0.0))
+    assert beam.tgt_ids == beam_search(model, tokenizer, SENTENCE, width=3, alpha=0.0).tgt_ids
+    assert beam.strategy == "beam 3"
+    sampled = DecodeSettings(strategy="sampling", temperature=1.5, top_k=5, seed=11)
+    first, again = decode_text(model, tokenizer, SENTENCE, sampled), decode_text(model, tokenizer, SENTENCE, sampled)
+    assert first.tgt_ids == again.tgt_ids
+    assert first.tgt_ids == decode(model, tokenizer, SENTENCE, sampling_chooser(1.5, 5, seed=11)).tgt_ids
+    assert first.strategy == "sampling (temperature 1.5, top-k 5, seed 11)"
+    short = decode_text(model, tokenizer, SENTENCE, DecodeSettings(strategy="beam", max_new_tokens=2))
+    assert short.steps <= 2
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (dict(strategy="nucleus"), "unknown strategy"),
+        (dict(beam_width=0), "beam width"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(top_k=-1), "negative"),
+    ],  # fmt: skip
+)
+def test_decode_settings_refuse_what_cannot_decode(bad, message):
+    with pytest.raises(ValueError, match=message):
+        DecodeSettings(**bad)
+
+
+def test_the_command_line_samples_and_batched_translation_follows_the_settings(checkpoint_path, tmp_path, capsys):
+    from transformer.cli import main
+
+    out = tmp_path / "maps.json"
+    args = ["inspect", "--checkpoint", str(checkpoint_path), "--text", SENTENCE, "--format", "json", "--out", str(out)]
+    assert main([*args, "--strategy", "sampling", "--seed", "5", "--top-k", "4"]) == 0
+    written = json.loads(out.read_text())
+    assert written["strategy"] == "sampling (temperature 1, top-k 4, seed 5)"
+    assert main([*args, "--beam", "3"]) == 0 and json.loads(out.read_text())["strategy"] == "beam 3"
+    assert main([*args, "--temperature", "0"]) == 2 and "temperature must be positive" in capsys.readouterr().err
+    loaded = load_checkpoint(checkpoint_path)
+    sampled = DecodeSettings(strategy="sampling", seed=3)
+    texts = ["a dog runs", "the red ball", ""]
+    batch = translate_texts(loaded.model, loaded.tokenizer, texts, sampled)
+    assert batch == translate_texts(loaded.model, loaded.tokenizer, texts, sampled) and batch[2] == ""
+    one_token = DecodeSettings(max_new_tokens=1)
+    alone = [decode_text(loaded.model, loaded.tokenizer, text, one_token) for text in texts[:2]]
+    assert all(result.steps == 1 for result in alone)
+    assert translate_texts(loaded.model, loaded.tokenizer, texts[:2], one_token) == [r.text for r in alone]

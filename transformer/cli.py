@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from transformer.decoding.result import DecodeInputError
+from transformer.decoding.settings import STRATEGIES, DecodeSettings, decode_text
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
 
 
@@ -31,21 +32,16 @@ def cmd_translate(args: argparse.Namespace) -> int:
     checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
     handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
     lines = [line.rstrip("\n") for line in handle]
-    for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, beam=args.beam):
+    for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, _decode_settings(args)):
         print(line)
     return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from transformer.decoding.beam import beam_search
-    from transformer.decoding.greedy import decode
     from transformer.io.export import to_json, to_npz
 
     checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
-    if args.beam > 1:
-        result = beam_search(checkpoint.model, checkpoint.tokenizer, args.text, args.beam)
-    else:
-        result = decode(checkpoint.model, checkpoint.tokenizer, args.text)
+    result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, _decode_settings(args))
     out = Path(args.out)
     if args.format == "json":
         out.write_text(to_json(result, checkpoint.tokenizer), encoding="utf-8")
@@ -90,10 +86,9 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_parser(parser: argparse.ArgumentParser) -> None:
-    from transformer.training.train import TrainSettings
-
-    for field in fields(TrainSettings):
+def _add_fields(parser: argparse.ArgumentParser, settings: type, choices: dict[str, tuple] | None = None) -> None:
+    """One flag per field of a settings dataclass (--beam-width for beam_width), typed and defaulted as the field."""
+    for field in fields(settings):
         flag = "--" + field.name.replace("_", "-")
         required = field.default is MISSING
         if field.name == "snapshot_epochs":
@@ -103,8 +98,27 @@ def _train_parser(parser: argparse.ArgumentParser) -> None:
         else:
             kind = {"int": int, "float": float}.get(field.type, str)
             parser.add_argument(flag, type=kind, required=required, default=None if required else field.default,
+                                choices=(choices or {}).get(field.name),
                                 help=None if required else "default: %(default)s")  # fmt: skip
+
+
+def _train_parser(parser: argparse.ArgumentParser) -> None:
+    from transformer.training.train import TrainSettings
+
+    _add_fields(parser, TrainSettings)
     parser.add_argument("--resume", action="store_true", help="continue from the saved state beside --out")
+
+
+def _decode_parser(parser: argparse.ArgumentParser) -> None:
+    _add_fields(parser, DecodeSettings, {"strategy": STRATEGIES})
+    parser.add_argument("--beam", type=int, default=1, help="shorthand: beam search of this width (1: as --strategy)")
+
+
+def _decode_settings(args: argparse.Namespace) -> DecodeSettings:
+    values = {field.name: getattr(args, field.name) for field in fields(DecodeSettings)}
+    if args.beam > 1:
+        values.update(strategy="beam", beam_width=args.beam)
+    return DecodeSettings(**values)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
     _add_checkpoint(translate)
-    translate.add_argument("--beam", type=int, default=1, help="beam width (1: greedy)")
+    _decode_parser(translate)
     translate.add_argument("--input", help="file to translate instead of stdin")
     translate.set_defaults(run=cmd_translate)
 
@@ -122,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--text", required=True)
     inspect.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
     inspect.add_argument("--format", choices=["npz", "json"], default="npz")
-    inspect.add_argument("--beam", type=int, default=1)
+    _decode_parser(inspect)
     inspect.set_defaults(run=cmd_inspect)
 
     evaluate = commands.add_parser("evaluate", help="sacreBLEU and chrF of a checkpoint on a test set")

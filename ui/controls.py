@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import streamlit as st
 
-from transformer.analysis.views import KINDS
 from transformer.decoding.result import DecodeResult
+from transformer.model.kinds import AttentionKind
 
 from . import state
 
 
-def kind_layer_head(result: DecodeResult, columns: list | None = None) -> tuple[str, int, int]:
+def attention_kind(container=st, horizontal: bool = False) -> AttentionKind:
+    """The shared choice of attention kind as a radio (cross-attention until the visitor picks another)."""
+    st.session_state.setdefault("kind", AttentionKind.CROSS.value)
+    options = [kind.value for kind in AttentionKind]
+    choice = container.radio("Attention", options, format_func=lambda value: AttentionKind(value).title,
+                             horizontal=horizontal, **state.shared("kind"))  # fmt: skip
+    return AttentionKind(choice)
+
+
+def kind_layer_head(result: DecodeResult, columns: list | None = None) -> tuple[AttentionKind, int, int]:
     """Attention kind, layer and head (0-based) as radio + two selects, in the given columns or side by side."""
     kind_column, layer_column, head_column = columns or st.columns([3, 1, 1])
-    st.session_state.setdefault("kind", "cross")
-    kind = kind_column.radio("Attention", list(KINDS), format_func=KINDS.get, **state.shared("kind"))
-    layers = (result.encoder_self if kind == "encoder" else result.cross).shape[0]
-    heads = result.cross.shape[1]
+    kind = attention_kind(kind_column)
+    layers, heads = result.maps(kind).shape[:2]
     state.clamp_index("layer", layers)
     state.clamp_index("head", heads)
     layer = layer_column.selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **state.shared("layer"))

@@ -8,6 +8,7 @@ import streamlit as st
 import torch
 
 from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint, CheckpointError, describe
 
 from . import state
@@ -34,11 +35,16 @@ def _settings_form() -> bool:
     with st.form("sentence_form", border=False):
         st.text_area("Sentence", height=100, max_chars=state.MAX_TYPED_CHARACTERS, **state.shared("text", in_form=True))
         with st.expander("Decoding", expanded=False):
-            st.radio("Strategy", state.STRATEGIES, horizontal=True, **state.shared("strategy", in_form=True))
+            st.radio("Strategy", STRATEGIES, horizontal=True, **state.shared("strategy", in_form=True))
             st.slider("Beam width", 1, 10, **state.shared("beam_width", in_form=True))
+            st.slider(
+                "Length penalty (beam, 0 = none)", 0.0, 2.0, step=0.1, **state.shared("length_penalty", in_form=True)
+            )
             st.slider("Temperature (sampling)", 0.1, 2.0, step=0.1, **state.shared("temperature", in_form=True))
             st.number_input("Top-k (sampling, 0 = all)", 0, 1000, **state.shared("top_k", in_form=True))
             st.number_input("Seed (sampling)", 0, 2**31 - 1, **state.shared("seed", in_form=True))
+            st.number_input("Output tokens at most (0 = twice the source + 10)", 0, 1024,
+                            **state.shared("max_new_tokens", in_form=True))  # fmt: skip
         return st.form_submit_button(
             "Translate", type="primary", width="stretch", on_click=state.store, args=FORM_KEYS, key="translate"
         )
@@ -46,7 +52,7 @@ def _settings_form() -> bool:
 
 def _defaults() -> None:
     st.session_state.setdefault("text", state.DEFAULT_SENTENCE)
-    for key, value in asdict(state.DecodeSettings()).items():
+    for key, value in asdict(DecodeSettings()).items():
         st.session_state.setdefault(key, value)
 
 
@@ -88,7 +94,7 @@ def render() -> Explored | None:
         st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **state.shared("presentation"))
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: state.MAX_CHARACTERS]
-        session.applied_settings = state.DecodeSettings(**{name: session[name] for name in state.SETTINGS})
+        session.applied_settings = DecodeSettings(**{name: session[name] for name in state.SETTINGS})
     if name in uploads:
         checkpoint, key = uploads[name]
     else:

@@ -10,18 +10,16 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 
 import streamlit as st
 import torch
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
-from transformer.analysis.views import KINDS
-from transformer.decoding.beam import beam_search
 from transformer.decoding.forcing import teacher_force
-from transformer.decoding.greedy import decode, greedy_chooser, sampling_chooser
 from transformer.decoding.result import DecodeResult
+from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
     DEFAULT_CHECKPOINT,
@@ -32,25 +30,12 @@ from transformer.io.checkpoint import (
     load_checkpoint,
     load_checkpoint_bytes,
 )
+from transformer.model.kinds import AttentionKind
 from transformer.text.files import text_lines
 
 DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
 MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)
 MAX_TYPED_CHARACTERS = 20_000  # what the text box takes; past MAX_CHARACTERS the page says it cut the text
-STRATEGIES = ("greedy", "beam", "sampling")
-
-
-@dataclass(frozen=True)
-class DecodeSettings:
-    """The decoding choice made in the sidebar; with the sentence and checkpoint it names one result."""
-
-    strategy: str = "greedy"
-    beam_width: int = 4
-    temperature: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-
-
 SETTINGS = tuple(field.name for field in fields(DecodeSettings))  # each has a sidebar widget of that name
 
 
@@ -77,16 +62,7 @@ def load(path: Path) -> Checkpoint:
 @st.cache_resource(show_spinner=False, max_entries=512)
 def decode_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, settings: DecodeSettings) -> DecodeResult:
     """Results are immutable, so visitors decoding the same sentence the same way share one."""
-    model, tokenizer = _checkpoint.model, _checkpoint.tokenizer
-    if settings.strategy == "beam":
-        return beam_search(model, tokenizer, text, width=settings.beam_width)
-    if settings.strategy == "sampling":
-        chooser = sampling_chooser(settings.temperature, settings.top_k, settings.seed)
-        label = (
-            f"sampling (temperature {settings.temperature:g}, top-k {settings.top_k or 'all'}, seed {settings.seed})"
-        )
-        return decode(model, tokenizer, text, chooser, label)
-    return decode(model, tokenizer, text, greedy_chooser, "greedy")
+    return decode_text(_checkpoint.model, _checkpoint.tokenizer, text, settings)
 
 
 @st.cache_resource(show_spinner=False, max_entries=512)
@@ -170,7 +146,7 @@ def read_url_once(checkpoints: dict) -> None:
         value = params.get(name, "")
         if value.isdigit() and int(value) >= 1:
             st.session_state[f"url_{name}"] = int(value) - 1  # applied once the result says what is in range
-    if params.get("kind") in KINDS:
+    if params.get("kind") in [kind.value for kind in AttentionKind]:
         st.session_state.kind = params["kind"]
 
 

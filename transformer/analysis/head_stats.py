@@ -16,6 +16,7 @@ import torch
 from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import Tokenizer
 
 STATISTICS = {
@@ -27,8 +28,6 @@ STATISTICS = {
     "distance": "mean distance |query - key| in positions",
 }
 SPECIAL_PIECES = ("<s>", "</s>")
-ATTENTION_MODULES = {"encoder": ("encoder_layers", "self_attn"), "decoder": ("decoder_layers", "self_attn"),
-                     "cross": ("decoder_layers", "cross_attn")}  # fmt: skip
 
 
 def _offset_share(maps: np.ndarray, offset: int) -> np.ndarray:
@@ -110,9 +109,7 @@ def ablated(model: Transformer, heads: Iterable[tuple[str, int, int]]) -> Transf
     d_head = model.config.d_head
     with torch.no_grad():
         for kind, layer, head in heads:
-            layers_name, module_name = ATTENTION_MODULES[kind]
-            attention = getattr(getattr(copied, layers_name)[layer], module_name)
-            attention.out_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
+            AttentionKind(kind).module(copied, layer).out_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
     return copied
 
 

@@ -12,19 +12,14 @@ import numpy as np
 
 from transformer.analysis.words import merge_words, word_labels, word_spans
 from transformer.decoding.result import DecodeResult
-
-KINDS = {
-    "encoder": "encoder self-attention",
-    "decoder": "decoder masked self-attention",
-    "cross": "encoder-decoder attention",
-}
+from transformer.model.kinds import AttentionKind
 
 
 @dataclass(frozen=True)
 class AttentionView:
     """The maps of one attention kind as a page draws them, with their token labels and masked cells."""
 
-    kind: str
+    kind: AttentionKind
     maps: np.ndarray  # (L, H, Q, K)
     query_pieces: list[str]
     key_pieces: list[str]
@@ -34,21 +29,19 @@ class AttentionView:
         return self.maps.mean(axis=1)  # (L, Q, K)
 
 
-def attention_view(result: DecodeResult, kind: str, step: int | None = None, words: bool = False) -> AttentionView:
+def attention_view(
+    result: DecodeResult, kind: AttentionKind | str, step: int | None = None, words: bool = False
+) -> AttentionView:
     """One kind's maps; decoder rows only up to `step` (what the model has computed by then)."""
+    kind = AttentionKind(kind)
     last = result.steps if step is None else min(step, result.steps - 1) + 1
-    if kind == "encoder":
-        maps, queries, keys = result.encoder_self.numpy(), result.src_pieces, result.src_pieces
-    elif kind == "decoder":
-        maps, queries = result.decoder_self[:, :, :last, :last].numpy(), result.decoder_input_pieces[:last]
-        keys = queries
-    elif kind == "cross":
-        maps, queries, keys = result.cross[:, :, :last].numpy(), result.decoder_input_pieces[:last], result.src_pieces
-    else:
-        raise ValueError(f"unknown attention kind {kind!r}; expected one of {', '.join(KINDS)}")
+    rows = slice(None) if kind.queries_from_source else slice(last)
+    columns = slice(None) if kind.keys_from_source else slice(last)
+    maps = result.maps(kind)[:, :, rows, columns].numpy()
+    queries, keys = result.query_pieces(kind)[rows], result.key_pieces(kind)[columns]
     maps = maps.view()
     maps.flags.writeable = False  # a view into the result, which visitors may share
-    mask = np.triu(np.ones((last, last), dtype=bool), k=1) if kind == "decoder" else None
+    mask = np.triu(np.ones((last, last), dtype=bool), k=1) if kind.masked else None
     if not words:
         return AttentionView(kind, maps, list(queries), list(keys), mask)
     query_spans, key_spans = word_spans(list(queries)), word_spans(list(keys))

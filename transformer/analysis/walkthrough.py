@@ -14,6 +14,7 @@ import torch
 
 from transformer.model.attention import MultiHeadAttention
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
 from transformer.model.masks import padding_mask, target_mask
 
 
@@ -55,18 +56,16 @@ def _inputs(module: MultiHeadAttention, h: torch.Tensor, context: torch.Tensor, 
 
 @torch.inference_mode()
 def sublayer_inputs(
-    model: Transformer, src_ids: list[int], tgt_ids: list[int], kind: str, layer: int
+    model: Transformer, src_ids: list[int], tgt_ids: list[int], kind: AttentionKind | str, layer: int
 ) -> SublayerInputs:
-    """Runs the model (eval mode, teacher-forced on the output tgt_ids) up to the chosen attention sublayer.
-
-    kind is "encoder" (self-attention), "decoder" (masked self-attention) or "cross".
-    """
+    """Runs the model (eval mode, teacher-forced on the output tgt_ids) up to the chosen attention sublayer."""
+    kind = AttentionKind(kind)
     device = next(model.parameters()).device
     src = torch.tensor([src_ids], device=device)
     src_mask = padding_mask(src, model.config.pad_id)
     x = model.src_position(model.src_embed(src))
     for index, encoder_layer in enumerate(model.encoder_layers):
-        if kind == "encoder" and index == layer:
+        if kind is AttentionKind.ENCODER and index == layer:
             h = encoder_layer.attn_block.sublayer_input(x)
             return _inputs(encoder_layer.self_attn, h, h, src_mask)
         x, _ = encoder_layer(x, src_mask, False)
@@ -77,7 +76,7 @@ def sublayer_inputs(
     for index, decoder_layer in enumerate(model.decoder_layers):
         if index == layer:
             h = decoder_layer.self_block.sublayer_input(y)
-            if kind == "decoder":
+            if kind is AttentionKind.DECODER:
                 return _inputs(decoder_layer.self_attn, h, h, tgt_mask)
             after_self, _ = decoder_layer.self_block(y, lambda q: decoder_layer.self_attn(q, q, tgt_mask))
             h = decoder_layer.cross_block.sublayer_input(after_self)

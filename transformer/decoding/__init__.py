@@ -4,14 +4,17 @@ from transformer.decoding.beam import beam_search
 from transformer.decoding.forcing import branch, teacher_force
 from transformer.decoding.greedy import decode, greedy_chooser, sampling_chooser
 from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 
 __all__ = [
     "DecodeInputError",
     "DecodeResult",
+    "DecodeSettings",
     "beam_search",
     "branch",
     "decode",
+    "decode_text",
     "greedy_chooser",
     "sampling_chooser",
     "teacher_force",

@@ -102,11 +102,16 @@ def beam_search_ids(
 
 
 def beam_search(
-    model: Transformer, tokenizer: Tokenizer, text: str, width: int = 4, alpha: float = 0.6
+    model: Transformer,
+    tokenizer: Tokenizer,
+    text: str,
+    width: int = 4,
+    alpha: float = 0.6,
+    max_new_tokens: int | None = None,
 ) -> DecodeResult:
     """Beam search over one sentence; the record (candidates, attention) is the winning hypothesis'."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
-    tokens, indices, steps, encoder = beam_search_ids(model, ids, width, alpha, need_weights=True)
+    tokens, indices, steps, encoder = beam_search_ids(model, ids, width, alpha, max_new_tokens, need_weights=True)
     chosen = [steps[t] for t in range(len(tokens))]
     return assemble(
         tokenizer,

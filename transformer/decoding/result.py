@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import Tokenizer
 
 TOP_K = 10  # candidates kept per step for display
@@ -46,6 +47,19 @@ class DecodeResult:
     @property
     def steps(self) -> int:
         return len(self.tgt_ids)
+
+    def maps(self, kind: AttentionKind | str) -> torch.Tensor:
+        """The recorded maps of one kind, (L, H, queries, keys)."""
+        kind = AttentionKind(kind)
+        return {AttentionKind.ENCODER: self.encoder_self, AttentionKind.DECODER: self.decoder_self}.get(
+            kind, self.cross
+        )
+
+    def query_pieces(self, kind: AttentionKind | str) -> list[str]:
+        return self.src_pieces if AttentionKind(kind).queries_from_source else self.decoder_input_pieces
+
+    def key_pieces(self, kind: AttentionKind | str) -> list[str]:
+        return self.src_pieces if AttentionKind(kind).keys_from_source else self.decoder_input_pieces
 
 
 def source_ids(tokenizer: Tokenizer, text: str, max_len: int) -> tuple[list[int], bool]:

@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from transformer.decoding.beam import beam_search_ids
-from transformer.decoding.greedy import default_max_new_tokens, generate
+from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser, sampling_chooser
 from transformer.decoding.result import model_device, source_ids
+from transformer.decoding.settings import DecodeSettings
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer
 
@@ -17,32 +18,46 @@ def translate_texts(
     model: Transformer,
     tokenizer: Tokenizer,
     texts: Sequence[str],
-    beam: int = 1,
+    settings: DecodeSettings = DecodeSettings(),
     batch_size: int = 64,
     progress: Callable[[int], None] | None = None,
 ) -> list[str]:
-    """Translations in input order; an empty line translates to an empty line."""
+    """Translations in input order; an empty line translates to an empty line.
+
+    Greedy and sampling decode batches of similar lengths (sampling draws from one seeded generator
+    for the batch); beam search takes one sentence at a time.
+    """
     device = model_device(model)
     pad = model.config.pad_id
     outputs = [""] * len(texts)
     sources = {i: source_ids(tokenizer, text, model.config.max_len)[0] for i, text in enumerate(texts) if text.strip()}
     order = sorted(sources, key=lambda i: len(sources[i]))  # similar lengths batch with little padding
-    if beam > 1:
+
+    def limit(source_length: int) -> int:
+        return settings.max_new_tokens or default_max_new_tokens(model, source_length)
+
+    if settings.strategy == "beam":
         for i in order:
-            tokens = beam_search_ids(model, sources[i], width=beam)[0]
+            limit = settings.max_new_tokens or None
+            tokens = beam_search_ids(model, sources[i], settings.beam_width, settings.length_penalty, limit)[0]
             outputs[i] = tokenizer.decode(tokens)
             if progress:
                 progress(1)
         return outputs
+    choose = (
+        sampling_chooser(settings.temperature, settings.top_k, settings.seed)
+        if settings.strategy == "sampling"
+        else greedy_chooser
+    )
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         longest = max(len(sources[i]) for i in chunk)
         src = torch.full((len(chunk), longest), pad, dtype=torch.long)
         for row, i in enumerate(chunk):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
-        tokens = generate(model, src.to(device), default_max_new_tokens(model, longest))[0]
+        tokens = generate(model, src.to(device), limit(longest), choose)[0]
         for row, i in enumerate(chunk):  # each sentence keeps the length limit it has alone
-            outputs[i] = tokenizer.decode(tokens[row, : default_max_new_tokens(model, len(sources[i]))].tolist())
+            outputs[i] = tokenizer.decode(tokens[row, : limit(len(sources[i]))].tolist())
         if progress:
             progress(len(chunk))
     return outputs

@@ -2,5 +2,6 @@
 
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.model.encoder_decoder import AttentionMaps, ModelOutput, Transformer
+from transformer.model.kinds import AttentionKind
 
-__all__ = ["AttentionMaps", "ConfigError", "ModelOutput", "Transformer", "TransformerConfig"]
+__all__ = ["AttentionKind", "AttentionMaps", "ConfigError", "ModelOutput", "Transformer", "TransformerConfig"]

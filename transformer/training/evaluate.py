@@ -8,6 +8,7 @@ from pathlib import Path
 import sacrebleu
 from tqdm import tqdm
 
+from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import Checkpoint, update_metadata
 from transformer.text.files import read_parallel
@@ -42,7 +43,9 @@ def evaluate_files(
     """Translates src_path and scores it against ref_path."""
     sources, references = read_parallel(src_path, ref_path)
     with tqdm(total=len(sources), desc="translating", unit="sent", disable=not show_progress) as bar:
-        hypotheses = translate_texts(checkpoint.model, checkpoint.tokenizer, sources, beam=beam, progress=bar.update)
+        hypotheses = translate_texts(
+            checkpoint.model, checkpoint.tokenizer, sources, DecodeSettings.greedy_or_beam(beam), progress=bar.update
+        )
     return score(hypotheses, references, beam), hypotheses
 
 

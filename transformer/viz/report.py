@@ -8,8 +8,9 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from transformer.analysis.rollout import rollout
-from transformer.analysis.views import KINDS, attention_view
+from transformer.analysis.views import attention_view
 from transformer.decoding.result import DecodeResult
+from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_heatmap, heads_or_means
 from transformer.viz.charts import token_probabilities
 
@@ -22,7 +23,8 @@ def report_figures(result: DecodeResult) -> list[tuple[str, go.Figure]]:
             token_probabilities(result.tgt_pieces, result.token_probs.numpy(), "probability of each output token"),
         )
     ]
-    for kind, name in KINDS.items():
+    for kind in AttentionKind:
+        name = kind.title
         view = attention_view(result, kind)
         rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
         figure, _ = heads_or_means(view.maps, view.query_pieces, view.key_pieces, rows, name, view.mask)
