@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
+import random
 import re
 import struct
 import time
@@ -12,7 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformer.io.checkpoint import read_header
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from transformer.io.header import read_header
+from transformer.model.config import TransformerConfig
+from transformer.text.tokenizer import Tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,3 +68,52 @@ def gzip_bomb(megabytes: int) -> bytes:
     """Gzip members of 8 MB of short lines each, concatenated: about 8 KB of file per 8 MB of text."""
     member = gzip.compress(b"a\n" * (4 * 2**20), compresslevel=9)
     return member * (megabytes // 8)
+
+
+def figure(at: AppTest, index: int) -> dict:
+    return json.loads(at.get("plotly_chart")[index].proto.spec)
+
+
+def array(value) -> np.ndarray:
+    """A Plotly data array from a figure's JSON: a list, or a typed array in base64."""
+    if isinstance(value, dict):
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = [int(n) for n in str(value.get("shape", len(data))).split(",")]
+        return data.reshape(shape)
+    return np.array(value, dtype=float)
+
+
+def markdown(at: AppTest) -> str:
+    return "\n".join(element.value for element in at.markdown)
+
+
+def start(query: dict[str, str] | None = None) -> AppTest:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.query_params.update(query or {})
+    return at.run()
+
+
+def translate(at: AppTest, text: str) -> AppTest:
+    at.text_area(key="widget_text").input(text)
+    return at.button(key="translate").click().run()
+
+
+WORDS = "the a dog cat man woman child runs jumps sits red blue green big small park street water ball".split()
+
+
+def make_sentences(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(count)]
+
+
+def tiny_config(tokenizer: Tokenizer, **overrides) -> TransformerConfig:
+    values = dict(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2,
+                  d_ff=32, n_encoder_layers=2, n_decoder_layers=3, dropout=0.1, max_len=64)  # fmt: skip
+    values.update(overrides)
+    return TransformerConfig(**values)
+
+
+# A 1.3 MB file whose config claims a 600M-parameter model: refused from the header, nothing built.
+SMALL_FILE_HUGE_CONFIG = dict(
+    src_vocab_size=300_000, tgt_vocab_size=300_000, d_model=2048, n_heads=8, d_ff=64, max_len=64
+)

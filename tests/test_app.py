@@ -2,46 +2,15 @@
 
 from __future__ import annotations
 
-import base64
-import json
-
 import numpy as np
 import pytest
-from conftest import REPO
+from helpers import array, figure, markdown, start, translate
 from streamlit.testing.v1 import AppTest
 
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 SENTENCE = "Two dogs are playing in the snow."
-
-
-def figure(at: AppTest, index: int) -> dict:
-    return json.loads(at.get("plotly_chart")[index].proto.spec)
-
-
-def array(value) -> np.ndarray:
-    """A Plotly data array from a figure's JSON: a list, or a typed array in base64."""
-    if isinstance(value, dict):
-        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = [int(n) for n in str(value.get("shape", len(data))).split(",")]
-        return data.reshape(shape)
-    return np.array(value, dtype=float)
-
-
-def markdown(at: AppTest) -> str:
-    return "\n".join(element.value for element in at.markdown)
-
-
-def start(query: dict[str, str] | None = None) -> AppTest:
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
-    at.query_params.update(query or {})
-    return at.run()
-
-
-def translate(at: AppTest, text: str) -> AppTest:
-    at.text_area(key="widget_text").input(text)
-    return at.button(key="translate").click().run()
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,9 @@ from functools import cache
 
 import pytest
 import torch
-from helpers import gzip_bomb, measured
+from helpers import gzip_bomb, markdown, measured, start, translate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_app import markdown, start, translate
 
 from transformer.decoding.greedy import decode
 from transformer.decoding.result import DecodeInputError
@@ -66,7 +65,7 @@ def test_out_of_memory_is_a_message_and_the_server_goes_on(monkeypatch):
 
 
 def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch):
-    from conftest import REPO
+    from helpers import REPO
 
     import ui.state
 
@@ -117,7 +116,7 @@ def test_the_tokenizer_takes_any_unicode(text):
 
 @cache
 def _tokenizer():
-    from conftest import make_sentences
+    from helpers import make_sentences
 
     from transformer.text.tokenizer import train_tokenizer
 

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import REPO, measured, with_config, with_metadata
+from helpers import REPO, SMALL_FILE_HUGE_CONFIG, measured, with_config, with_metadata
 from safetensors.torch import save as save_safetensors
 
 from transformer.decoding.greedy import decode
@@ -16,10 +16,10 @@ from transformer.io.checkpoint import (
     checkpoint_bytes,
     load_checkpoint,
     load_checkpoint_bytes,
-    read_header,
     unique_state,
     update_metadata,
 )
+from transformer.io.header import read_header
 from transformer.model.encoder_decoder import Transformer
 
 
@@ -149,12 +149,6 @@ def test_missing_file_and_wrong_file_types(tmp_path):
         load_checkpoint(text, max_bytes=10)
 
 
-# A 1.3 MB file whose config claims a 600M-parameter model: refused from the header, nothing built.
-SMALL_FILE_HUGE_CONFIG = dict(
-    src_vocab_size=300_000, tgt_vocab_size=300_000, d_model=2048, n_heads=8, d_ff=64, max_len=64
-)
-
-
 def test_a_small_file_claiming_a_huge_model_is_refused_before_allocating(tmp_path):
     path = tmp_path / "bomb.safetensors"
     path.write_bytes(with_config((REPO / "checkpoints" / "reverse.safetensors").read_bytes(), **SMALL_FILE_HUGE_CONFIG))
@@ -208,3 +202,10 @@ def test_repeated_tensor_names_are_refused(checkpoint_path):
     doubled += b" " * (-len(doubled) % 8)
     with pytest.raises(CheckpointError, match="repeats"):
         load_checkpoint_bytes(struct.pack("<Q", len(doubled)) + doubled + data[8 + length :])
+
+
+def test_special_ids_of_tokenizer_and_config_must_agree(checkpoint_path):
+    """Sources end with the tokenizer's eos and decoding stops at the config's: they must be one id."""
+    swapped = with_config(checkpoint_path.read_bytes(), bos_id=3, eos_id=2)
+    with pytest.raises(CheckpointError, match="bos/eos ids are 2/3, the config's 3/2"):
+        load_checkpoint_bytes(swapped)

@@ -4,8 +4,8 @@ import sys
 import numpy as np
 import sacrebleu
 import torch
+from helpers import REPO, make_sentences
 
-from tests.conftest import REPO, make_sentences
 from transformer.io.checkpoint import load_checkpoint
 from transformer.training.evaluate import score
 from transformer.training.train import TrainSettings, train

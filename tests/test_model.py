@@ -2,9 +2,10 @@ import json
 
 import pytest
 import torch
+from helpers import tiny_config
 
-from tests.conftest import tiny_config
-from transformer.io.checkpoint import expected_shapes, unique_state
+from transformer.io.checkpoint import unique_state
+from transformer.io.header import expected_shapes
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 

@@ -7,9 +7,7 @@ import pickle
 
 import numpy as np
 import pytest
-from conftest import REPO
-from helpers import gzip_bomb, measured, with_config
-from test_app import array, figure, markdown, start
+from helpers import REPO, SMALL_FILE_HUGE_CONFIG, array, figure, gzip_bomb, markdown, measured, start, with_config
 
 from transformer.io.checkpoint import load_checkpoint_bytes
 
@@ -35,8 +33,6 @@ def errors(at) -> str:
 
 
 def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
-    from test_checkpoint import SMALL_FILE_HUGE_CONFIG
-
     reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
     at = start().switch_page("pages/checkpoints.py").run()
     at.file_uploader(key="upload_file").set_value(("bomb.safetensors", with_config(reverse, **SMALL_FILE_HUGE_CONFIG),

@@ -4,8 +4,8 @@ import gzip
 
 import pytest
 import sacrebleu
+from helpers import REPO
 
-from tests.conftest import REPO
 from transformer.decoding.greedy import decode
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint

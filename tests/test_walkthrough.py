@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from helpers import tiny_config
 
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.greedy import decode

@@ -38,11 +38,12 @@ class DecodeResult:
     decoder_self: torch.Tensor  # (L_dec, H, T, T), zero above the diagonal
     cross: torch.Tensor  # (L_dec, H, T, S)
     strategy: str
+    bos_piece: str  # the piece the decoder input starts with (the tokenizer's bos)
     truncated: bool = False  # the source was cut to the model's max_len
 
     @property
     def decoder_input_pieces(self) -> list[str]:
-        return ["<s>", *self.tgt_pieces[:-1]]
+        return [self.bos_piece, *self.tgt_pieces[:-1]]
 
     @property
     def steps(self) -> int:
@@ -66,7 +67,7 @@ def source_ids(tokenizer: Tokenizer, text: str, max_len: int) -> tuple[list[int]
     """Token ids of a sentence with eos appended, cut to max_len; and whether it was cut."""
     if not text or not text.strip():
         raise DecodeInputError("the sentence is empty: type something to translate")
-    ids = tokenizer.encode(text) + [tokenizer.processor.eos_id()]
+    ids = tokenizer.encode(text) + [tokenizer.eos_id]
     if len(ids) > max_len:
         return ids[: max_len - 1] + [ids[-1]], True
     return ids, False
@@ -117,4 +118,5 @@ def assemble(
         cross=cross.float().cpu(),
         strategy=strategy,
         truncated=truncated,
+        bos_piece=tokenizer.id_to_piece(tokenizer.bos_id),
     )

@@ -31,15 +31,21 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return len(self.pieces)
 
+    @property
+    def bos_id(self) -> int:
+        return self.processor.bos_id()
+
+    @property
+    def eos_id(self) -> int:
+        return self.processor.eos_id()
+
     def encode(self, text: str) -> list[int]:
         return self.processor.EncodeAsIds(text)
 
-    def encode_pieces(self, text: str) -> list[str]:
-        return self.processor.EncodeAsPieces(text)
-
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ids, with special ids (padding, bos, eos) left out."""
-        return self.processor.DecodeIds([i for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)])
+        specials = (self.processor.pad_id(), self.bos_id, self.eos_id)
+        return self.processor.DecodeIds([i for i in ids if i not in specials])
 
     def id_to_piece(self, token_id: int) -> str:
         return self.pieces[token_id]

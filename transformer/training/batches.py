@@ -13,7 +13,7 @@ def encode_pairs(
     tokenizer: Tokenizer, src: list[str], tgt: list[str], max_len: int
 ) -> list[tuple[list[int], list[int]]]:
     """Id pairs with eos appended; pairs longer than max_len or with an empty side are dropped."""
-    eos = tokenizer.processor.eos_id()
+    eos = tokenizer.eos_id
     pairs = []
     for source, target in zip(src, tgt):
         src_ids, tgt_ids = tokenizer.encode(source) + [eos], tokenizer.encode(target) + [eos]

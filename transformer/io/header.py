@@ -1,0 +1,152 @@
+"""The safetensors header of a checkpoint, validated from its bytes alone: nothing is allocated before it passes.
+
+A header names every tensor with its dtype, shape and byte extent; checked against the shapes a config
+derives (without building the model), it bounds what loading the file can cost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any
+
+from transformer.model.config import TransformerConfig
+
+
+class CheckpointError(ValueError):
+    """A file that is not a usable checkpoint; the message names the problem."""
+
+
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+
+
+_DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
+
+
+def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose names are unique: a repeated tensor name would otherwise let the last one win."""
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise CheckpointError(f"malformed header: the name {next(n for n in names if names.count(n) > 1)!r} repeats")
+    return dict(pairs)
+
+
+def read_header(data: bytes) -> dict[str, Any]:
+    """The safetensors JSON header, checked for size and shape before anything is allocated."""
+    if len(data) < 8:
+        raise CheckpointError(f"file is truncated: {len(data)} bytes, too short for a safetensors header")
+    if data[:2] == b"PK" or data[:1] == b"\x80":
+        raise CheckpointError(
+            "this looks like a PyTorch pickle/zip file; it is refused because loading one can execute code. "
+            "Convert it to this project's safetensors format."
+        )
+    (header_bytes,) = struct.unpack("<Q", data[:8])
+    if header_bytes > MAX_HEADER_BYTES:
+        raise CheckpointError(f"not a checkpoint: header claims {header_bytes:,} bytes (limit {MAX_HEADER_BYTES:,})")
+    if 8 + header_bytes > len(data):
+        raise CheckpointError(f"file is truncated: header claims {header_bytes:,} bytes, file has {len(data) - 8:,}")
+    try:
+        header = json.loads(data[8 : 8 + header_bytes], object_pairs_hook=_without_duplicates)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise CheckpointError("not a checkpoint: the safetensors header is not valid JSON") from None
+    if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
+        raise CheckpointError("not a checkpoint: the safetensors header has no metadata")
+    return header
+
+
+def read_file_header(path: str | Path) -> dict[str, Any]:
+    """The header of a checkpoint file, reading only its first bytes (for listing files without loading them)."""
+    with open(path, "rb") as file:
+        prefix = file.read(8)
+        if len(prefix) == 8:
+            prefix += file.read(min(struct.unpack("<Q", prefix)[0], MAX_HEADER_BYTES + 1))
+    return read_header(prefix)
+
+
+def expected_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+    """Every stored tensor's name and shape, derived from the config alone: a file is checked against it
+    before anything is allocated (equal to `unique_state` of the built model: a test holds them together)."""
+    d = config.d_model
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def linear(name: str, fan_in: int, fan_out: int) -> None:
+        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (fan_out, fan_in), (fan_out,)
+
+    def norm(name: str) -> None:
+        shapes[f"{name}.weight"] = shapes[f"{name}.bias"] = (d,)
+
+    def block(prefix: str, attentions: tuple[str, ...], norms: tuple[str, ...]) -> None:
+        for attention in attentions:
+            for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                linear(f"{prefix}.{attention}.{projection}", d, d)
+        linear(f"{prefix}.feed_forward.inner", d, config.d_ff)
+        linear(f"{prefix}.feed_forward.outer", config.d_ff, d)
+        for name in norms:
+            norm(f"{prefix}.{name}.norm")
+
+    shapes["src_embed.lookup.weight"] = (config.src_vocab_size, d)
+    if not config.tie_embeddings:
+        shapes["tgt_embed.lookup.weight"] = (config.tgt_vocab_size, d)
+    if config.positional == "learned":
+        shapes["src_position.table"] = shapes["tgt_position.table"] = (config.max_len, d)
+    for i in range(config.n_encoder_layers):
+        block(f"encoder_layers.{i}", ("self_attn",), ("attn_block", "ff_block"))
+    for i in range(config.n_decoder_layers):
+        block(f"decoder_layers.{i}", ("self_attn", "cross_attn"), ("self_block", "cross_block", "ff_block"))
+    if config.norm_first:
+        norm("encoder_norm")
+        norm("decoder_norm")
+    if config.tie_embeddings:
+        shapes["generator.bias"] = (config.tgt_vocab_size,)
+    else:
+        linear("generator", d, config.tgt_vocab_size)
+    return shapes
+
+
+def _is_int_list(value: Any, length: int | None = None) -> bool:
+    return (
+        isinstance(value, list)
+        and (length is None or len(value) == length)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
+    )
+
+
+def check_tensors(header: dict[str, Any], expected: dict[str, tuple[int, ...]], payload_bytes: int) -> None:
+    """Names, shapes, dtypes and extents of the stored tensors against the config's, from the header alone.
+
+    The extents must tile the payload exactly (as safetensors requires), so the tensors hold no more numbers
+    than the file has bytes: a small file cannot make the loader allocate a large model.
+    """
+    stored = {name: entry for name, entry in header.items() if name != "__metadata__"}
+    missing = sorted(set(expected) - set(stored))
+    extra = sorted(set(stored) - set(expected))
+    if missing or extra:
+        raise CheckpointError(
+            "tensors do not match the config: "
+            + (f"missing {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}; " if missing else "")
+            + (f"unexpected {', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}" if extra else "")
+        )
+    extents = []
+    for name, entry in stored.items():
+        if not isinstance(entry, dict) or entry.get("dtype") not in _DTYPE_BYTES:
+            raise CheckpointError(f"tensor {name}: unsupported or missing dtype")
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        if not _is_int_list(shape):
+            raise CheckpointError(f"tensor {name}: malformed shape {shape!r}")
+        if tuple(shape) != expected[name]:
+            raise CheckpointError(f"tensor {name} has shape {shape}, the config needs {list(expected[name])}")
+        if not _is_int_list(offsets, 2):
+            raise CheckpointError(f"tensor {name}: malformed data offsets {offsets!r}")
+        start, end = offsets
+        if not start <= end <= payload_bytes or end - start != math.prod(shape) * _DTYPE_BYTES[entry["dtype"]]:
+            raise CheckpointError(f"tensor {name}: data offsets are inconsistent (file truncated or corrupt)")
+        extents.append((start, end))
+    covered = 0
+    for start, end in sorted(extents):
+        if start != covered:
+            raise CheckpointError("tensor data overlaps or leaves gaps (file corrupt or crafted)")
+        covered = end
+    if covered != payload_bytes:
+        raise CheckpointError(f"tensor data covers {covered:,} of the file's {payload_bytes:,} payload bytes")
