@@ -32,10 +32,14 @@ def with_config(data: bytes, **changes) -> bytes:
 
 def with_metadata(data: bytes, **changes) -> bytes:
     """The checkpoint bytes with `__metadata__` entries replaced, the tensors left as they are."""
-    length = struct.unpack("<Q", data[:8])[0]
     header = read_header(data)
     header["__metadata__"].update(changes)
-    encoded = json.dumps(header).encode()
+    return with_header(data, json.dumps(header).encode())
+
+
+def with_header(data: bytes, encoded: bytes) -> bytes:
+    """The checkpoint bytes with another header (JSON text), padded as safetensors pads it; the tensors kept."""
+    length = struct.unpack("<Q", data[:8])[0]
     encoded += b" " * (-len(encoded) % 8)
     return struct.pack("<Q", len(encoded)) + encoded + data[8 + length :]
 

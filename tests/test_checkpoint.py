@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import REPO, SMALL_FILE_HUGE_CONFIG, measured, with_config, with_metadata
+from helpers import REPO, SMALL_FILE_HUGE_CONFIG, measured, with_config, with_header, with_metadata
 from safetensors.torch import save as save_safetensors
 
 from transformer.decoding.greedy import decode
@@ -174,11 +174,8 @@ def test_tensor_extents_must_tile_the_payload(checkpoint_path):
     header = read_header(data)
     query, key = "encoder_layers.0.self_attn.q_proj.weight", "encoder_layers.0.self_attn.k_proj.weight"
     header[key]["data_offsets"] = header[query]["data_offsets"]
-    encoded = json.dumps(header).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    length = struct.unpack("<Q", data[:8])[0]
     with pytest.raises(CheckpointError, match="overlaps or leaves gaps"):
-        load_checkpoint_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + length :])
+        load_checkpoint_bytes(with_header(data, json.dumps(header).encode()))
 
 
 def test_sinusoid_tables_count_towards_the_size_limits(checkpoint_path):
@@ -199,9 +196,8 @@ def test_repeated_tensor_names_are_refused(checkpoint_path):
     name = next(n for n in read_header(data) if n != "__metadata__")
     entry = json.dumps({name: read_header(data)[name]})[1:-1]
     doubled = text.replace("{", "{" + entry + ",", 1).encode()
-    doubled += b" " * (-len(doubled) % 8)
     with pytest.raises(CheckpointError, match="repeats"):
-        load_checkpoint_bytes(struct.pack("<Q", len(doubled)) + doubled + data[8 + length :])
+        load_checkpoint_bytes(with_header(data, doubled))
 
 
 def test_special_ids_of_tokenizer_and_config_must_agree(checkpoint_path):
