@@ -5,7 +5,6 @@ import torch
 from helpers import tiny_config
 
 from transformer.io.checkpoint import unique_state
-from transformer.io.header import expected_shapes
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 
@@ -67,7 +66,7 @@ def test_variants_build_and_count_their_parameters(tokenizer, overrides):
     assert sum(p.numel() for p in model.parameters()) == config.parameter_count()
     allocated = sum(t.numel() for t in [*model.parameters(), *model.buffers()])
     assert allocated == config.element_count()  # what a checkpoint's config is bounded by before building
-    assert expected_shapes(config) == {name: tuple(t.shape) for name, t in unique_state(model).items()}
+    assert config.parameter_shapes() == {name: tuple(t.shape) for name, t in unique_state(model).items()}
     src, tgt = batch(config)
     maps = model(src, tgt, need_weights=True).attentions
     assert len(maps.encoder_self) == config.n_encoder_layers

@@ -38,8 +38,8 @@ def translate_texts(
 
     if settings.strategy == "beam":
         for i in order:
-            limit = settings.max_new_tokens or None
-            tokens = beam_search_ids(model, sources[i], settings.beam_width, settings.length_penalty, limit)[0]
+            width, alpha = settings.beam_width, settings.length_penalty
+            tokens = beam_search_ids(model, sources[i], width, alpha, limit(len(sources[i])))[0]
             outputs[i] = tokenizer.decode(tokens)
             if progress:
                 progress(1)

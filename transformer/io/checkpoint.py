@@ -25,7 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from transformer.io.header import CheckpointError, check_tensors, expected_shapes, read_file_header, read_header
+from transformer.io.header import CheckpointError, check_tensors, read_file_header, read_header
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer, TokenizerError
@@ -163,7 +163,7 @@ def load_checkpoint_bytes(
             f"the model is too large here: {config.element_count():,} parameters and position values, "
             f"over the limit of {max_elements:,}"
         )
-    check_tensors(header, expected_shapes(config), len(data) - 8 - struct.unpack("<Q", data[:8])[0])
+    check_tensors(header, config.parameter_shapes(), len(data) - 8 - struct.unpack("<Q", data[:8])[0])
     try:
         tokenizer = Tokenizer(base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True))
     except (binascii.Error, TokenizerError) as error:

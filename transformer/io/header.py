@@ -12,8 +12,6 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from transformer.model.config import TransformerConfig
-
 
 class CheckpointError(ValueError):
     """A file that is not a usable checkpoint; the message names the problem."""
@@ -63,46 +61,6 @@ def read_file_header(path: str | Path) -> dict[str, Any]:
         if len(prefix) == 8:
             prefix += file.read(min(struct.unpack("<Q", prefix)[0], MAX_HEADER_BYTES + 1))
     return read_header(prefix)
-
-
-def expected_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
-    """Every stored tensor's name and shape, derived from the config alone: a file is checked against it
-    before anything is allocated (equal to `unique_state` of the built model: a test holds them together)."""
-    d = config.d_model
-    shapes: dict[str, tuple[int, ...]] = {}
-
-    def linear(name: str, fan_in: int, fan_out: int) -> None:
-        shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (fan_out, fan_in), (fan_out,)
-
-    def norm(name: str) -> None:
-        shapes[f"{name}.weight"] = shapes[f"{name}.bias"] = (d,)
-
-    def block(prefix: str, attentions: tuple[str, ...], norms: tuple[str, ...]) -> None:
-        for attention in attentions:
-            for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                linear(f"{prefix}.{attention}.{projection}", d, d)
-        linear(f"{prefix}.feed_forward.inner", d, config.d_ff)
-        linear(f"{prefix}.feed_forward.outer", config.d_ff, d)
-        for name in norms:
-            norm(f"{prefix}.{name}.norm")
-
-    shapes["src_embed.lookup.weight"] = (config.src_vocab_size, d)
-    if not config.tie_embeddings:
-        shapes["tgt_embed.lookup.weight"] = (config.tgt_vocab_size, d)
-    if config.positional == "learned":
-        shapes["src_position.table"] = shapes["tgt_position.table"] = (config.max_len, d)
-    for i in range(config.n_encoder_layers):
-        block(f"encoder_layers.{i}", ("self_attn",), ("attn_block", "ff_block"))
-    for i in range(config.n_decoder_layers):
-        block(f"decoder_layers.{i}", ("self_attn", "cross_attn"), ("self_block", "cross_block", "ff_block"))
-    if config.norm_first:
-        norm("encoder_norm")
-        norm("decoder_norm")
-    if config.tie_embeddings:
-        shapes["generator.bias"] = (config.tgt_vocab_size,)
-    else:
-        linear("generator", d, config.tgt_vocab_size)
-    return shapes
 
 
 def _is_int_list(value: Any, length: int | None = None) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -67,19 +68,51 @@ class TransformerConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    def parameter_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's state-dict name and shape (tied ones once), derived without building the model.
+
+        A checkpoint's tensors are checked against it before anything is allocated; a test holds it equal
+        to the built model's state.
+        """
+        d = self.d_model
+        shapes: dict[str, tuple[int, ...]] = {}
+
+        def linear(name: str, fan_in: int, fan_out: int) -> None:
+            shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (fan_out, fan_in), (fan_out,)
+
+        def norm(name: str) -> None:
+            shapes[f"{name}.weight"] = shapes[f"{name}.bias"] = (d,)
+
+        def block(prefix: str, attentions: tuple[str, ...], norms: tuple[str, ...]) -> None:
+            for attention in attentions:
+                for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    linear(f"{prefix}.{attention}.{projection}", d, d)
+            linear(f"{prefix}.feed_forward.inner", d, self.d_ff)
+            linear(f"{prefix}.feed_forward.outer", self.d_ff, d)
+            for name in norms:
+                norm(f"{prefix}.{name}.norm")
+
+        shapes["src_embed.lookup.weight"] = (self.src_vocab_size, d)
+        if not self.tie_embeddings:
+            shapes["tgt_embed.lookup.weight"] = (self.tgt_vocab_size, d)
+        if self.positional == "learned":
+            shapes["src_position.table"] = shapes["tgt_position.table"] = (self.max_len, d)
+        for i in range(self.n_encoder_layers):
+            block(f"encoder_layers.{i}", ("self_attn",), ("attn_block", "ff_block"))
+        for i in range(self.n_decoder_layers):
+            block(f"decoder_layers.{i}", ("self_attn", "cross_attn"), ("self_block", "cross_block", "ff_block"))
+        if self.norm_first:
+            norm("encoder_norm")
+            norm("decoder_norm")
+        if self.tie_embeddings:
+            shapes["generator.bias"] = (self.tgt_vocab_size,)
+        else:
+            linear("generator", d, self.tgt_vocab_size)
+        return shapes
+
     def parameter_count(self) -> int:
         """Parameters this config describes, computed without building the model."""
-        d, f = self.d_model, self.d_ff
-        attention = 4 * (d * d + d)
-        feed_forward = d * f + f + f * d + d
-        norm = 2 * d
-        final_norms = 2 * norm if self.norm_first else 0
-        encoder = self.n_encoder_layers * (attention + feed_forward + 2 * norm)
-        decoder = self.n_decoder_layers * (2 * attention + feed_forward + 3 * norm)
-        embeddings = self.src_vocab_size * d + (0 if self.tie_embeddings else self.tgt_vocab_size * d)
-        generator = self.tgt_vocab_size + (0 if self.tie_embeddings else self.tgt_vocab_size * d)
-        positions = 2 * self.max_len * d if self.positional == "learned" else 0
-        return encoder + decoder + final_norms + embeddings + generator + positions
+        return sum(math.prod(shape) for shape in self.parameter_shapes().values())
 
     def element_count(self) -> int:
         """Numbers that building this model allocates: its parameters plus the fixed sinusoid tables (buffers)."""
