@@ -2,11 +2,12 @@
 
 import streamlit as st
 
-from transformer.analysis.head_stats import STATISTICS, ablated, corpus_statistics, head_statistics, statistics_frame
+from transformer.analysis.head_stats import STATISTICS, corpus_statistics, head_statistics, statistics_frame
 from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings
 from transformer.model.kinds import AttentionKind
+from transformer.model.probes import Probe
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
 from ui import controls, state
@@ -84,7 +85,7 @@ chosen = st.multiselect("Heads to switch off", options, format_func=lambda o: f"
 if chosen:
     baseline = state.decode_cached(checkpoint, explored.checkpoint_key, explored.text, DecodeSettings())
     with st.spinner("Decoding without those heads ..."):
-        without = decode(ablated(checkpoint.model, chosen), checkpoint.tokenizer, explored.text)
+        without = decode(checkpoint.model, checkpoint.tokenizer, explored.text, probe=Probe.ablating(chosen))
     columns = st.columns(2)
     for column, (name, run_result) in zip(columns, (("all heads", baseline), (f"{len(chosen)} heads off", without))):
         with column:

@@ -1,10 +1,10 @@
+import copy
 import math
 
 import numpy as np
 import torch
 
 from transformer.analysis.head_stats import (
-    ablated,
     corpus_statistics,
     head_statistics,
     js_divergence,
@@ -12,6 +12,8 @@ from transformer.analysis.head_stats import (
     statistics_frame,
 )
 from transformer.decoding.greedy import decode
+from transformer.model.kinds import AttentionKind
+from transformer.model.probes import Probe
 
 
 def test_uniform_attention_has_maximal_entropy_and_identity_zero_distance():
@@ -45,14 +47,48 @@ def test_js_divergence_is_zero_for_equal_maps_and_log2_for_disjoint():
     assert np.allclose(js_divergence(a, b), math.log(2))
 
 
-def test_ablation_changes_the_copy_and_never_the_shared_model(model, tokenizer):
+def test_ablation_probe_is_the_model_without_those_heads_and_never_changes_it(model, tokenizer):
+    heads = [("cross", 0, 0), ("cross", 0, 1), ("encoder", 1, 0)]
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    switched_off = ablated(model, [("cross", 0, 0), ("cross", 0, 1), ("encoder", 1, 0)])
     src = torch.tensor([tokenizer.encode("the dog runs") + [3]])
     tgt = torch.tensor([[2, 5, 6]])
-    assert not torch.allclose(model(src, tgt).log_probs, switched_off(src, tgt).log_probs)
+    without = copy.deepcopy(model)  # the reference: those heads' columns of W_O zeroed in a copy
+    d_head = model.config.d_head
+    with torch.no_grad():
+        for kind, layer, head in heads:
+            AttentionKind(kind).module(without, layer).out_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
+    for need_weights in (False, True):  # the fused path and the explicit one
+        probed = model(src, tgt, need_weights, probe=Probe.ablating(heads))
+        reference = without(src, tgt, need_weights)
+        torch.testing.assert_close(probed.log_probs, reference.log_probs, atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(model(src, tgt).log_probs, probed.log_probs)
+    torch.testing.assert_close(probed.attentions.cross[0], reference.attentions.cross[0])  # p_attn as computed
     assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
-    assert (switched_off.decoder_layers[0].cross_attn.out_proj.weight[:, : model.config.d_model].abs().sum()) == 0
+
+
+def test_a_probe_reaches_only_its_own_forward_pass(model, tokenizer):
+    """Threads decoding on one shared model, half with heads switched off: each gets its own sequential result."""
+    import threading
+
+    sentences = [" ".join(["the", "dog", "cat", "red", "park"][i % 5 :] + ["ball"] * (i % 3)) for i in range(16)]
+    probe = Probe.ablating([("cross", layer, head) for layer in range(3) for head in range(2)])
+    probes = [probe if i % 2 else None for i in range(16)]
+    expected = [decode(model, tokenizer, s, max_new_tokens=6, probe=p).cross for s, p in zip(sentences, probes)]
+    results: dict[int, torch.Tensor] = {}
+    barrier = threading.Barrier(16)
+
+    def work(i: int) -> None:
+        barrier.wait()
+        results[i] = decode(model, tokenizer, sentences[i], max_new_tokens=6, probe=probes[i]).cross
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i in range(16):
+        torch.testing.assert_close(results[i], expected[i])
+    assert not torch.equal(expected[0], decode(model, tokenizer, sentences[0], max_new_tokens=6, probe=probe).cross)
 
 
 def test_corpus_statistics_average_the_sentences(model, tokenizer):

@@ -1,4 +1,4 @@
-"""What each head does, in numbers: statistics of its attention, divergence between two models, ablation.
+"""What each head does, in numbers: statistics of its attention, divergence between two models, parameters.
 
 Statistics take maps shaped (L, H, Q, K) (rows are probability distributions) and return
 one row per layer and head, so a table or a layers x heads heatmap can show them.
@@ -6,17 +6,14 @@ one row per layer and head, so a table or a layers x heads heatmap can show them
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 
 import numpy as np
 import pandas as pd
-import torch
 
 from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode
 from transformer.model.encoder_decoder import Transformer
-from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import Tokenizer
 
 STATISTICS = {
@@ -97,20 +94,6 @@ def js_divergence(first: np.ndarray, second: np.ndarray) -> np.ndarray:
         return np.where(a > 0, a * np.log(np.where(a > 0, a, 1) / np.where(b > 0, b, 1)), 0).sum(-1)
 
     return ((kl(p, middle) + kl(q, middle)) / 2).mean(-1)
-
-
-def ablated(model: Transformer, heads: Iterable[tuple[str, int, int]]) -> Transformer:
-    """A copy of the model with the given (kind, layer, head) switched off; the shared model is untouched.
-
-    A head is switched off by zeroing its columns of W_O, so its output no longer reaches the
-    residual stream: exactly the model without that head.
-    """
-    copied = copy.deepcopy(model)
-    d_head = model.config.d_head
-    with torch.no_grad():
-        for kind, layer, head in heads:
-            AttentionKind(kind).module(copied, layer).out_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
-    return copied
 
 
 def parameter_counts(model: Transformer) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import torch
 from transformer.model.attention import MultiHeadAttention
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
-from transformer.model.masks import padding_mask, target_mask
+from transformer.model.probes import Probe
 
 
 @dataclass(frozen=True)
@@ -49,40 +49,29 @@ class AttentionStages:
     output: torch.Tensor  # (T_q, d_model) concat W_O + b
 
 
-def _inputs(module: MultiHeadAttention, h: torch.Tensor, context: torch.Tensor, mask: torch.Tensor) -> SublayerInputs:
-    output, p_attn = module(h, context, mask, need_weights=True)
-    return SublayerInputs(module, h[0], context[0], mask[0, 0].expand(h.size(1), context.size(1)), output[0], p_attn[0])
-
-
 @torch.inference_mode()
 def sublayer_inputs(
     model: Transformer, src_ids: list[int], tgt_ids: list[int], kind: AttentionKind | str, layer: int
 ) -> SublayerInputs:
-    """Runs the model (eval mode, teacher-forced on the output tgt_ids) up to the chosen attention sublayer."""
+    """What the chosen attention sublayer received in one ordinary teacher-forced pass (eval mode) on tgt_ids."""
     kind = AttentionKind(kind)
+    layers = model.encoder_layers if kind.queries_from_source else model.decoder_layers
+    if not 0 <= layer < len(layers):
+        raise ValueError(f"no {kind} attention at layer {layer}")
     device = next(model.parameters()).device
-    src = torch.tensor([src_ids], device=device)
-    src_mask = padding_mask(src, model.config.pad_id)
-    x = model.src_position(model.src_embed(src))
-    for index, encoder_layer in enumerate(model.encoder_layers):
-        if kind is AttentionKind.ENCODER and index == layer:
-            h = encoder_layer.attn_block.sublayer_input(x)
-            return _inputs(encoder_layer.self_attn, h, h, src_mask)
-        x, _ = encoder_layer(x, src_mask, False)
-    memory = model.encoder_norm(x)
-    tgt = torch.tensor([[model.config.bos_id, *tgt_ids[:-1]]], device=device)  # the decoder input
-    tgt_mask = target_mask(tgt, model.config.pad_id)
-    y = model.tgt_position(model.tgt_embed(tgt))
-    for index, decoder_layer in enumerate(model.decoder_layers):
-        if index == layer:
-            h = decoder_layer.self_block.sublayer_input(y)
-            if kind is AttentionKind.DECODER:
-                return _inputs(decoder_layer.self_attn, h, h, tgt_mask)
-            after_self, _ = decoder_layer.self_block(y, lambda q: decoder_layer.self_attn(q, q, tgt_mask))
-            h = decoder_layer.cross_block.sublayer_input(after_self)
-            return _inputs(decoder_layer.cross_attn, h, memory, src_mask)
-        y, *_ = decoder_layer(y, memory, src_mask, tgt_mask, False)
-    raise ValueError(f"no {kind} attention at layer {layer}")
+    decoder_input = torch.tensor([[model.config.bos_id, *tgt_ids[:-1]]], device=device)
+    probe = Probe.recording(kind, layer)
+    model(torch.tensor([src_ids], device=device), decoder_input, probe=probe)
+    seen = probe.records[(kind, layer)]
+    queries, context = seen.queries[0], seen.context[0]
+    return SublayerInputs(
+        kind.module(model, layer),
+        queries,
+        context,
+        seen.mask[0, 0].expand(len(queries), len(context)),
+        seen.output[0],
+        seen.p_attn[0],
+    )
 
 
 @torch.inference_mode()

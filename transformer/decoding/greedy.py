@@ -12,12 +12,13 @@ import torch
 from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.masks import padding_mask
+from transformer.model.probes import Probe
 from transformer.text.tokenizer import Tokenizer
 
 
-def encode_source(model: Transformer, src: torch.Tensor, need_weights: bool):
+def encode_source(model: Transformer, src: torch.Tensor, need_weights: bool, probe: Probe | None = None):
     src_mask = padding_mask(src, model.config.pad_id)
-    memory, maps = model.encode(src, src_mask, need_weights)
+    memory, maps = model.encode(src, src_mask, need_weights, probe)
     return memory, src_mask, maps
 
 
@@ -53,22 +54,23 @@ def generate(
     choose: Chooser = greedy_chooser,
     need_weights: bool = False,
     prefix: Sequence[int] = (),
+    probe: Probe | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, list, list, list]:
     """Token-by-token decoding of a batch src (B, S); one decoder step per new token.
 
     The first len(prefix) tokens are forced (teacher forcing, what-if branches), the rest
-    chosen by `choose`. Returns tokens (B, T), per-step log-probs (B, T, V), the encoder
+    chosen by `choose`; a probe (heads switched off) applies to every step. Returns tokens (B, T), per-step log-probs (B, T, V), the encoder
     maps and, per step, the decoder self and cross rows of every layer.
     """
     config = model.config
     batch = src.size(0)
-    memory, src_mask, encoder_maps = encode_source(model, src, need_weights)
+    memory, src_mask, encoder_maps = encode_source(model, src, need_weights, probe)
     cache = model.start_cache(memory)
     last = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     tokens, log_probs_per_step, self_rows, cross_rows = [], [], [], []
     for step in range(min(max_new_tokens, config.max_len)):
-        hidden, self_maps, cross_maps, cache = model.decode(last, memory, src_mask, None, need_weights, cache)
+        hidden, self_maps, cross_maps, cache = model.decode(last, memory, src_mask, None, need_weights, cache, probe)
         log_probs = model.log_probs(hidden[:, -1])  # (B, V)
         if step < len(prefix):
             token = torch.full((batch,), prefix[step], dtype=torch.long, device=src.device)
@@ -98,10 +100,13 @@ def decode(
     choose: Chooser = greedy_chooser,
     strategy: str = "greedy",
     max_new_tokens: int | None = None,
+    probe: Probe | None = None,
 ) -> DecodeResult:
-    """Decodes one sentence, recording every attention map of every step."""
+    """Decodes one sentence, recording every attention map of every step (with heads switched off by a probe)."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
-    return decode_ids(model, tokenizer, ids, choose, strategy, max_new_tokens=max_new_tokens, truncated=truncated)
+    return decode_ids(
+        model, tokenizer, ids, choose, strategy, max_new_tokens=max_new_tokens, truncated=truncated, probe=probe
+    )
 
 
 def decode_ids(
@@ -113,11 +118,12 @@ def decode_ids(
     prefix: Sequence[int] = (),
     max_new_tokens: int | None = None,
     truncated: bool = False,
+    probe: Probe | None = None,
 ) -> DecodeResult:
     """decode() for source ids already tokenized (eos included)."""
     src = torch.tensor([ids], device=model_device(model))
     limit = max_new_tokens or max(default_max_new_tokens(model, len(ids)), len(prefix))
-    tokens, log_probs, encoder_maps, self_rows, cross_rows = generate(model, src, limit, choose, True, prefix)
+    tokens, log_probs, encoder_maps, self_rows, cross_rows = generate(model, src, limit, choose, True, prefix, probe)
     tgt_ids = tokens[0].tolist()
     return assemble(
         tokenizer,

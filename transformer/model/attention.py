@@ -57,11 +57,13 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor,
         mask: torch.Tensor | None,
         need_weights: bool,
+        keep: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attends from queries x (B, T_q, d_model) over projected keys/values (B, H, T_k, d_head).
 
         With need_weights the explicit path computes p_attn; otherwise the fused kernel runs,
-        which gives the same output (a test holds the two together).
+        which gives the same output (a test holds the two together). keep (1, H, 1, 1) scales each
+        head's output before W_O: 0 switches a head off.
         """
         query = self.split_heads(self.q_proj(x))
         if need_weights:
@@ -71,6 +73,8 @@ class MultiHeadAttention(nn.Module):
                 query, key, value, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0
             )
             p_attn = None
+        if keep is not None:
+            heads = heads * keep.to(heads)
         batch, _, length, _ = heads.shape
         heads = heads.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T_q, d_model)
         return self.out_proj(heads), p_attn

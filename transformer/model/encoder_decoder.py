@@ -8,8 +8,10 @@ import torch
 from torch import nn
 
 from transformer.model.config import TransformerConfig
+from transformer.model.kinds import AttentionKind
 from transformer.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache, PositionalEncoding
 from transformer.model.masks import padding_mask, target_mask
+from transformer.model.probes import Probe
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,13 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(parameter)
 
     def encode(
-        self, src: torch.Tensor, src_mask: torch.Tensor, need_weights: bool = False
+        self, src: torch.Tensor, src_mask: torch.Tensor, need_weights: bool = False, probe: Probe | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """src ids (B, S) -> memory (B, S, d_model) and, if asked, each layer's self-attention."""
         x = self.src_position(self.src_embed(src))
         maps = []
-        for layer in self.encoder_layers:
-            x, p_attn = layer(x, src_mask, need_weights)
+        for i, layer in enumerate(self.encoder_layers):
+            x, p_attn = layer(x, src_mask, need_weights, self._sublayer_probe(probe, AttentionKind.ENCODER, i))
             maps.append(p_attn)
         return self.encoder_norm(x), maps if need_weights else []
 
@@ -73,6 +75,7 @@ class Transformer(nn.Module):
         tgt_mask: torch.Tensor | None,
         need_weights: bool = False,
         cache: list[LayerCache] | None = None,
+        probe: Probe | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[LayerCache] | None]:
         """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it."""
         offset = 0 if cache is None else cache[0].self_key.size(2)
@@ -80,7 +83,14 @@ class Transformer(nn.Module):
         self_maps, cross_maps, new_cache = [], [], []
         for i, layer in enumerate(self.decoder_layers):
             x, self_p, cross_p, layer_cache = layer(
-                x, memory, src_mask, tgt_mask, need_weights, None if cache is None else cache[i]
+                x,
+                memory,
+                src_mask,
+                tgt_mask,
+                need_weights,
+                None if cache is None else cache[i],
+                self._sublayer_probe(probe, AttentionKind.DECODER, i),
+                self._sublayer_probe(probe, AttentionKind.CROSS, i),
             )
             self_maps.append(self_p)
             cross_maps.append(cross_p)
@@ -88,6 +98,9 @@ class Transformer(nn.Module):
         if not need_weights:
             self_maps, cross_maps = [], []
         return self.decoder_norm(x), self_maps, cross_maps, (new_cache if cache is not None else None)
+
+    def _sublayer_probe(self, probe: Probe | None, kind: AttentionKind, layer: int):
+        return None if probe is None else probe.at(kind, layer, self.config.n_heads)
 
     def start_cache(self, memory: torch.Tensor) -> list[LayerCache]:
         """A fresh key/value cache for incremental decoding over this memory."""
@@ -97,12 +110,14 @@ class Transformer(nn.Module):
         """The generator: log-softmax over the target vocabulary."""
         return self.generator(hidden).float().log_softmax(dim=-1)
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False) -> ModelOutput:
+    def forward(
+        self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False, probe: Probe | None = None
+    ) -> ModelOutput:
         """Teacher-forced pass: src (B, S) and decoder input tgt (B, T) -> next-token log-probs (B, T, V)."""
         src_mask = padding_mask(src, self.config.pad_id)
-        memory, encoder_maps = self.encode(src, src_mask, need_weights)
+        memory, encoder_maps = self.encode(src, src_mask, need_weights, probe)
         hidden, self_maps, cross_maps, _ = self.decode(
-            tgt, memory, src_mask, target_mask(tgt, self.config.pad_id), need_weights
+            tgt, memory, src_mask, target_mask(tgt, self.config.pad_id), need_weights, probe=probe
         )
         attentions = AttentionMaps(tuple(encoder_maps), tuple(self_maps), tuple(cross_maps)) if need_weights else None
         return ModelOutput(self.log_probs(hidden), attentions)

@@ -11,6 +11,7 @@ from torch import nn
 
 from transformer.model.attention import MultiHeadAttention
 from transformer.model.config import TransformerConfig
+from transformer.model.probes import SublayerProbe, SublayerRecord
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -88,6 +89,26 @@ class Residual(nn.Module):
         return self.norm(x + self.dropout(out)), *extra
 
 
+def probed_attend(
+    module: MultiHeadAttention,
+    h: torch.Tensor,
+    context: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    need_weights: bool,
+    probe: SublayerProbe | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The module's attention of queries h over keys/values projected from context, as the probe asks."""
+    if probe is None:
+        return module.attend(h, key, value, mask, need_weights)
+    recording = probe.records is not None
+    out, p_attn = module.attend(h, key, value, mask, need_weights or recording, probe.keep)
+    if recording:
+        probe.record(SublayerRecord(h, context, mask, out, p_attn))
+    return out, p_attn
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a residual block."""
 
@@ -99,9 +120,13 @@ class EncoderLayer(nn.Module):
         self.ff_block = Residual(config)
 
     def forward(
-        self, x: torch.Tensor, src_mask: torch.Tensor, need_weights: bool
+        self, x: torch.Tensor, src_mask: torch.Tensor, need_weights: bool, probe: SublayerProbe | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        x, p_attn = self.attn_block(x, lambda h: self.self_attn(h, h, src_mask, need_weights))
+        def self_attend(h: torch.Tensor) -> tuple:
+            key, value = self.self_attn.project_key_value(h)
+            return probed_attend(self.self_attn, h, h, key, value, src_mask, need_weights, probe)
+
+        x, p_attn = self.attn_block(x, self_attend)
         x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
         return x, p_attn
 
@@ -148,6 +173,8 @@ class DecoderLayer(nn.Module):
         tgt_mask: torch.Tensor | None,
         need_weights: bool,
         cache: LayerCache | None = None,
+        self_probe: SublayerProbe | None = None,
+        cross_probe: SublayerProbe | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, LayerCache | None]:
         """With a cache, x holds only the new positions and tgt_mask covers them over all keys."""
 
@@ -156,7 +183,7 @@ class DecoderLayer(nn.Module):
             if cache is not None:
                 key = torch.cat([cache.self_key, key], dim=2)
                 value = torch.cat([cache.self_value, value], dim=2)
-            out, p_attn = self.self_attn.attend(h, key, value, tgt_mask, need_weights)
+            out, p_attn = probed_attend(self.self_attn, h, h, key, value, tgt_mask, need_weights, self_probe)
             return out, p_attn, key, value
 
         def cross_attend(h: torch.Tensor) -> tuple:
@@ -164,7 +191,7 @@ class DecoderLayer(nn.Module):
                 key, value = self.cross_attn.project_key_value(memory)
             else:
                 key, value = cache.cross_key, cache.cross_value
-            return self.cross_attn.attend(h, key, value, src_mask, need_weights)
+            return probed_attend(self.cross_attn, h, memory, key, value, src_mask, need_weights, cross_probe)
 
         x, self_weights, self_key, self_value = self.self_block(x, self_attend)
         x, cross_weights = self.cross_block(x, cross_attend)

@@ -1,0 +1,74 @@
+"""What one forward pass is asked to do besides computing: switch heads off, record a sublayer's inputs.
+
+A Probe is a value passed down the call, like the key/value cache: it is never stored on the shared
+model, so one visitor's probe never reaches another visitor's forward pass (a hook registered on a
+module would fire in every pass). It serves the stage-by-stage walkthrough, head ablation, and any
+view that needs what a module received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from transformer.model.kinds import AttentionKind
+
+
+@dataclass(frozen=True)
+class SublayerRecord:
+    """What one attention sublayer received and produced in a forward pass (batch first)."""
+
+    queries: torch.Tensor  # (B, T_q, d_model) the sublayer's input X (after the pre-norm, if any)
+    context: torch.Tensor  # (B, T_k, d_model) what keys and values are projected from
+    mask: torch.Tensor | None  # broadcastable to (B, H, T_q, T_k), True where a query may look
+    output: torch.Tensor  # (B, T_q, d_model) the module's output, before dropout and the residual
+    p_attn: torch.Tensor  # (B, H, T_q, T_k)
+
+
+@dataclass(frozen=True)
+class SublayerProbe:
+    """One attention sublayer's share of a Probe."""
+
+    keep: torch.Tensor | None  # (1, H, 1, 1): 1 for heads kept, 0 for heads switched off
+    records: dict[tuple[AttentionKind, int], SublayerRecord] | None  # where to record, if recording
+    site: tuple[AttentionKind, int]
+
+    def record(self, record: SublayerRecord) -> None:
+        if self.records is not None:
+            self.records[self.site] = record
+
+
+@dataclass
+class Probe:
+    """Heads to switch off, as (kind, layer, head), and sublayers to record, as (kind, layer).
+
+    Switching a head off zeroes its output before W_O, exactly the model without that head; its
+    weights p_attn are still what it computed. Records fill `records` during the pass (with a
+    key/value cache, the last step's).
+    """
+
+    heads_off: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+    record_at: frozenset[tuple[AttentionKind, int]] = frozenset()
+    records: dict[tuple[AttentionKind, int], SublayerRecord] = field(default_factory=dict)
+
+    @classmethod
+    def ablating(cls, heads: Iterable[tuple[AttentionKind | str, int, int]]) -> Probe:
+        return cls(heads_off=frozenset((AttentionKind(kind), layer, head) for kind, layer, head in heads))
+
+    @classmethod
+    def recording(cls, kind: AttentionKind | str, layer: int) -> Probe:
+        return cls(record_at=frozenset({(AttentionKind(kind), layer)}))
+
+    def at(self, kind: AttentionKind, layer: int, n_heads: int) -> SublayerProbe | None:
+        """This probe's part for one sublayer, or None where it asks nothing of it."""
+        off = [head for k, index, head in self.heads_off if (k, index) == (kind, layer)]
+        recording = (kind, layer) in self.record_at
+        if not off and not recording:
+            return None
+        keep = None
+        if off:
+            keep = torch.ones(1, n_heads, 1, 1)
+            keep[0, off] = 0.0
+        return SublayerProbe(keep, self.records if recording else None, (kind, layer))
