@@ -205,3 +205,16 @@ def test_special_ids_of_tokenizer_and_config_must_agree(checkpoint_path):
     swapped = with_config(checkpoint_path.read_bytes(), bos_id=3, eos_id=2)
     with pytest.raises(CheckpointError, match="bos/eos ids are 2/3, the config's 3/2"):
         load_checkpoint_bytes(swapped)
+
+
+@pytest.mark.parametrize("low_bytes", [b"\x80", b"PK"], ids=["pickle-like", "zip-like"])
+def test_a_header_length_that_starts_like_a_pickle_or_zip_still_loads(checkpoint_path, low_bytes):
+    """The first bytes of a safetensors file are its header length: 0x80 or 'PK' there is no pickle or zip."""
+    data = checkpoint_path.read_bytes()
+    wanted = int.from_bytes(low_bytes, "little")
+    modulus = 256 ** len(low_bytes)
+    unpadded = with_metadata(data, padding="")
+    raw_length = len(unpadded[8 : 8 + struct.unpack("<Q", unpadded[:8])[0]].rstrip(b" "))
+    crafted = with_metadata(data, padding="x" * ((wanted - raw_length) % modulus))  # the length ends in those bytes
+    assert crafted[: len(low_bytes)] == low_bytes
+    assert load_checkpoint_bytes(crafted).config == load_checkpoint_bytes(data).config

@@ -35,7 +35,8 @@ def read_header(data: bytes) -> dict[str, Any]:
     """The safetensors JSON header, checked for size and shape before anything is allocated."""
     if len(data) < 8:
         raise CheckpointError(f"file is truncated: {len(data)} bytes, too short for a safetensors header")
-    if data[:2] == b"PK" or data[:1] == b"\x80":
+    # A safetensors header is JSON right after its 8-byte length, whose low byte may well be 0x80 or "PK".
+    if data[8:9] != b"{" and (data[:2] == b"PK" or data[:1] == b"\x80"):
         raise CheckpointError(
             "this looks like a PyTorch pickle/zip file; it is refused because loading one can execute code. "
             "Convert it to this project's safetensors format."
