@@ -121,3 +121,13 @@ def tiny_config(tokenizer: Tokenizer, **overrides) -> TransformerConfig:
 SMALL_FILE_HUGE_CONFIG = dict(
     src_vocab_size=300_000, tgt_vocab_size=300_000, d_model=2048, n_heads=8, d_ff=64, max_len=64
 )
+
+
+def upload(at, name: str, data: bytes):
+    at = at.switch_page("pages/checkpoints.py").run()
+    at.file_uploader(key="upload_file").set_value((name, data, "application/octet-stream"))
+    return at.run()
+
+
+def errors(at) -> str:
+    return "\n".join(e.value for e in at.error).replace("\\", "")  # the page escapes markdown

@@ -2,11 +2,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import sacrebleu
 import torch
-from helpers import REPO, make_sentences
+from helpers import REPO, make_sentences, start, upload
 
 from transformer.io.checkpoint import load_checkpoint
+from transformer.model.config import TransformerConfig
 from transformer.training.evaluate import score
 from transformer.training.train import TrainSettings, train
 
@@ -48,8 +50,9 @@ def _settings(tmp_path, **overrides):
     (tmp_path / "s.txt").write_text("\n".join(sentences))
     (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
     values = dict(train_src=str(tmp_path / "s.txt"), train_tgt=str(tmp_path / "t.txt"), val_src=str(tmp_path / "s.txt"),
-                  val_tgt=str(tmp_path / "t.txt"), out=str(tmp_path / "m.safetensors"), vocab_size=40, d_model=16,
-                  n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32, epochs=2, max_tokens=400,
+                  val_tgt=str(tmp_path / "t.txt"), out=str(tmp_path / "m.safetensors"),
+                  model=TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
+                                          n_decoder_layers=1, max_len=32), epochs=2, max_tokens=400,
                   lr_factor=1.0, warmup=20, val_limit=20, save_dtype="float32")  # fmt: skip
     values.update(overrides)
     return TrainSettings(**values)
@@ -74,3 +77,32 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
     a = load_checkpoint(whole_dir / "m.safetensors").model.state_dict()
     b = load_checkpoint(parts_dir / "m.safetensors").model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [["--norm-first"], ["--activation", "gelu"], ["--positional", "learned"], ["--no-tie-embeddings"]],
+    ids=["pre-norm", "gelu", "learned-positions", "untied"],
+)
+def test_each_model_variant_trains_from_the_command_line_and_opens_in_the_app(tmp_path, variant):
+    from transformer.cli import main
+
+    sentences = make_sentences(120, seed=5)
+    (tmp_path / "s.txt").write_text("\n".join(sentences))
+    (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
+    out = tmp_path / "variant.safetensors"
+    s, t = str(tmp_path / "s.txt"), str(tmp_path / "t.txt")
+    data = ["train", "--train-src", s, "--train-tgt", t, "--val-src", s, "--val-tgt", t]
+    sizes = ["--vocab-size", "40", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1",
+             "--n-decoder-layers", "1", "--max-len", "32", "--epochs", "1", "--val-limit", "10"]  # fmt: skip
+    assert main([*data, *sizes, *variant, "--out", str(out)]) == 0
+    config = load_checkpoint(out).config
+    expected = {"pre-norm": ("norm_first", True), "gelu": ("activation", "gelu"),
+                "learned-positions": ("positional", "learned"), "untied": ("tie_embeddings", False)}  # fmt: skip
+    name, value = expected[{"--norm-first": "pre-norm", "--activation": "gelu", "--positional": "learned-positions",
+                            "--no-tie-embeddings": "untied"}[variant[0]]]  # fmt: skip
+    assert getattr(config, name) == value and config.d_model == 16
+    at = upload(start(), "variant.safetensors", out.read_bytes())
+    assert not at.error and at.session_state["checkpoint"] == "variant (uploaded)"
+    at = at.switch_page("pages/explorer.py").run()
+    assert not at.exception and len(at.get("plotly_chart")) >= 2  # the step's candidates and attention drawn

@@ -58,6 +58,7 @@ def test_fused_path_equals_explicit_path(model, config):
         dict(positional="learned"),
         dict(tie_embeddings=False, tgt_vocab_size=70),
         dict(n_encoder_layers=1),
+        dict(activation="gelu"),
     ],
 )
 def test_variants_build_and_count_their_parameters(tokenizer, overrides):
@@ -101,3 +102,12 @@ def test_config_json_round_trip_and_unknown_fields(config):
     assert TransformerConfig.from_json(config.to_json()) == config
     with pytest.raises(ConfigError, match="unknown config fields: colour"):
         TransformerConfig.from_dict({**json.loads(config.to_json()), "colour": 1})
+
+
+def test_the_feed_forward_activation_is_the_configs(tokenizer):
+    x = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(0))
+    for activation, function in (("relu", torch.relu), ("gelu", torch.nn.functional.gelu)):
+        layer = Transformer(tiny_config(tokenizer, activation=activation)).encoder_layers[0].feed_forward.eval()
+        torch.testing.assert_close(layer(x), layer.outer(function(layer.inner(x))))
+    with pytest.raises(ConfigError, match="activation"):
+        tiny_config(tokenizer, activation="swish")

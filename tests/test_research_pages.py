@@ -7,7 +7,19 @@ import pickle
 
 import numpy as np
 import pytest
-from helpers import REPO, SMALL_FILE_HUGE_CONFIG, array, figure, gzip_bomb, markdown, measured, start, with_config
+from helpers import (
+    REPO,
+    SMALL_FILE_HUGE_CONFIG,
+    array,
+    errors,
+    figure,
+    gzip_bomb,
+    markdown,
+    measured,
+    start,
+    upload,
+    with_config,
+)
 
 from transformer.io.checkpoint import load_checkpoint_bytes
 
@@ -20,16 +32,6 @@ class RunsCode:
 
     def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
-
-
-def upload(at, name: str, data: bytes):
-    at = at.switch_page("pages/checkpoints.py").run()
-    at.file_uploader(key="upload_file").set_value((name, data, "application/octet-stream"))
-    return at.run()
-
-
-def errors(at) -> str:
-    return "\n".join(e.value for e in at.error).replace("\\", "")  # the page escapes markdown
 
 
 def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 import sys
+from collections.abc import Collection
 from dataclasses import MISSING, fields
 from pathlib import Path
 
 import torch
 
 from transformer.decoding.result import DecodeInputError
-from transformer.decoding.settings import STRATEGIES, DecodeSettings, decode_text
+from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
+from transformer.model.config import TransformerConfig
+
+TOKENIZER_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}  # the tokenizer's
 
 
 def _device(name: str) -> str:
@@ -71,8 +77,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from transformer.training.train import TrainSettings, train
 
-    values = {f.name: getattr(args, f.name) for f in fields(TrainSettings) if getattr(args, f.name, None) is not None}
+    values = _field_values(args, TrainSettings, skip={"model"})
     values["snapshot_epochs"] = tuple(values.get("snapshot_epochs", ()))
+    model = _field_values(args, TransformerConfig, skip=TOKENIZER_FIELDS)
+    values["model"] = TransformerConfig(src_vocab_size=args.vocab_size, tgt_vocab_size=args.vocab_size, **model)
     progress = train(TrainSettings(**values), resume=args.resume)
     print(f"done: {progress.step} steps, best validation BLEU {progress.best_bleu:.2f} (epoch {progress.best_epoch})")
     return 0
@@ -86,36 +94,61 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_fields(parser: argparse.ArgumentParser, settings: type, choices: dict[str, tuple] | None = None) -> None:
-    """One flag per field of a settings dataclass (--beam-width for beam_width), typed and defaulted as the field."""
+def _add_fields(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    settings: type,
+    defaults: object | None = None,
+    skip: Collection[str] = (),
+) -> None:
+    """One flag per field of a settings dataclass (--beam-width for beam_width), typed as the field.
+
+    Defaults are the field's own, or those of the given instance; a Literal field's values are its choices.
+    """
     for field in fields(settings):
+        if field.name in skip:
+            continue
         flag = "--" + field.name.replace("_", "-")
-        required = field.default is MISSING
+        default = field.default if defaults is None else getattr(defaults, field.name)
+        required = default is MISSING
         if field.name == "snapshot_epochs":
             parser.add_argument(flag, type=int, nargs="*", default=[], help="also save the model after these epochs")
         elif field.type == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         else:
+            literal = re.fullmatch(r"Literal\[(.*)\]", field.type)
+            choices = ast.literal_eval(f"({literal.group(1)},)") if literal else None
             kind = {"int": int, "float": float}.get(field.type, str)
-            parser.add_argument(flag, type=kind, required=required, default=None if required else field.default,
-                                choices=(choices or {}).get(field.name),
-                                help=None if required else "default: %(default)s")  # fmt: skip
+            parser.add_argument(flag, type=kind, required=required, default=None if required else default,
+                                choices=choices, help=None if required else "default: %(default)s")  # fmt: skip
+
+
+def _field_values(args: argparse.Namespace, settings: type, skip: Collection[str] = ()) -> dict:
+    """The parsed flags that _add_fields made for a settings dataclass, by field name (unset ones left out)."""
+    return {
+        f.name: getattr(args, f.name)
+        for f in fields(settings)
+        if f.name not in skip and getattr(args, f.name, None) is not None
+    }
 
 
 def _train_parser(parser: argparse.ArgumentParser) -> None:
-    from transformer.training.train import TrainSettings
+    from transformer.training.train import DEFAULT_MODEL, TrainSettings
 
-    _add_fields(parser, TrainSettings)
+    _add_fields(parser, TrainSettings, skip={"model"})
+    model = parser.add_argument_group("the model (TransformerConfig); the tokenizer sets the special ids")
+    model.add_argument("--vocab-size", type=int, default=DEFAULT_MODEL.src_vocab_size,
+                       help="joint vocabulary asked of the tokenizer (default: %(default)s)")  # fmt: skip
+    _add_fields(model, TransformerConfig, DEFAULT_MODEL, skip=TOKENIZER_FIELDS)
     parser.add_argument("--resume", action="store_true", help="continue from the saved state beside --out")
 
 
 def _decode_parser(parser: argparse.ArgumentParser) -> None:
-    _add_fields(parser, DecodeSettings, {"strategy": STRATEGIES})
+    _add_fields(parser, DecodeSettings)
     parser.add_argument("--beam", type=int, default=1, help="shorthand: beam search of this width (1: as --strategy)")
 
 
 def _decode_settings(args: argparse.Namespace) -> DecodeSettings:
-    values = {field.name: getattr(args, field.name) for field in fields(DecodeSettings)}
+    values = _field_values(args, DecodeSettings)
     if args.beam > 1:
         values.update(strategy="beam", beam_width=args.beam)
     return DecodeSettings(**values)

@@ -37,6 +37,7 @@ class TransformerConfig:
     norm_first: bool = False  # False: the paper's post-norm; True: pre-norm
     tie_embeddings: bool = True  # share source, target embeddings and the generator
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
+    activation: Literal["relu", "gelu"] = "relu"  # of the feed-forward layer: the paper's ReLU, or GELU
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
@@ -53,6 +54,8 @@ class TransformerConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if self.positional not in ("sinusoidal", "learned"):
             raise ConfigError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.activation not in ("relu", "gelu"):
+            raise ConfigError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
         if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError("tie_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
         specials = (self.pad_id, self.unk_id, self.bos_id, self.eos_id)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from transformer.model.attention import MultiHeadAttention
@@ -56,16 +57,17 @@ class PositionalEncoding(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), or with GELU in place of max(0, .)."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.inner = nn.Linear(config.d_model, config.d_ff)
         self.outer = nn.Linear(config.d_ff, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
+        self.activation = F.gelu if config.activation == "gelu" else F.relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.outer(self.dropout(self.inner(x).relu()))
+        return self.outer(self.dropout(self.activation(self.inner(x))))
 
 
 class Residual(nn.Module):

@@ -11,6 +11,7 @@ import random
 import tempfile
 from pathlib import Path
 
+from transformer.model.config import TransformerConfig
 from transformer.training.train import TrainSettings, train
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -40,8 +41,9 @@ def train_reversal(out: str | Path, seed: int = 1, epochs: int = 30, quiet: bool
         val_src, val_tgt = _write(directory, "val", reversal_pairs(200, seed + 1))
         settings = TrainSettings(
             train_src=train_src, train_tgt=train_tgt, val_src=val_src, val_tgt=val_tgt, out=str(out),
-            src_lang="digits", tgt_lang="digits reversed", vocab_size=len(WORDS) + 4, tokenizer_type="word",
-            d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_len=32,
+            src_lang="digits", tgt_lang="digits reversed", tokenizer_type="word",
+            model=TransformerConfig(len(WORDS) + 4, len(WORDS) + 4, d_model=64, n_heads=4, d_ff=256,
+                                    n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_len=32),
             epochs=epochs, max_tokens=1500, lr_factor=0.4, warmup=300, label_smoothing=0.0, patience=6,
             seed=seed, save_dtype="float32",
         )  # fmt: skip

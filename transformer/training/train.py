@@ -10,7 +10,7 @@ import copy
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, train_tok
 from transformer.training.batches import encode_pairs, iterate_batches, token_batches
 from transformer.training.state import LoadedState, Progress, load_state, save_state
 
+DEFAULT_MODEL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, max_len=128)
+
 
 @dataclass(frozen=True)
 class TrainSettings:
@@ -41,16 +43,10 @@ class TrainSettings:
     out: str  # the best checkpoint by validation BLEU
     src_lang: str = "en"
     tgt_lang: str = "fr"
-    vocab_size: int = 8000
+    # The model to train. Its vocabulary size is what the joint tokenizer is asked for; the trained
+    # tokenizer's real size and special ids replace the config's.
+    model: TransformerConfig = DEFAULT_MODEL
     tokenizer_type: str = "unigram"  # SentencePiece model type: unigram, bpe, word, char
-    d_model: int = 256
-    n_heads: int = 8
-    d_ff: int = 1024
-    n_encoder_layers: int = 3
-    n_decoder_layers: int = 3
-    dropout: float = 0.1
-    max_len: int = 128
-    norm_first: bool = False
     epochs: int = 30
     max_steps: int = 0  # stop (and save) after this many steps in all; 0: no limit
     max_tokens: int = 4000  # padded tokens per side of a batch
@@ -168,10 +164,10 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     if resume and state is None and not quiet:
         print(f"no state at {settings.state_path}: starting afresh")
     torch.manual_seed(settings.seed)
-    tokenizer = state.tokenizer if state else train_tokenizer(src + tgt, settings.vocab_size, settings.tokenizer_type)
-    config = TransformerConfig(
-        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
-        **{f.name: getattr(settings, f.name) for f in fields(TransformerConfig) if hasattr(settings, f.name) and "vocab" not in f.name},
+    tokenizer = state.tokenizer if state else train_tokenizer(src + tgt, settings.model.src_vocab_size,
+                                                              settings.tokenizer_type)  # fmt: skip
+    config = replace(
+        settings.model, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
     )  # fmt: skip
     model = Transformer(config).to(device)
