@@ -9,7 +9,7 @@ from transformer.io.export import attention_csv, to_npz
 from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_grid, attention_heatmap, heads_or_means
 from transformer.viz.report import html_report
-from ui import state
+from ui import keys, url
 from ui.charts import show
 from ui.controls import kind_layer_head
 from ui.controls import step as controls_step
@@ -33,11 +33,11 @@ kind, layer, head = kind_layer_head(result, [controls[0], controls[2], controls[
 views = [v for v in VIEWS if v != "rollout" or kind is AttentionKind.ENCODER]
 if session.get("view") not in views:
     session.view = "head"
-view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **state.shared("view"))
+view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **keys.shared("view"))
 words = controls[4].toggle(
     "Merge pieces into words",
     help="Sum over the pieces of a key word, mean over those of a query word.",
-    **state.shared("words"),
+    **keys.shared("words"),
 )
 step = controls_step(result, "Decoding step (rows up to it)") if not kind.queries_from_source else None
 
@@ -101,4 +101,4 @@ downloads[2].download_button(
     on_click="ignore",
     key="report_download",
 )
-state.write_url()
+url.write_url()

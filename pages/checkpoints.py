@@ -8,7 +8,7 @@ import streamlit as st
 from transformer.analysis.head_stats import parameter_counts
 from transformer.io.checkpoint import CheckpointError
 from transformer.viz.charts import lines
-from ui import state
+from ui import uploads, url
 from ui.charts import show
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -20,16 +20,16 @@ st.title("Checkpoints")
 
 with st.expander("Upload a checkpoint (this project's .safetensors format)", expanded=False):
     st.caption(
-        f"Up to {state.UPLOAD_LIMIT_MB} MB, and up to {state.UPLOAD_LIMIT_ELEMENTS:,} parameters for all of your "
+        f"Up to {uploads.UPLOAD_LIMIT_MB} MB, and up to {uploads.UPLOAD_LIMIT_ELEMENTS:,} parameters for all of your "
         "uploads together. The file is checked before use and never executed (no pickles); "
         "it stays in your session only, for nobody else to see, until you close the tab."
     )
-    uploaded = st.file_uploader("Checkpoint file", type=["safetensors"], max_upload_size=state.UPLOAD_LIMIT_MB,
+    uploaded = st.file_uploader("Checkpoint file", type=["safetensors"], max_upload_size=uploads.UPLOAD_LIMIT_MB,
                                 key="upload_file")  # fmt: skip
     if uploaded is not None and st.session_state.get("upload_done") != uploaded.file_id:
         st.session_state.upload_done = uploaded.file_id
         try:
-            name = state.add_upload(uploaded.name, uploaded.getvalue())
+            name = uploads.add_upload(uploaded.name, uploaded.getvalue())
         except CheckpointError as error:
             st.error(literal(f"{uploaded.name} was refused: {error}"))
         else:
@@ -94,4 +94,4 @@ if "loss_curve" in training:
                        "validation loss per epoch", "epoch", "loss"), key="val_loss")  # fmt: skip
 else:
     st.info("This checkpoint carries no training curves (they are written by `python -m transformer train`).")
-state.write_url()
+url.write_url()

@@ -5,10 +5,9 @@ import streamlit as st
 
 from transformer.analysis.head_stats import js_divergence
 from transformer.analysis.views import attention_view
-from transformer.decoding.forcing import teacher_force_ids
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
-from ui import state
+from ui import models, url
 from ui.charts import show
 from ui.controls import kind_layer_head
 from ui.sidebar import page_frame
@@ -17,7 +16,7 @@ from ui.text import literal
 explored = page_frame()
 session = st.session_state
 st.title("Compare checkpoints")
-files, uploads = state.checkpoint_files(), session.get("uploads", {})
+files, uploads = models.checkpoint_files(), session.get("uploads", {})
 others = [name for name in [*files, *uploads] if name != explored.checkpoint_name]
 if not others:
     st.info("There is only one checkpoint to choose from: upload another on the Checkpoints page.")
@@ -26,12 +25,9 @@ default = "en-fr-epoch1" if "en-fr-epoch1" in others else others[0]
 other_name = st.selectbox(
     "Compare the sidebar's checkpoint with", others, index=others.index(default), key="compare_with"
 )
-other, other_key = (
-    uploads[other_name]
-    if other_name in uploads
-    else (state.load(files[other_name]), state.checkpoint_key(files[other_name]))
-)
-other_free = state.decode_cached(other, other_key, explored.text, session.applied_settings)
+opened = models.open_checkpoint(other_name)
+other, other_key = opened.checkpoint, opened.key
+other_free = models.decode_cached(other, other_key, explored.text, session.applied_settings)
 
 first = explored.result
 columns = st.columns(2)
@@ -43,7 +39,7 @@ if other.tokenizer.model_proto != explored.checkpoint.tokenizer.model_proto:
                "line up. Only the outputs above can be compared.")  # fmt: skip
     st.stop()
 # The same tokens on both sides: the second model is run (teacher-forced) on the first one's output.
-second = teacher_force_ids(other.model, other.tokenizer, first.src_ids, first.tgt_ids, first.truncated)
+second = models.teacher_force_ids_cached(other, other_key, tuple(first.src_ids), tuple(first.tgt_ids), first.truncated)
 st.caption(
     f"Maps below: {literal(other_name)} is run on the output of {literal(explored.checkpoint_name)} "
     "(teacher forcing), so both maps have the same rows and columns."
@@ -75,4 +71,4 @@ figure = matrix_heatmap(divergence, f"Jensen-Shannon divergence per head, {kind.
 show(figure, key="cmp_js")
 top = np.unravel_index(np.argmax(divergence), divergence.shape)
 st.markdown(f"They differ most at layer {top[0] + 1}, head {top[1] + 1} (divergence {divergence[top]:.3f}).")
-state.write_url()
+url.write_url()

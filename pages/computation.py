@@ -4,10 +4,10 @@ import streamlit as st
 import torch
 
 from transformer.analysis.views import attention_view
-from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
+from transformer.analysis.walkthrough import attention_stages
 from transformer.model.kinds import AttentionKind
 from transformer.viz.matrices import matrix_heatmap
-from ui import state
+from ui import models, url
 from ui.charts import show
 from ui.controls import kind_layer_head
 from ui.sidebar import page_frame
@@ -38,7 +38,9 @@ default_row = 0 if kind.queries_from_source else min(st.session_state.get("step"
 row = st.selectbox("Follow the query token", range(len(queries)), index=default_row,
                    format_func=lambda i: f"{i + 1}: {queries[i]}", key=f"query_row_{kind}")  # fmt: skip
 
-inputs = sublayer_inputs(checkpoint.model, result.src_ids, result.tgt_ids, kind, layer)
+inputs = models.sublayer_inputs_cached(
+    checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer
+)
 stages = attention_stages(inputs, head)
 d_k = config.d_head
 
@@ -103,4 +105,4 @@ if output_gap < 1e-4 and p_attn_gap < 1e-4:
     )
 else:
     st.error(f"Mismatch with the model: output differs by {output_gap:.3g}, p_attn by {p_attn_gap:.3g}.")
-state.write_url()
+url.write_url()

@@ -6,7 +6,7 @@ import streamlit as st
 
 from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
-from ui import state
+from ui import keys, uploads, url
 from ui.sidebar import page_frame
 from ui.text import literal
 
@@ -27,8 +27,8 @@ with st.form("corpus"):
 
 if run:
     try:
-        sources = state.uploaded_lines(source_file)[: int(limit)] if source_file else None
-        references = state.uploaded_lines(reference_file)[: len(sources)] if reference_file and sources else None
+        sources = uploads.uploaded_lines(source_file)[: int(limit)] if source_file else None
+        references = uploads.uploaded_lines(reference_file)[: len(sources)] if reference_file and sources else None
     except ValueError as error:
         st.error(literal(str(error)))
         sources = None
@@ -54,16 +54,16 @@ if run:
             table["BLEU"] = [sacrebleu.sentence_bleu(o, [r]).score for o, r in zip(outputs, references)]
             table["chrF"] = [sacrebleu.sentence_chrf(o, [r]).score for o, r in zip(outputs, references)]
             corpus = sacrebleu.corpus_bleu(outputs, [references])
-            session.corpus_score = f"corpus BLEU {corpus.score:.2f} ({corpus.format(signature=True).split()[-1]})"
+            score = f"corpus BLEU {corpus.score:.2f} ({corpus.format(signature=True).split()[-1]})"
         else:
-            session.corpus_score = None
-        session.corpus_table = (explored.checkpoint_key, table)
+            score = None
+        session.corpus_run = keys.CorpusRun(explored.checkpoint_key, table, score)
 
-stored = session.get("corpus_table")
-if stored and stored[0] == explored.checkpoint_key:
-    table = stored[1]
-    if session.get("corpus_score"):
-        st.markdown(session.corpus_score)
+stored = session.get("corpus_run")
+if stored and stored.checkpoint_key == explored.checkpoint_key:
+    table = stored.table
+    if stored.score:
+        st.markdown(stored.score)
     st.caption("Click a column header to sort (e.g. BLEU, to find the worst sentences); select a row to explore it.")
     event = st.dataframe(table, width="stretch", height=420, on_select="rerun", selection_mode="single-row",
                          key="corpus_rows", column_config={"BLEU": st.column_config.NumberColumn(format="%.1f"),
@@ -74,7 +74,7 @@ if stored and stored[0] == explored.checkpoint_key:
     row = st.number_input("Row to explore (selecting a row above fills it in)", 1, len(table),
                           selected[0] + 1 if selected else 1, key=f"corpus_row_{selected[:1]}") - 1  # fmt: skip
     if st.button(f"Explore row {row + 1} in the decode explorer", type="primary", key="corpus_open"):
-        session.text = session.applied_text = table.iloc[row]["source"][: state.MAX_CHARACTERS]
+        session.text = session.applied_text = table.iloc[row]["source"][: keys.MAX_CHARACTERS]
         session.step = 0
         st.switch_page("pages/explorer.py")
-state.write_url()
+url.write_url()

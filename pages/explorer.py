@@ -7,7 +7,7 @@ from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError, DecodeResult
 from transformer.viz.attention import attention_heatmap, step_attention
 from transformer.viz.charts import probability_bars, token_probabilities
-from ui import state
+from ui import keys, models, url
 from ui.charts import show
 from ui.controls import step as step_slider
 from ui.sidebar import Explored, page_frame
@@ -26,7 +26,7 @@ if session.get("branch") is not None:
         "Showing",
         [False, True],
         format_func=lambda b: "what-if branch: " + session.branch.text if b else "original: " + explored.original.text,
-        **state.shared("show_branch"),
+        **keys.shared("show_branch"),
     )
 st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explored.result.text)}")
 
@@ -94,7 +94,7 @@ def step_view(explored: Explored) -> None:
         session.step = min(session.get("step", 0) + 1, steps - 1)
         reached_end = session.step == steps - 1
         session.playing = not reached_end
-    step = state.clamp_index("step", steps)
+    step = keys.clamp_index("step", steps)
     _navigation(result, step)
     piece = result.tgt_pieces[step]
     so_far = explored.checkpoint.tokenizer.decode(result.tgt_ids[:step])
@@ -117,7 +117,7 @@ def step_view(explored: Explored) -> None:
         rows = result.decoder_self[:, :, step, : step + 1].numpy()
         title = f"masked self-attention of step {step + 1} over the output so far"
         show(step_attention(rows, result.decoder_input_pieces[: step + 1], title), key="self_step_chart")
-    state.write_url()
+    url.write_url()
     if reached_end:
         st.rerun(scope="app")  # a full run redefines the fragment without its timer
 
@@ -126,12 +126,12 @@ step_view(explored)
 
 with st.expander("Teacher forcing: run the model on a translation you give", expanded=bool(session.get("target"))):
     with st.form("teacher_forcing", border=False):
-        st.text_input("Target translation (a reference, or a wrong one)", key="target", max_chars=state.MAX_CHARACTERS)
+        st.text_input("Target translation (a reference, or a wrong one)", key="target", max_chars=keys.MAX_CHARACTERS)
         st.form_submit_button("Run on this target")
     target = session.get("target", "")
     if target.strip():
         try:
-            forced = state.teacher_force_cached(explored.checkpoint, explored.checkpoint_key, explored.text, target)
+            forced = models.teacher_force_cached(explored.checkpoint, explored.checkpoint_key, explored.text, target)
         except DecodeInputError as error:
             st.warning(literal(str(error)))
         else:

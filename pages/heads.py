@@ -4,13 +4,11 @@ import streamlit as st
 
 from transformer.analysis.head_stats import STATISTICS, corpus_statistics, head_statistics, statistics_frame
 from transformer.analysis.views import attention_view
-from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings
 from transformer.model.kinds import AttentionKind
-from transformer.model.probes import Probe
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
-from ui import controls, state
+from ui import controls, keys, models, uploads, url
 from ui.charts import show
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -50,13 +48,13 @@ with st.form("corpus_statistics"):
     run = st.form_submit_button("Compute")
 if run and uploaded is not None:
     try:
-        sentences = [s for s in state.uploaded_lines(uploaded) if s.strip()][:sample]
+        sentences = [s for s in uploads.uploaded_lines(uploaded) if s.strip()][:sample]
     except ValueError as error:
         st.error(literal(f"{uploaded.name}: {error}"))
     else:
         bar = st.progress(0.0, text="Decoding ...")
-        session.stats_over_corpus = (
-            kind,
+        session.stats_over_corpus = keys.CorpusStatistics(
+            kind.value,
             explored.checkpoint_key,
             len(sentences),
             corpus_statistics(
@@ -71,9 +69,9 @@ if run and uploaded is not None:
 elif run:
     st.warning("Choose a file first.")
 stored = session.get("stats_over_corpus")
-if stored and stored[:2] == (kind, explored.checkpoint_key):
-    st.caption(f"Averaged over {stored[2]} sentences.")
-    statistics_view(stored[3], "corpus")
+if stored and (stored.kind, stored.checkpoint_key) == (kind.value, explored.checkpoint_key):
+    st.caption(f"Averaged over {stored.sentences} sentences.")
+    statistics_view(stored.statistics, "corpus")
 
 st.subheader("Head ablation")
 st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")
@@ -83,9 +81,9 @@ options = [(kind.value, layer, head) for kind in AttentionKind for layer in rang
 chosen = st.multiselect("Heads to switch off", options, format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}",
                         key="ablate_heads")  # fmt: skip
 if chosen:
-    baseline = state.decode_cached(checkpoint, explored.checkpoint_key, explored.text, DecodeSettings())
+    baseline = models.decode_cached(checkpoint, explored.checkpoint_key, explored.text, DecodeSettings())
     with st.spinner("Decoding without those heads ..."):
-        without = decode(checkpoint.model, checkpoint.tokenizer, explored.text, probe=Probe.ablating(chosen))
+        without = models.ablation_cached(checkpoint, explored.checkpoint_key, explored.text, tuple(chosen))
     columns = st.columns(2)
     for column, (name, run_result) in zip(columns, (("all heads", baseline), (f"{len(chosen)} heads off", without))):
         with column:
@@ -97,4 +95,4 @@ if chosen:
     st.markdown(
         f"Without them the model gives {changed}; the geometric mean token probability is {mean:.2f}× the original."
     )
-state.write_url()
+url.write_url()

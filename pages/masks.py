@@ -4,13 +4,13 @@ import numpy as np
 import streamlit as st
 
 from transformer.analysis.views import attention_view
-from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
+from transformer.analysis.walkthrough import attention_stages
 from transformer.decoding.result import DecodeInputError
 from transformer.decoding.settings import DecodeSettings
 from transformer.model.masks import padding_mask, subsequent_mask, target_mask
 from transformer.training.batches import collate
 from transformer.viz.matrices import mask_heatmap, matrix_heatmap
-from ui import state
+from ui import models, url
 from ui.charts import show
 from ui.controls import kind_layer_head
 from ui.sidebar import page_frame
@@ -29,7 +29,7 @@ st.markdown(
 
 second = st.text_input("A second sentence, to batch with yours", value="A dog runs.", key="mask_second", max_chars=500)
 try:
-    other = state.decode_cached(checkpoint, explored.checkpoint_key, second, DecodeSettings())
+    other = models.decode_cached(checkpoint, explored.checkpoint_key, second, DecodeSettings())
 except DecodeInputError as error:
     st.warning(literal(str(error)))
     st.stop()
@@ -74,7 +74,10 @@ for index, tab in enumerate(st.tabs(["your sentence", "the second sentence"])):
 
 st.subheader("What the mask does to one head")
 kind, layer, head = kind_layer_head(result)
-stages = attention_stages(sublayer_inputs(checkpoint.model, result.src_ids, result.tgt_ids, kind, layer), head)
+inputs = models.sublayer_inputs_cached(
+    checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer
+)
+stages = attention_stages(inputs, head)
 view = attention_view(result, kind)
 queries, keys = view.query_pieces, view.key_pieces
 columns = st.columns(3)
@@ -94,4 +97,4 @@ if hidden.any():
 else:
     st.info("Nothing is masked here: one sentence alone has no padding, and this attention kind has no look-ahead. "
             "Choose the decoder's masked self-attention to see the mask at work.")  # fmt: skip
-state.write_url()
+url.write_url()

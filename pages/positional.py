@@ -2,11 +2,10 @@
 
 import numpy as np
 import streamlit as st
-import torch
 
 from transformer.viz.charts import curves, grouped_bars
 from transformer.viz.matrices import matrix_heatmap
-from ui import state
+from ui import models, url
 from ui.charts import show
 from ui.sidebar import page_frame
 
@@ -63,9 +62,7 @@ st.caption(
 )
 
 st.subheader("Your sentence entering the encoder")
-with torch.inference_mode():
-    ids = torch.tensor([result.src_ids], device=next(model.parameters()).device)
-    embedded = model.src_embed(ids)[0].float().cpu().numpy()  # already scaled by sqrt(d_model)
+embedded = models.source_embeddings_cached(explored.checkpoint, explored.checkpoint_key, tuple(result.src_ids))
 positions = model.src_position.table[: len(result.src_ids)].detach().float().cpu().numpy()  # what the model adds
 total = embedded + positions
 st.markdown(
@@ -81,4 +78,4 @@ show(grouped_bars(result.src_pieces, norms, "vector norms per source token", "L2
 with st.expander("The three matrices (tokens × dimensions)"):
     for name, matrix in (("embedding × √d_model", embedded), ("positional encoding", positions), ("sum", total)):
         show(matrix_heatmap(matrix, name, row_pieces=result.src_pieces, x_title="dimension"), key=f"pe_{name}")
-state.write_url()
+url.write_url()

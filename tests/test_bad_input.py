@@ -51,13 +51,14 @@ def test_empty_input_gets_a_message(text):
 
 
 def test_out_of_memory_is_a_message_and_the_server_goes_on(monkeypatch):
-    import ui.state
+    import ui.models
+    import ui.uploads
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
     at = start()
-    monkeypatch.setattr(ui.state, "decode_cached", out_of_memory)
+    monkeypatch.setattr(ui.models, "decode_cached", out_of_memory)
     at = translate(at, "A sentence the server cannot fit.")
     assert not at.exception and "Out of memory" in at.error[0].value
     monkeypatch.undo()
@@ -67,12 +68,13 @@ def test_out_of_memory_is_a_message_and_the_server_goes_on(monkeypatch):
 def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch):
     from helpers import REPO
 
-    import ui.state
+    import ui.models
+    import ui.uploads
 
     for name in ("en-fr.safetensors", "reverse.safetensors"):
         shutil.copy(REPO / "checkpoints" / name, tmp_path / name)
-    monkeypatch.setattr(ui.state, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.state, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
+    monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
     at = start()
     at.selectbox(key="widget_checkpoint").set_value("reverse").run()
     at = translate(at, "one two three")

@@ -46,16 +46,17 @@ def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
 
 
 def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch):
-    import ui.state
+    import ui.models
+    import ui.uploads
 
     reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
     with measured() as cost:  # sinusoid tables of 262,144 positions: valid, but 2 x 64 MiB of positions
         at = upload(start(), "long.safetensors", with_config(reverse, max_len=262_144))
-    assert "too large" in errors(at) and f"{ui.state.UPLOAD_LIMIT_ELEMENTS:,}" in errors(at)
+    assert "too large" in errors(at) and f"{ui.uploads.UPLOAD_LIMIT_ELEMENTS:,}" in errors(at)
     assert cost.peak_growth_mb < 100, cost
     tiny = checkpoint_path.read_bytes()
     one = load_checkpoint_bytes(tiny).config.element_count()
-    monkeypatch.setattr(ui.state, "UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # room for one tiny upload, not two
+    monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # room for one tiny upload, not two
     at = upload(at, "first.safetensors", tiny)
     assert not at.error and at.session_state["checkpoint"] == "first (uploaded)"
     at = upload(at, "second.safetensors", tiny)
@@ -105,9 +106,10 @@ def test_a_pickle_upload_is_refused_and_never_runs(tmp_path):
 
 
 def test_an_upload_over_the_limit_names_the_limit(checkpoint_path, monkeypatch):
-    import ui.state
+    import ui.models
+    import ui.uploads
 
-    monkeypatch.setattr(ui.state, "UPLOAD_LIMIT_MB", 1)
+    monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_MB", 1)
     at = upload(start(), "reverse.safetensors", (REPO / "checkpoints" / "reverse.safetensors").read_bytes())
     assert "1.2 MB, over the upload limit of 1 MB" in errors(at)
 
@@ -169,9 +171,10 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
 
 
 def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypatch):
-    import ui.state
+    import ui.models
+    import ui.uploads
 
-    monkeypatch.setattr(ui.state, "UPLOAD_LIMIT_MB", 1)
+    monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_MB", 1)
     bomb = gzip_bomb(400)
     at = start().switch_page("pages/corpus.py").run()
     at.file_uploader(key="corpus_src").set_value(("bomb.txt.gz", bomb, "application/gzip"))
@@ -197,3 +200,30 @@ def test_positional_figures_stay_bounded_for_a_model_of_many_positions():
     assert shapes == [(512, 64), (512, 512)]  # the similarity matrix would have been 100,000 x 100,000
     assert any("first 512 of the model's 100,000 positions" in c.value for c in at.caption)
     assert cost.peak_growth_mb < 100, cost
+
+
+@pytest.mark.parametrize(
+    "page", ["pages/masks.py", "pages/computation.py", "pages/positional.py", "pages/heads.py", "pages/compare.py"]
+)
+def test_a_rerun_of_a_page_only_reads(page, monkeypatch):
+    """Every model call a page makes goes through a cache: drawing the page again runs no model."""
+    from transformer.model.encoder_decoder import Transformer
+    from transformer.model.layers import Embeddings
+
+    at = start().switch_page(page).run()
+    if page == "pages/heads.py":
+        at.multiselect(key="ablate_heads").set_value([("cross", 0, 0)]).run()
+    assert not at.exception
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a rerun ran the model")
+
+    for cls, name in (
+        (Transformer, "forward"),
+        (Transformer, "encode"),
+        (Transformer, "decode"),
+        (Embeddings, "forward"),
+    ):
+        monkeypatch.setattr(cls, name, no_model)
+    at.run()
+    assert not at.exception, at.exception

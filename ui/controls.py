@@ -6,8 +6,7 @@ import streamlit as st
 
 from transformer.decoding.result import DecodeResult
 from transformer.model.kinds import AttentionKind
-
-from . import state
+from ui import keys
 
 
 def attention_kind(container=st, horizontal: bool = False) -> AttentionKind:
@@ -15,7 +14,7 @@ def attention_kind(container=st, horizontal: bool = False) -> AttentionKind:
     st.session_state.setdefault("kind", AttentionKind.CROSS.value)
     options = [kind.value for kind in AttentionKind]
     choice = container.radio("Attention", options, format_func=lambda value: AttentionKind(value).title,
-                             horizontal=horizontal, **state.shared("kind"))  # fmt: skip
+                             horizontal=horizontal, **keys.shared("kind"))  # fmt: skip
     return AttentionKind(choice)
 
 
@@ -24,10 +23,10 @@ def kind_layer_head(result: DecodeResult, columns: list | None = None) -> tuple[
     kind_column, layer_column, head_column = columns or st.columns([3, 1, 1])
     kind = attention_kind(kind_column)
     layers, heads = result.maps(kind).shape[:2]
-    state.clamp_index("layer", layers)
-    state.clamp_index("head", heads)
-    layer = layer_column.selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **state.shared("layer"))
-    head = head_column.selectbox("Head", range(heads), format_func=lambda i: str(i + 1), **state.shared("head"))
+    keys.clamp_index("layer", layers)
+    keys.clamp_index("head", heads)
+    layer = layer_column.selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **keys.shared("layer"))
+    head = head_column.selectbox("Head", range(heads), format_func=lambda i: str(i + 1), **keys.shared("head"))
     return kind, layer, head
 
 
@@ -35,7 +34,7 @@ def step(result: DecodeResult, label: str = "Decoding step", label_visibility: s
     """The shared decoding step (0-based) as a slider; None when the output has a single step."""
     if result.steps < 2:
         return None
-    state.clamp_index("step", result.steps)
+    keys.clamp_index("step", result.steps)
     options = list(range(result.steps))
     return st.select_slider(label, options, format_func=lambda i: f"{i + 1}", label_visibility=label_visibility,
-                            **state.shared("step"))  # fmt: skip
+                            **keys.shared("step"))  # fmt: skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import streamlit as st
 import torch
@@ -10,8 +10,8 @@ import torch
 from transformer.decoding.result import DecodeInputError, DecodeResult
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint, CheckpointError, describe
+from ui import keys, models, url
 
-from . import state
 from .charts import presentation_style
 
 
@@ -28,38 +28,32 @@ class Explored:
     notes: tuple[str, ...]  # what the visitor should know about their input
 
 
-FORM_KEYS = ("text", *state.SETTINGS)
+FORM_KEYS = ("text", *keys.SETTINGS)
 
 
 def _settings_form() -> bool:
     with st.form("sentence_form", border=False):
-        st.text_area("Sentence", height=100, max_chars=state.MAX_TYPED_CHARACTERS, **state.shared("text", in_form=True))
+        st.text_area("Sentence", height=100, max_chars=keys.MAX_TYPED_CHARACTERS, **keys.shared("text", in_form=True))
         with st.expander("Decoding", expanded=False):
-            st.radio("Strategy", STRATEGIES, horizontal=True, **state.shared("strategy", in_form=True))
-            st.slider("Beam width", 1, 10, **state.shared("beam_width", in_form=True))
+            st.radio("Strategy", STRATEGIES, horizontal=True, **keys.shared("strategy", in_form=True))
+            st.slider("Beam width", 1, 10, **keys.shared("beam_width", in_form=True))
             st.slider(
-                "Length penalty (beam, 0 = none)", 0.0, 2.0, step=0.1, **state.shared("length_penalty", in_form=True)
+                "Length penalty (beam, 0 = none)", 0.0, 2.0, step=0.1, **keys.shared("length_penalty", in_form=True)
             )
-            st.slider("Temperature (sampling)", 0.1, 2.0, step=0.1, **state.shared("temperature", in_form=True))
-            st.number_input("Top-k (sampling, 0 = all)", 0, 1000, **state.shared("top_k", in_form=True))
-            st.number_input("Seed (sampling)", 0, 2**31 - 1, **state.shared("seed", in_form=True))
+            st.slider("Temperature (sampling)", 0.1, 2.0, step=0.1, **keys.shared("temperature", in_form=True))
+            st.number_input("Top-k (sampling, 0 = all)", 0, 1000, **keys.shared("top_k", in_form=True))
+            st.number_input("Seed (sampling)", 0, 2**31 - 1, **keys.shared("seed", in_form=True))
             st.number_input("Output tokens at most (0 = twice the source + 10)", 0, 1024,
-                            **state.shared("max_new_tokens", in_form=True))  # fmt: skip
+                            **keys.shared("max_new_tokens", in_form=True))  # fmt: skip
         return st.form_submit_button(
-            "Translate", type="primary", width="stretch", on_click=state.store, args=FORM_KEYS, key="translate"
+            "Translate", type="primary", width="stretch", on_click=keys.store, args=FORM_KEYS, key="translate"
         )
-
-
-def _defaults() -> None:
-    st.session_state.setdefault("text", state.DEFAULT_SENTENCE)
-    for key, value in asdict(DecodeSettings()).items():
-        st.session_state.setdefault(key, value)
 
 
 def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tuple[str, ...]:
     notes = []
-    if len(st.session_state.get("text", "")) > state.MAX_CHARACTERS:
-        notes.append(f"The text is longer than {state.MAX_CHARACTERS:,} characters; only its beginning was read.")
+    if len(st.session_state.get("text", "")) > keys.MAX_CHARACTERS:
+        notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
         notes.append(
             f"The sentence is longer than this model reads ({checkpoint.config.max_len} tokens with the end "
@@ -74,11 +68,11 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tup
 
 def render() -> Explored | None:
     """Draws the sidebar; decodes when the sentence, setting or checkpoint changed. None when nothing can be shown."""
-    files = state.checkpoint_files()
+    files = models.checkpoint_files()
     session = st.session_state
     uploads = session.get("uploads", {})
-    state.read_url_once(files)
-    _defaults()
+    url.read_url_once(files)
+    keys.set_defaults()
     choices = [*files, *uploads]
     if session.get("checkpoint") not in choices:
         session.checkpoint = choices[0]
@@ -87,36 +81,34 @@ def render() -> Explored | None:
         return describe(files[name]) if name in files else f"{name} · this session only"
 
     with st.sidebar:
-        name = st.selectbox("Checkpoint", choices, format_func=label, **state.shared("checkpoint"))
-        device = state.device()
+        name = st.selectbox("Checkpoint", choices, format_func=label, **keys.shared("checkpoint"))
+        device = models.device()
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
         submitted = _settings_form()
-        st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **state.shared("presentation"))
+        st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **keys.shared("presentation"))
     if submitted or "applied_text" not in session:
-        session.applied_text = session.text[: state.MAX_CHARACTERS]
-        session.applied_settings = DecodeSettings(**{name: session[name] for name in state.SETTINGS})
-    if name in uploads:
-        checkpoint, key = uploads[name]
-    else:
-        try:
-            with st.spinner(f"Loading {name} ..."):
-                checkpoint = state.load(files[name])
-            key = state.checkpoint_key(files[name])
-        except (CheckpointError, OSError) as error:
-            st.error(f"Checkpoint {name} cannot be used: {error}")
-            return None
+        session.applied_text = session.text[: keys.MAX_CHARACTERS]
+        session.applied_settings = DecodeSettings(**{name: session[name] for name in keys.SETTINGS})
+    try:
+        with st.spinner(f"Loading {name} ..."):
+            opened = models.open_checkpoint(name)
+        checkpoint, key = opened.checkpoint, opened.key
+    except (CheckpointError, OSError) as error:
+        st.error(f"Checkpoint {name} cannot be used: {error}")
+        return None
     text, settings = session.applied_text, session.applied_settings
-    if session.get("result_key") != (key, text, settings):
+    request = keys.DecodeRequest(key, text, settings)
+    if session.get("result_request") != request:
         try:
             with st.spinner("Decoding ..."):
-                result = state.decode_cached(checkpoint, key, text, settings)
+                result = models.decode_cached(checkpoint, key, text, settings)
         except DecodeInputError as error:
             st.warning(f"Nothing to show: {error}.")
             return None
         except torch.OutOfMemoryError:
             st.error("Out of memory while decoding this sentence; the server is fine. Try a shorter sentence.")
             return None
-        session.result_key = (key, text, settings)
+        session.result_request = request
         session.result = result
         session.pop("branch", None)
     result = session.result

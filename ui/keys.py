@@ -1,0 +1,127 @@
+"""What one visitor is looking at, kept in st.session_state: every key declared once, with its type and default.
+
+Pages and the sidebar read and write these names only (a test holds the code to the list); widgets
+bind to them through `shared`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from transformer.decoding.result import DecodeResult
+from transformer.decoding.settings import DecodeSettings
+
+DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
+MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)
+MAX_TYPED_CHARACTERS = 20_000  # what the text box takes; past MAX_CHARACTERS the page says it cut the text
+SETTINGS = tuple(field.name for field in fields(DecodeSettings))  # each has a sidebar widget of that name
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What the kept result was decoded from (session key result_request): a new one decodes again."""
+
+    checkpoint_key: str
+    text: str
+    settings: DecodeSettings
+
+
+@dataclass(frozen=True)
+class CorpusRun:
+    """A translated file on the Corpus page (session key corpus_run)."""
+
+    checkpoint_key: str
+    table: pd.DataFrame  # source, translation and, with references, reference, BLEU, chrF
+    score: str | None  # corpus BLEU with its signature, when references were given
+
+
+@dataclass(frozen=True)
+class CorpusStatistics:
+    """Head statistics averaged over an uploaded file (session key stats_over_corpus)."""
+
+    kind: str
+    checkpoint_key: str
+    sentences: int
+    statistics: dict[str, np.ndarray]  # each (L, H)
+
+
+@dataclass(frozen=True)
+class Key:
+    """One value kept in a visitor's session."""
+
+    type: type | tuple[type, ...]
+    default: Any  # set at the start of every run when absent; None: absent until something sets it
+    meaning: str
+
+
+KEYS: dict[str, Key] = {
+    "checkpoint": Key(str, None, "the chosen checkpoint's name in the sidebar list"),
+    "text": Key(str, DEFAULT_SENTENCE, "the sentence in the sidebar's text box"),
+    **{
+        name: Key(type(value), value, "a decoding setting in the sidebar")
+        for name, value in asdict(DecodeSettings()).items()
+    },
+    "applied_text": Key(str, None, "the sentence last translated, cut to MAX_CHARACTERS"),
+    "applied_settings": Key(DecodeSettings, None, "the settings it was translated with"),
+    "result": Key(DecodeResult, None, "the decode of applied_text with applied_settings"),
+    "result_request": Key(DecodeRequest, None, "what `result` was decoded from"),
+    "branch": Key(DecodeResult, None, "a what-if decode from a step of `result`"),
+    "show_branch": Key(bool, None, "whether the pages show the branch instead of the result"),
+    "step": Key(int, None, "the decoding step on screen (0-based)"),
+    "layer": Key(int, None, "the layer on screen (0-based)"),
+    "head": Key(int, None, "the head on screen (0-based)"),
+    "kind": Key(str, None, "the attention kind on screen (an AttentionKind value)"),
+    **{
+        f"url_{name}": Key(int, None, f"a link's {name}, applied once the result says what is in range")
+        for name in ("step", "layer", "head")
+    },  # fmt: skip
+    "url_read": Key(bool, None, "whether this visit's link has been read"),
+    "view": Key(str, None, "the Attention maps page's view"),
+    "words": Key(bool, None, "pieces merged into words on the Attention maps page"),
+    "presentation": Key(bool, None, "presentation mode"),
+    "playing": Key(bool, None, "the explorer is stepping by itself"),
+    "target": Key(str, None, "the translation given for teacher forcing"),
+    "uploads": Key(dict, None, "this session's uploaded checkpoints by name (KeyedCheckpoint values)"),
+    "upload_done": Key(str, None, "the last upload handled, so a rerun does not load it again"),
+    "upload_warnings": Key(list, None, "warnings about the last upload (NaN weights, say)"),
+    "corpus_run": Key(CorpusRun, None, "the Corpus page's translated file"),
+    "stats_over_corpus": Key(CorpusStatistics, None, "head statistics over an uploaded file"),
+}
+
+
+def set_defaults() -> None:
+    """The declared defaults for the keys a visitor has not set yet."""
+    for name, key in KEYS.items():
+        if key.default is not None:
+            st.session_state.setdefault(name, key.default)
+
+
+def shared(name: str, in_form: bool = False) -> dict:
+    """Keyword arguments binding a widget to the shared value `name`.
+
+    Streamlit gives a widget a new identity on each page (and forgets its value there),
+    so the value lives under its own key: the widget starts from it and writes back to
+    it on change, or, inside a form, when the form's submit button calls store().
+    """
+    widget_key = f"widget_{name}"
+    if name in st.session_state:
+        st.session_state[widget_key] = st.session_state[name]
+    return {"key": widget_key} if in_form else {"key": widget_key, "on_change": store, "args": (name,)}
+
+
+def store(*names: str) -> None:
+    for name in names:
+        st.session_state[name] = st.session_state[f"widget_{name}"]
+
+
+def clamp_index(name: str, size: int, default: int = 0) -> int:
+    """A 0-based index widget value kept inside range(size) (a new result may be shorter); a URL value first."""
+    pending = st.session_state.pop(f"url_{name}", None)
+    value = pending if pending is not None else st.session_state.get(name, default)
+    st.session_state[name] = max(0, min(int(value), size - 1))
+    return st.session_state[name]

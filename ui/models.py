@@ -1,0 +1,120 @@
+"""The shared, read-only models and every model call a page makes, cached: pages only read.
+
+A checkpoint file is loaded once per process (st.cache_resource) and never mutated. Results are
+immutable values, so visitors asking the same question share one; stepping, switching pages or
+choosing a layer only reads them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+import torch
+
+from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
+from transformer.decoding.forcing import teacher_force, teacher_force_ids
+from transformer.decoding.greedy import decode
+from transformer.decoding.result import DecodeResult
+from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.io.checkpoint import (
+    CHECKPOINT_DIR,
+    DEFAULT_CHECKPOINT,
+    Checkpoint,
+    load_checkpoint,
+)
+from transformer.model.probes import Probe
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def checkpoint_files() -> dict[str, Path]:
+    """Shipped checkpoints by name (file stem), the default first."""
+    files = sorted(CHECKPOINT_DIR.glob("*.safetensors"), key=lambda p: (p != DEFAULT_CHECKPOINT, p.name))
+    return {path.stem: path for path in files}
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
+    """One copy per process of each checkpoint file version (a replaced file has a new mtime and reloads)."""
+    return load_checkpoint(path, device_name)
+
+
+def load(path: Path) -> Checkpoint:
+    return _load_shared(str(path), path.stat().st_mtime_ns, str(device()))
+
+
+@st.cache_resource(show_spinner=False, max_entries=512)
+def decode_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, settings: DecodeSettings) -> DecodeResult:
+    """Results are immutable, so visitors decoding the same sentence the same way share one."""
+    return decode_text(_checkpoint.model, _checkpoint.tokenizer, text, settings)
+
+
+@st.cache_resource(show_spinner=False, max_entries=512)
+def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, target: str) -> DecodeResult:
+    return teacher_force(_checkpoint.model, _checkpoint.tokenizer, text, target)
+
+
+@dataclass(frozen=True)
+class KeyedCheckpoint:
+    """A checkpoint and the key that names its results in the caches (file and modification time, or upload digest)."""
+
+    checkpoint: Checkpoint
+    key: str
+
+
+def open_checkpoint(name: str) -> KeyedCheckpoint:
+    """A shipped checkpoint file or one of this session's uploads, by its name in the checkpoint list."""
+    uploads = st.session_state.get("uploads", {})
+    if name in uploads:
+        return uploads[name]
+    path = checkpoint_files()[name]
+    return KeyedCheckpoint(load(path), checkpoint_key(path))
+
+
+def checkpoint_key(path: Path) -> str:
+    return f"{path}:{path.stat().st_mtime_ns}"
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def teacher_force_ids_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], truncated: bool
+) -> DecodeResult:
+    """A checkpoint run on given tokens (another checkpoint's output, on the comparison page)."""
+    return teacher_force_ids(_checkpoint.model, _checkpoint.tokenizer, list(src_ids), list(tgt_ids), truncated)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def sublayer_inputs_cached(
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    src_ids: tuple[int, ...],
+    tgt_ids: tuple[int, ...],
+    kind: str,
+    layer: int,
+) -> SublayerInputs:
+    """What one attention sublayer received for a result's tokens (the stage-by-stage and masks pages)."""
+    return sublayer_inputs(_checkpoint.model, list(src_ids), list(tgt_ids), kind, layer)
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def ablation_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, text: str, heads: tuple[tuple[str, int, int], ...]
+) -> DecodeResult:
+    """A greedy decode with the given (kind, layer, head) switched off."""
+    return decode(_checkpoint.model, _checkpoint.tokenizer, text, probe=Probe.ablating(heads))
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...]) -> np.ndarray:
+    """The source tokens' embeddings as the model scales them (times sqrt(d_model)), (S, d_model), read-only."""
+    model = _checkpoint.model
+    with torch.inference_mode():
+        ids = torch.tensor([src_ids], device=next(model.parameters()).device)
+        embedded = model.src_embed(ids)[0].float().cpu().numpy()
+    embedded.flags.writeable = False
+    return embedded
