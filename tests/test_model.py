@@ -111,3 +111,18 @@ def test_the_feed_forward_activation_is_the_configs(tokenizer):
         torch.testing.assert_close(layer(x), layer.outer(function(layer.inner(x))))
     with pytest.raises(ConfigError, match="activation"):
         tiny_config(tokenizer, activation="swish")
+
+
+def test_encoder_and_decoder_return_named_outputs(model, config):
+    from transformer.model.encoder_decoder import DecoderOutput, EncoderOutput
+    from transformer.model.masks import padding_mask
+
+    src, tgt = batch(config)
+    src_mask = padding_mask(src, config.pad_id)
+    encoded = model.encode(src, src_mask, need_weights=True)
+    assert isinstance(encoded, EncoderOutput) and len(encoded.attentions) == config.n_encoder_layers
+    cache = model.start_cache(encoded.memory)
+    decoded = model.decode(tgt[:, :1], encoded.memory, src_mask, None, True, cache)
+    assert isinstance(decoded, DecoderOutput) and len(decoded.cross_attentions) == config.n_decoder_layers
+    assert decoded.cache[0].self_key.size(2) == 1 and decoded.hidden.shape == (2, 1, config.d_model)
+    assert model.encode(src, src_mask).attentions == ()  # nothing recorded unless asked

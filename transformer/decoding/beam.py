@@ -28,6 +28,16 @@ class _Step:
     token: torch.Tensor | None = None  # (W,) the token it added
 
 
+@dataclass(frozen=True)
+class BeamTrace:
+    """The winning hypothesis of a beam search, and what is needed to rebuild its record."""
+
+    tokens: list[int]
+    hypotheses: list[int]  # which beam row the winner was at each step
+    steps: list[_Step]
+    encoder_attentions: torch.Tensor | None  # (L, H, S, S) when recorded
+
+
 def _trace(steps: list[_Step], last_step: int, beam: int, final_token: int) -> tuple[list[int], list[int]]:
     """Tokens and per-step hypothesis indices of the hypothesis that is `beam` at `last_step`."""
     indices, tokens = [beam], [final_token]
@@ -45,13 +55,13 @@ def beam_search_ids(
     alpha: float = 0.6,
     max_new_tokens: int | None = None,
     need_weights: bool = False,
-) -> tuple[list[int], list[int], list[_Step], torch.Tensor | None]:
+) -> BeamTrace:
     """The best hypothesis' tokens and, to rebuild its record, its hypothesis index per step."""
     config = model.config
     device = model_device(model)
     src = torch.tensor([src_ids], device=device)
-    memory, src_mask, encoder_maps = encode_source(model, src, need_weights)
-    memory, src_mask = memory.expand(width, -1, -1), src_mask.expand(width, -1, -1, -1)
+    encoded, src_mask = encode_source(model, src, need_weights)
+    memory, src_mask = encoded.memory.expand(width, -1, -1), src_mask.expand(width, -1, -1, -1)
     cache = model.start_cache(memory)
     last = torch.full((width, 1), config.bos_id, dtype=torch.long, device=device)
     scores = torch.full((width,), float("-inf"), device=device)
@@ -60,12 +70,13 @@ def beam_search_ids(
     steps: list[_Step] = []
     limit = min(max_new_tokens or default_max_new_tokens(model, len(src_ids)), config.max_len)
     for step in range(limit):
-        hidden, self_maps, cross_maps, cache = model.decode(last, memory, src_mask, None, need_weights, cache)
-        log_probs = model.log_probs(hidden[:, -1])  # (W, V)
+        decoded = model.decode(last, memory, src_mask, None, need_weights, cache)
+        cache = decoded.cache
+        log_probs = model.log_probs(decoded.hidden[:, -1])  # (W, V)
         record = _Step(
             log_probs,
-            torch.stack([m[:, :, 0] for m in self_maps], 1) if need_weights else None,
-            torch.stack([m[:, :, 0] for m in cross_maps], 1) if need_weights else None,
+            torch.stack([m[:, :, 0] for m in decoded.self_attentions], 1) if need_weights else None,
+            torch.stack([m[:, :, 0] for m in decoded.cross_attentions], 1) if need_weights else None,
         )
         vocab = log_probs.size(-1)
         totals = (scores[:, None] + log_probs).view(-1)
@@ -97,8 +108,8 @@ def beam_search_ids(
     else:  # no hypothesis ended: take the best one alive at the limit
         last_step = len(steps) - 1
         tokens, indices = _trace(steps, last_step, int(steps[-1].origin[0]), int(steps[-1].token[0]))
-    encoder = torch.cat([m[:1] for m in encoder_maps]) if need_weights else None
-    return tokens, indices, steps, encoder
+    encoder = torch.cat([m[:1] for m in encoded.attentions]) if need_weights else None
+    return BeamTrace(tokens, indices, steps, encoder)
 
 
 def beam_search(
@@ -111,8 +122,9 @@ def beam_search(
 ) -> DecodeResult:
     """Beam search over one sentence; the record (candidates, attention) is the winning hypothesis'."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
-    tokens, indices, steps, encoder = beam_search_ids(model, ids, width, alpha, max_new_tokens, need_weights=True)
-    chosen = [steps[t] for t in range(len(tokens))]
+    trace = beam_search_ids(model, ids, width, alpha, max_new_tokens, need_weights=True)
+    tokens, indices, encoder = trace.tokens, trace.hypotheses, trace.encoder_attentions
+    chosen = [trace.steps[t] for t in range(len(tokens))]
     return assemble(
         tokenizer,
         ids,

@@ -6,20 +6,34 @@ Every function here is pure: it reads the shared model and returns a new DecodeR
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
-from transformer.model.encoder_decoder import Transformer
+from transformer.model.encoder_decoder import EncoderOutput, Transformer
 from transformer.model.masks import padding_mask
 from transformer.model.probes import Probe
 from transformer.text.tokenizer import Tokenizer
 
 
-def encode_source(model: Transformer, src: torch.Tensor, need_weights: bool, probe: Probe | None = None):
+def encode_source(
+    model: Transformer, src: torch.Tensor, need_weights: bool, probe: Probe | None = None
+) -> tuple[EncoderOutput, torch.Tensor]:
+    """The encoded source and its padding mask, which every decoder step needs."""
     src_mask = padding_mask(src, model.config.pad_id)
-    memory, maps = model.encode(src, src_mask, need_weights, probe)
-    return memory, src_mask, maps
+    return model.encode(src, src_mask, need_weights, probe), src_mask
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What token-by-token decoding of a batch produced."""
+
+    tokens: torch.Tensor  # (B, T), padding after each row's eos
+    log_probs: torch.Tensor  # (B, T, V) at every step
+    encoder_attentions: tuple[torch.Tensor, ...]  # per layer (B, H, S, S), when recorded
+    self_rows: list[torch.Tensor]  # per step (B, L, H, t+1): the new query's masked self-attention
+    cross_rows: list[torch.Tensor]  # per step (B, L, H, S)
 
 
 Chooser = Callable[[torch.Tensor], torch.Tensor]  # log-probs (B, V) -> token ids (B,)
@@ -55,23 +69,24 @@ def generate(
     need_weights: bool = False,
     prefix: Sequence[int] = (),
     probe: Probe | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, list, list, list]:
+) -> Generation:
     """Token-by-token decoding of a batch src (B, S); one decoder step per new token.
 
     The first len(prefix) tokens are forced (teacher forcing, what-if branches), the rest
-    chosen by `choose`; a probe (heads switched off) applies to every step. Returns tokens (B, T), per-step log-probs (B, T, V), the encoder
-    maps and, per step, the decoder self and cross rows of every layer.
+    chosen by `choose`; a probe (heads switched off) applies to every step.
     """
     config = model.config
     batch = src.size(0)
-    memory, src_mask, encoder_maps = encode_source(model, src, need_weights, probe)
+    encoded, src_mask = encode_source(model, src, need_weights, probe)
+    memory = encoded.memory
     cache = model.start_cache(memory)
     last = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     tokens, log_probs_per_step, self_rows, cross_rows = [], [], [], []
     for step in range(min(max_new_tokens, config.max_len)):
-        hidden, self_maps, cross_maps, cache = model.decode(last, memory, src_mask, None, need_weights, cache, probe)
-        log_probs = model.log_probs(hidden[:, -1])  # (B, V)
+        decoded = model.decode(last, memory, src_mask, None, need_weights, cache, probe)
+        cache = decoded.cache
+        log_probs = model.log_probs(decoded.hidden[:, -1])  # (B, V)
         if step < len(prefix):
             token = torch.full((batch,), prefix[step], dtype=torch.long, device=src.device)
         else:
@@ -80,13 +95,15 @@ def generate(
         tokens.append(token)
         log_probs_per_step.append(log_probs)
         if need_weights:
-            self_rows.append(torch.stack([m[:, :, 0] for m in self_maps], dim=1))  # (B, L, H, t+1)
-            cross_rows.append(torch.stack([m[:, :, 0] for m in cross_maps], dim=1))  # (B, L, H, S)
+            self_rows.append(torch.stack([m[:, :, 0] for m in decoded.self_attentions], dim=1))  # (B, L, H, t+1)
+            cross_rows.append(torch.stack([m[:, :, 0] for m in decoded.cross_attentions], dim=1))  # (B, L, H, S)
         finished |= token == config.eos_id
         if finished.all():
             break
         last = token[:, None]
-    return torch.stack(tokens, 1), torch.stack(log_probs_per_step, 1), encoder_maps, self_rows, cross_rows
+    return Generation(
+        torch.stack(tokens, 1), torch.stack(log_probs_per_step, 1), encoded.attentions, self_rows, cross_rows
+    )
 
 
 def default_max_new_tokens(model: Transformer, src_len: int) -> int:
@@ -123,16 +140,15 @@ def decode_ids(
     """decode() for source ids already tokenized (eos included)."""
     src = torch.tensor([ids], device=model_device(model))
     limit = max_new_tokens or max(default_max_new_tokens(model, len(ids)), len(prefix))
-    tokens, log_probs, encoder_maps, self_rows, cross_rows = generate(model, src, limit, choose, True, prefix, probe)
-    tgt_ids = tokens[0].tolist()
+    generation = generate(model, src, limit, choose, True, prefix, probe)
     return assemble(
         tokenizer,
         ids,
-        tgt_ids,
-        log_probs[0],
-        torch.cat(encoder_maps),
-        lower_triangle([row[0] for row in self_rows]),
-        torch.stack([row[0] for row in cross_rows], dim=2),  # (L, H, T, S)
+        generation.tokens[0].tolist(),
+        generation.log_probs[0],
+        torch.cat(generation.encoder_attentions),
+        lower_triangle([row[0] for row in generation.self_rows]),
+        torch.stack([row[0] for row in generation.cross_rows], dim=2),  # (L, H, T, S)
         strategy,
         truncated,
     )

@@ -39,7 +39,7 @@ def translate_texts(
     if settings.strategy == "beam":
         for i in order:
             width, alpha = settings.beam_width, settings.length_penalty
-            tokens = beam_search_ids(model, sources[i], width, alpha, limit(len(sources[i])))[0]
+            tokens = beam_search_ids(model, sources[i], width, alpha, limit(len(sources[i]))).tokens
             outputs[i] = tokenizer.decode(tokens)
             if progress:
                 progress(1)
@@ -55,7 +55,7 @@ def translate_texts(
         src = torch.full((len(chunk), longest), pad, dtype=torch.long)
         for row, i in enumerate(chunk):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
-        tokens = generate(model, src.to(device), limit(longest), choose)[0]
+        tokens = generate(model, src.to(device), limit(longest), choose).tokens
         for row, i in enumerate(chunk):  # each sentence keeps the length limit it has alone
             outputs[i] = tokenizer.decode(tokens[row, : limit(len(sources[i]))].tolist())
         if progress:

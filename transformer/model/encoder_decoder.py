@@ -24,6 +24,24 @@ class AttentionMaps:
 
 
 @dataclass(frozen=True)
+class EncoderOutput:
+    """The encoder's states and, if asked for, each layer's self-attention (B, H, S, S)."""
+
+    memory: torch.Tensor  # (B, S, d_model)
+    attentions: tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class DecoderOutput:
+    """The decoder's states, each layer's attention if asked for, and the cache extended by these positions."""
+
+    hidden: torch.Tensor  # (B, T, d_model)
+    self_attentions: tuple[torch.Tensor, ...]  # (B, H, T, T + cached)
+    cross_attentions: tuple[torch.Tensor, ...]  # (B, H, T, S)
+    cache: list[LayerCache] | None
+
+
+@dataclass(frozen=True)
 class ModelOutput:
     """Log-probabilities over the target vocabulary, (B, T, V), and the attention if asked for."""
 
@@ -58,14 +76,14 @@ class Transformer(nn.Module):
 
     def encode(
         self, src: torch.Tensor, src_mask: torch.Tensor, need_weights: bool = False, probe: Probe | None = None
-    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    ) -> EncoderOutput:
         """src ids (B, S) -> memory (B, S, d_model) and, if asked, each layer's self-attention."""
         x = self.src_position(self.src_embed(src))
         maps = []
         for i, layer in enumerate(self.encoder_layers):
             x, p_attn = layer(x, src_mask, need_weights, self._sublayer_probe(probe, AttentionKind.ENCODER, i))
             maps.append(p_attn)
-        return self.encoder_norm(x), maps if need_weights else []
+        return EncoderOutput(self.encoder_norm(x), tuple(maps) if need_weights else ())
 
     def decode(
         self,
@@ -76,7 +94,7 @@ class Transformer(nn.Module):
         need_weights: bool = False,
         cache: list[LayerCache] | None = None,
         probe: Probe | None = None,
-    ) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[LayerCache] | None]:
+    ) -> DecoderOutput:
         """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it."""
         offset = 0 if cache is None else cache[0].self_key.size(2)
         x = self.tgt_position(self.tgt_embed(tgt), offset)
@@ -97,7 +115,9 @@ class Transformer(nn.Module):
             new_cache.append(layer_cache)
         if not need_weights:
             self_maps, cross_maps = [], []
-        return self.decoder_norm(x), self_maps, cross_maps, (new_cache if cache is not None else None)
+        return DecoderOutput(
+            self.decoder_norm(x), tuple(self_maps), tuple(cross_maps), new_cache if cache is not None else None
+        )
 
     def _sublayer_probe(self, probe: Probe | None, kind: AttentionKind, layer: int):
         return None if probe is None else probe.at(kind, layer, self.config.n_heads)
@@ -115,16 +135,19 @@ class Transformer(nn.Module):
     ) -> ModelOutput:
         """Teacher-forced pass: src (B, S) and decoder input tgt (B, T) -> next-token log-probs (B, T, V)."""
         src_mask = padding_mask(src, self.config.pad_id)
-        memory, encoder_maps = self.encode(src, src_mask, need_weights, probe)
-        hidden, self_maps, cross_maps, _ = self.decode(
-            tgt, memory, src_mask, target_mask(tgt, self.config.pad_id), need_weights, probe=probe
+        encoded = self.encode(src, src_mask, need_weights, probe)
+        decoded = self.decode(
+            tgt, encoded.memory, src_mask, target_mask(tgt, self.config.pad_id), need_weights, probe=probe
         )
-        attentions = AttentionMaps(tuple(encoder_maps), tuple(self_maps), tuple(cross_maps)) if need_weights else None
-        return ModelOutput(self.log_probs(hidden), attentions)
+        attentions = (
+            AttentionMaps(encoded.attentions, decoded.self_attentions, decoded.cross_attentions)
+            if need_weights
+            else None
+        )
+        return ModelOutput(self.log_probs(decoded.hidden), attentions)
 
     def logits(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Unnormalised scores (B, T, V) for training, where the loss applies its own softmax."""
         src_mask = padding_mask(src, self.config.pad_id)
-        memory, _ = self.encode(src, src_mask)
-        hidden, *_ = self.decode(tgt, memory, src_mask, target_mask(tgt, self.config.pad_id))
-        return self.generator(hidden)
+        memory = self.encode(src, src_mask).memory
+        return self.generator(self.decode(tgt, memory, src_mask, target_mask(tgt, self.config.pad_id)).hidden)
