@@ -133,3 +133,21 @@ def test_gzip_is_decompressed_in_a_stream_up_to_the_limit():
     assert len(text_lines(gzip_bomb(8), max_bytes=8 * 2**20)) == 4 * 2**20  # exactly at the limit: accepted
     with pytest.raises(ValueError, match="corrupt gzip"):
         text_lines(bomb[:1000], max_bytes=2**20)
+
+
+@pytest.mark.parametrize("digits", ["²", "①", "٣", "1" * 40, "-1", " 2"])
+def test_no_number_in_a_link_can_crash_the_page(digits):
+    at = start({"text": "A dog.", "step": digits, "layer": digits, "head": digits})
+    assert not at.exception and "Step 1 of" in markdown(at)
+
+
+def test_links_the_app_writes_stay_short_enough_to_open():
+    from urllib.parse import quote
+
+    from ui.url import MAX_URL_TEXT_BYTES
+
+    sentence = "🐕 ✓ " * 400  # every character is 4 or 3 bytes of UTF-8, 9 to 12 once percent-encoded
+    at = translate(start(), sentence)
+    written = at.query_params["text"]
+    assert sentence.startswith(written) and len(written) > 100
+    assert len(quote(written)) <= MAX_URL_TEXT_BYTES

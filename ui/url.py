@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import quote
+
 import streamlit as st
 
 from transformer.model.kinds import AttentionKind
@@ -19,17 +22,34 @@ def read_url_once(checkpoints: dict) -> None:
     if params.get("text", "").strip():
         st.session_state.text = params["text"][:MAX_CHARACTERS]
     for name in ("step", "layer", "head"):
-        value = params.get(name, "")
-        if value.isdigit() and int(value) >= 1:
-            st.session_state[f"url_{name}"] = int(value) - 1  # applied once the result says what is in range
+        number = _position(params.get(name, ""))
+        if number is not None:
+            st.session_state[f"url_{name}"] = number - 1  # applied once the result says what is in range
     if params.get("kind") in [kind.value for kind in AttentionKind]:
         st.session_state.kind = params["kind"]
+
+
+# Links stay under the length every browser, proxy and server takes (nginx's default line buffer is 8 KB).
+MAX_URL_TEXT_BYTES = 2000
+
+
+def _position(value: str) -> int | None:
+    """A 1-based position from a URL, or None: only ASCII digits count ("²" and "①" pass str.isdigit)."""
+    return int(value) if re.fullmatch(r"[0-9]{1,6}", value) and int(value) >= 1 else None
+
+
+def url_text(text: str) -> str:
+    """A prefix of the sentence whose percent-encoding fits MAX_URL_TEXT_BYTES (a link that always opens)."""
+    text = text[:MAX_URL_TEXT_BYTES]
+    while len(quote(text)) > MAX_URL_TEXT_BYTES:
+        text = text[: min(len(text) * MAX_URL_TEXT_BYTES // len(quote(text)), len(text) - 1)]
+    return text
 
 
 def write_url() -> None:
     """The URL names the view on screen: checkpoint, sentence, step, layer, head, kind (all 1-based)."""
     state = st.session_state
-    params = {"ckpt": state.get("checkpoint"), "text": state.get("applied_text", "")[:500]}
+    params = {"ckpt": state.get("checkpoint"), "text": url_text(state.get("applied_text", ""))}
     for name in ("step", "layer", "head"):
         if isinstance(state.get(name), int):
             params[name] = str(state[name] + 1)
