@@ -73,10 +73,17 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
     interrupted = train(_settings(parts_dir, max_steps=whole.step // 2 + 1), quiet=True)
     assert interrupted.step == whole.step // 2 + 1
     resumed = train(_settings(parts_dir), resume=True, quiet=True)
-    assert resumed.loss_curve == whole.loss_curve
     a = load_checkpoint(whole_dir / "m.safetensors").model.state_dict()
     b = load_checkpoint(parts_dir / "m.safetensors").model.state_dict()
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    if torch.cuda.is_available():
+        # CUDA's kernels sum in an order that varies from run to run (atomics, split reductions): two identical
+        # runs already differ in the 7th digit of the loss (3.828808069 against 3.828807592), and bfloat16 can
+        # round such a difference up to its own step of 2**-8. So on CUDA: equal to bfloat16's precision.
+        assert np.allclose(resumed.loss_curve, whole.loss_curve, rtol=2**-8)
+        assert all(torch.allclose(a[k], b[k], rtol=2**-8, atol=1e-4) for k in a)
+    else:  # on the CPU every kernel is deterministic: bit for bit
+        assert resumed.loss_curve == whole.loss_curve
+        assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize(
@@ -87,15 +94,8 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
 def test_each_model_variant_trains_from_the_command_line_and_opens_in_the_app(tmp_path, variant):
     from transformer.cli import main
 
-    sentences = make_sentences(120, seed=5)
-    (tmp_path / "s.txt").write_text("\n".join(sentences))
-    (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
     out = tmp_path / "variant.safetensors"
-    s, t = str(tmp_path / "s.txt"), str(tmp_path / "t.txt")
-    data = ["train", "--train-src", s, "--train-tgt", t, "--val-src", s, "--val-tgt", t]
-    sizes = ["--vocab-size", "40", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1",
-             "--n-decoder-layers", "1", "--max-len", "32", "--epochs", "1", "--val-limit", "10"]  # fmt: skip
-    assert main([*data, *sizes, *variant, "--out", str(out)]) == 0
+    assert main([*_train_command(tmp_path), *variant, "--out", str(out)]) == 0
     config = load_checkpoint(out).config
     expected = {"pre-norm": ("norm_first", True), "gelu": ("activation", "gelu"),
                 "learned-positions": ("positional", "learned"), "untied": ("tie_embeddings", False)}  # fmt: skip
@@ -106,3 +106,59 @@ def test_each_model_variant_trains_from_the_command_line_and_opens_in_the_app(tm
     assert not at.error and at.session_state["checkpoint"] == "variant (uploaded)"
     at = at.switch_page("pages/explorer.py").run()
     assert not at.exception and len(at.get("plotly_chart")) >= 2  # the step's candidates and attention drawn
+
+
+def _train_command(tmp_path) -> list[str]:
+    """`train` on a tiny reversal task, as typed on the command line (without --out)."""
+    sentences = make_sentences(120, seed=5)
+    (tmp_path / "s.txt").write_text("\n".join(sentences))
+    (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
+    s, t = str(tmp_path / "s.txt"), str(tmp_path / "t.txt")
+    data = ["train", "--train-src", s, "--train-tgt", t, "--val-src", s, "--val-tgt", t]
+    sizes = ["--vocab-size", "40", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1",
+             "--n-decoder-layers", "1", "--max-len", "32", "--epochs", "1", "--val-limit", "10"]  # fmt: skip
+    return [*data, *sizes]
+
+
+@pytest.fixture
+def trained_with_state(tmp_path):
+    """A finished one-epoch run: its checkpoint and the resumable state beside it."""
+    out = tmp_path / "m.safetensors"
+    assert run_cli(*_train_command(tmp_path), "--out", str(out)).returncode == 0
+    return tmp_path, out, out.with_suffix(".state.safetensors")
+
+
+def test_a_corrupt_training_state_is_one_clear_line_and_the_checkpoint_is_kept(trained_with_state):
+    tmp_path, out, state = trained_with_state
+    best = out.read_bytes()
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # a disk that filled during a save
+    done = run_cli(*_train_command(tmp_path), "--out", str(out), "--resume", "--epochs", "2")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and str(state) in done.stderr and "without --resume" in done.stderr
+    assert out.read_bytes() == best
+
+
+def test_resuming_with_another_model_names_the_differing_settings(trained_with_state):
+    tmp_path, out, _ = trained_with_state
+    done = run_cli(*_train_command(tmp_path), "--out", str(out), "--resume", "--d-model", "32", "--n-heads", "4")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1
+    assert "--d-model 16 there, 32 here" in done.stderr and "--n-heads 2 there, 4 here" in done.stderr
+
+
+def test_temporaries_of_interrupted_saves_are_removed(trained_with_state, tmp_path):
+    from transformer.io.checkpoint import write_atomically
+
+    _, out, state = trained_with_state
+    killed = [tmp_path / f".{state.name}.k1llxd", tmp_path / f".{out.name}.k2llxd"]  # what kill -9 leaves
+    for path in killed:
+        path.write_bytes(b"partial")
+    other = tmp_path / ".notes.txt.abc"
+    other.write_bytes(b"not ours")
+    done = run_cli(*_train_command(tmp_path), "--out", str(out), "--resume", "--epochs", "2")
+    assert done.returncode == 0, done.stderr
+    assert not any(path.exists() for path in killed) and other.exists()
+    assert "removed 2 temporary file(s)" in done.stdout
+    with pytest.raises(TypeError):
+        write_atomically(tmp_path / "x.safetensors", "not bytes")  # fails mid-write: its temporary goes too
+    assert not list(tmp_path.glob(".x.safetensors.*"))

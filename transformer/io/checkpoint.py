@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import glob
 import json
 import os
 import struct
@@ -100,10 +101,26 @@ def save_checkpoint(
 def write_atomically(path: Path, data: bytes) -> None:
     """Writes beside the target, then renames: readers see the old file or the new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as handle:
-        handle.write(data)
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
+        try:
+            handle.write(data)
+        except BaseException:  # a full disk or a Ctrl-C mid-write: the partial temporary goes too
+            Path(handle.name).unlink()
+            raise
     os.chmod(handle.name, 0o644)
     os.replace(handle.name, path)
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Deletes what saves of `path` killed mid-write left beside it; only for a process that owns `path`."""
+    stale = sorted(path.parent.glob(glob.escape(_temporary_prefix(path)) + "*"))
+    for temporary in stale:
+        temporary.unlink(missing_ok=True)
+    return stale
 
 
 def update_metadata(path: Path, change: Callable[[dict[str, Any]], None]) -> None:

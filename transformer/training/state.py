@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 
 from transformer.io.checkpoint import unique_state, write_atomically
@@ -87,15 +87,42 @@ class LoadedState:
             torch.cuda.set_rng_state(self.tensors["rng.cuda"])
 
 
+class TrainingStateError(ValueError):
+    """A training state that cannot be resumed; the message says which file and what to do."""
+
+
 def load_state(path: Path) -> LoadedState:
-    """Reads a state written by save_state (data only, no code)."""
-    with safe_open(str(path), framework="pt") as handle:
-        metadata = handle.metadata()
-    return LoadedState(
-        config=TransformerConfig.from_json(metadata["config"]),
-        tokenizer=Tokenizer(base64.b64decode(metadata["tokenizer"])),
-        progress=Progress(**json.loads(metadata["progress"])),
-        settings=json.loads(metadata["settings"]),
-        tensors=load_file(str(path)),
-        param_groups=json.loads(metadata["param_groups"]),
-    )
+    """Reads a state written by save_state (data only, no code).
+
+    A truncated or altered file (a disk filled during a save) is refused with one line, whatever part fails.
+    """
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            metadata = handle.metadata()
+        return LoadedState(
+            config=TransformerConfig.from_json(metadata["config"]),
+            tokenizer=Tokenizer(base64.b64decode(metadata["tokenizer"])),
+            progress=Progress(**json.loads(metadata["progress"])),
+            settings=json.loads(metadata["settings"]),
+            tensors=load_file(str(path)),
+            param_groups=json.loads(metadata["param_groups"]),
+        )
+    except (SafetensorError, OSError, ValueError, KeyError, TypeError, RuntimeError) as error:
+        raise TrainingStateError(
+            f"the training state {path} cannot be read ({type(error).__name__}: {str(error)[:200]}); "
+            "restore it from a copy, or start afresh without --resume (the checkpoint beside it is untouched)"
+        ) from None
+
+
+def check_same_model(path: Path, saved: TransformerConfig, asked: TransformerConfig) -> None:
+    """Refuses to resume into a model of another shape, naming each setting that differs (not 100 tensors)."""
+    differing = [
+        f"--{f.name.replace('_', '-')} {getattr(saved, f.name)} there, {getattr(asked, f.name)} here"
+        for f in fields(TransformerConfig)
+        if getattr(saved, f.name) != getattr(asked, f.name)
+    ]
+    if differing:
+        raise TrainingStateError(
+            f"the training state {path} is for another model ({'; '.join(differing)}): "
+            "repeat the first run's settings to resume, or start afresh without --resume"
+        )

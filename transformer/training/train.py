@@ -21,13 +21,13 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer.decoding.translate import translate_texts
-from transformer.io.checkpoint import save_checkpoint
+from transformer.io.checkpoint import remove_stale_temporaries, save_checkpoint
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import read_parallel
 from transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, train_tokenizer
 from transformer.training.batches import encode_pairs, iterate_batches, token_batches
-from transformer.training.state import LoadedState, Progress, load_state, save_state
+from transformer.training.state import LoadedState, Progress, check_same_model, load_state, save_state
 
 DEFAULT_MODEL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, max_len=128)
 
@@ -160,6 +160,10 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     if settings.val_limit:
         val_src, val_tgt = val_src[: settings.val_limit], val_tgt[: settings.val_limit]
     counts = {"train_src": len(src), "train_tgt": len(tgt), "val_src": len(val_src), "val_tgt": len(val_tgt)}
+    if rank == 0:
+        stale = [p for path in (Path(settings.out), settings.state_path) for p in remove_stale_temporaries(path)]
+        if stale and not quiet:
+            print(f"removed {len(stale)} temporary file(s) left by an interrupted save beside {settings.out}")
     state: LoadedState | None = load_state(settings.state_path) if resume and settings.state_path.exists() else None
     if resume and state is None and not quiet:
         print(f"no state at {settings.state_path}: starting afresh")
@@ -170,6 +174,8 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         settings.model, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
     )  # fmt: skip
+    if state:
+        check_same_model(settings.state_path, state.config, config)
     model = Transformer(config).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
     progress = Progress()
