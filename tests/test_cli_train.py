@@ -33,6 +33,41 @@ def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
     assert arrays["topk_probs"].shape[0] == steps == len(arrays["tgt_pieces"])
 
 
+def test_bad_bytes_cost_only_their_own_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "transformer", "translate"], input=b"A dog.\n\xff\nTwo cats.\n",
+                          capture_output=True, cwd=REPO, timeout=300)  # fmt: skip
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 1 and "Traceback" not in err, err
+    assert out.count("\n") == 3 and out.split("\n")[0] and out.split("\n")[2] and not out.split("\n")[1]
+    assert "line 2 is not UTF-8 text (byte 0xff" in err
+    (tmp_path / "latin1.txt").write_bytes("Un caf\xe9.\nA dog runs.\n".encode("latin-1"))
+    done = run_cli("translate", "--input", str(tmp_path / "latin1.txt"))
+    assert done.returncode == 1 and "line 1 is not UTF-8 text (byte 0xe9 at byte 7 of the line)" in done.stderr
+    assert done.stdout.split("\n")[1]  # the good line is translated
+    done = subprocess.run([sys.executable, "-m", "transformer", "inspect", "--text", b"\xff", "--out", tmp_path / "x"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert (
+        done.returncode == 2
+        and done.stderr == "error: --text is not UTF-8 text (byte 0xff); give the sentence as UTF-8\n"
+    )
+
+
+def test_a_directory_as_input_is_one_clear_line(tmp_path):
+    done = run_cli("translate", "--input", str(tmp_path))
+    assert (
+        done.returncode == 2
+        and done.stderr == f"error: {tmp_path} is a directory: give a text file, one sentence a line\n"
+    )
+
+
+def test_the_command_line_says_when_it_cuts_a_long_sentence(tmp_path):
+    long = " ".join(["the dog runs in the park"] * 40)
+    done = run_cli("inspect", "--text", long, "--out", str(tmp_path / "maps.npz"))
+    assert done.returncode == 0 and "note: The sentence is longer than this model reads (128 tokens" in done.stderr
+    done = run_cli("translate", stdin=f"A dog.\n{long}\n")
+    assert done.returncode == 0 and "line 2: The sentence is longer" in done.stderr and "line 1" not in done.stderr
+
+
 def test_cli_reports_bad_checkpoints_clearly(tmp_path):
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"nonsense")

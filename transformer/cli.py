@@ -12,10 +12,12 @@ from pathlib import Path
 
 import torch
 
-from transformer.decoding.result import DecodeInputError
+from transformer.decoding.result import DecodeInputError, source_ids, truncation_note
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
 from transformer.model.config import TransformerConfig
+from transformer.text.files import decoded_lines, decompressed, file_bytes
+from transformer.text.tokenizer import LONE_SURROGATE
 
 TOKENIZER_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}  # the tokenizer's
 
@@ -36,18 +38,31 @@ def cmd_translate(args: argparse.Namespace) -> int:
     from transformer.decoding.translate import translate_texts
 
     checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
-    handle = open(args.input, encoding="utf-8") if args.input else sys.stdin
-    lines = [line.rstrip("\n") for line in handle]
+    source = args.input or "standard input"
+    lines, problems = decoded_lines(decompressed(file_bytes(args.input) if args.input else sys.stdin.buffer.read()))
+    for problem in problems:  # the good lines are still translated, one output line per input line
+        print(f"{source}: {problem}; its output line is left empty", file=sys.stderr)
+    max_len = checkpoint.config.max_len
+    for number, line in enumerate(lines, 1):
+        ids, cut = source_ids(checkpoint.tokenizer, line, max_len) if line.strip() else ([], False)
+        if cut:
+            print(f"{source}: line {number}: {truncation_note(max_len, len(ids) - 1)}", file=sys.stderr)
     for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, _decode_settings(args)):
         print(line)
-    return 0
+    return 1 if problems else 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from transformer.io.export import to_json, to_npz
 
+    undecodable = LONE_SURROGATE.search(args.text)  # what the shell's non-UTF-8 bytes become in sys.argv
+    if undecodable:
+        byte = undecodable.group().encode("utf-8", "surrogateescape").hex()
+        raise ValueError(f"--text is not UTF-8 text (byte 0x{byte}); give the sentence as UTF-8")
     checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
     result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, _decode_settings(args))
+    if result.truncated:
+        print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
     out = Path(args.out)
     if args.format == "json":
         out.write_text(to_json(result, checkpoint.tokenizer), encoding="utf-8")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import streamlit as st
 import torch
 
-from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint, CheckpointError, describe
 from ui import keys, models, url
@@ -55,10 +55,7 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tup
     if len(st.session_state.get("text", "")) > keys.MAX_CHARACTERS:
         notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
-        notes.append(
-            f"The sentence is longer than this model reads ({checkpoint.config.max_len} tokens with the end "
-            f"token); it was cut to its first {len(result.src_ids) - 1} tokens."
-        )
+        notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
     unknown = checkpoint.tokenizer.unknown_characters(text)
     if unknown:
         shown = " ".join(repr(c) for c in unknown[:20])

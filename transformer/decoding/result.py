@@ -73,6 +73,14 @@ def source_ids(tokenizer: Tokenizer, text: str, max_len: int) -> tuple[list[int]
     return ids, False
 
 
+def truncation_note(max_len: int, kept: int) -> str:
+    """What a reader is told when source_ids cut a sentence (the app and the command line say the same)."""
+    return (
+        f"The sentence is longer than this model reads ({max_len} tokens with the end token); "
+        f"it was cut to its first {kept} tokens."
+    )
+
+
 def model_device(model: Transformer) -> torch.device:
     return next(model.parameters()).device
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable
 
 import sentencepiece as spm
 
 # The special pieces and their ids, fixed so that every checkpoint agrees with the config.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # not characters: SentencePiece cannot take them
 
 
 class TokenizerError(ValueError):
@@ -40,7 +44,8 @@ class Tokenizer:
         return self.processor.eos_id()
 
     def encode(self, text: str) -> list[int]:
-        return self.processor.EncodeAsIds(text)
+        """Ids of any str: a lone surrogate (an undecodable byte under surrogateescape) becomes U+FFFD first."""
+        return self.processor.EncodeAsIds(LONE_SURROGATE.sub("\ufffd", text))
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ids, with special ids (padding, bos, eos) left out."""
