@@ -1,12 +1,14 @@
 """The selected checkpoint: configuration, parameters, training data and curves, scores; and uploads."""
 
 import json
+from dataclasses import asdict
 
 import pandas as pd
 import streamlit as st
 
 from transformer.analysis.head_stats import parameter_counts
 from transformer.io.checkpoint import CheckpointError
+from transformer.io.metadata import TrainingRecord, read_metadata
 from transformer.viz.charts import lines
 from ui import uploads, url
 from ui.charts import show
@@ -33,24 +35,24 @@ with st.expander("Upload a checkpoint (this project's .safetensors format)", exp
         except CheckpointError as error:
             st.error(literal(f"{uploaded.name} was refused: {error}"))
         else:
-            for warning in st.session_state.get("upload_warnings", []):
-                st.warning(literal(warning))
             st.session_state.checkpoint = name
             st.rerun()
 
 st.subheader(literal(explored.checkpoint_name))
-languages = metadata.get("languages", {})
-training = metadata.get("training", {})
+about = read_metadata(metadata)
+training = about.training or TrainingRecord()
+
+
+def known(value: object, unit: str = "") -> str:
+    return "not recorded" if value is None else f"{value:,.0f}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+
 facts = {
-    "languages": f"{languages.get('src', '?')} → {languages.get('tgt', '?')}",
+    "languages": about.language_pair.replace("→", " → "),
     "file size": f"{checkpoint.file_bytes / 1e6:.1f} MB",
     "parameters": f"{config.parameter_count():,}",
-    "training time": f"{training['seconds']:.0f} s on {training.get('hardware', '?')}"
-    if "seconds" in training
-    else "not recorded",
-    "steps / epochs": f"{training.get('steps', '?')} / {training.get('epochs_done', '?')}"
-    if training
-    else "not recorded",
+    "training time": f"{known(training.seconds, ' s')} on {training.hardware or '?'}",
+    "steps / epochs": f"{known(training.steps)} / {known(training.epochs_done)}",
 }
 left, right = st.columns(2)
 with left:
@@ -62,35 +64,31 @@ with right:
     st.markdown("**Parameters by component**")
     st.dataframe(parameter_counts(checkpoint.model).style.format({"parameters": "{:,}", "share": "{:.1%}"}),
                  width="stretch")  # fmt: skip
-    data = metadata.get("data", {})
-    if data:
+    if about.data:
         st.markdown("**Training data**")
-        st.dataframe(pd.DataFrame(data).T, width="stretch")
-    scores = {k: v for k, v in metadata.get("scores", {}).items() if isinstance(v, dict)}
-    if scores:
+        st.dataframe(pd.DataFrame(about.data).T, width="stretch")
+    if about.scores:
         st.markdown("**Scores** (sacreBLEU, chrF)")
-        st.dataframe(pd.DataFrame(scores).T[["bleu", "chrf", "beam", "sentences"]], width="stretch")
+        st.dataframe(pd.DataFrame({name: asdict(score) for name, score in about.scores.items()}).T, width="stretch")
 
 st.subheader("Training curves")
-if "loss_curve" in training:
-    every = training.get("loss_curve_every", 1)
-    steps = [every * (i + 1) for i in range(len(training["loss_curve"]))]
+if training.loss_curve:
     columns = st.columns(2)
     with columns[0]:
-        show(lines({"training loss": (steps, training["loss_curve"])}, "loss per step", "step", "loss"), key="loss")
+        show(lines({"training loss": (training.steps_of(training.loss_curve), training.loss_curve)}, "loss per step",
+                   "step", "loss"), key="loss")  # fmt: skip
     with columns[1]:
-        if "lr_curve" in training:
-            show(lines({"learning rate": (steps, training["lr_curve"])}, "learning rate (Noam schedule)", "step", "lr"),
-                 key="lr")  # fmt: skip
-    validation = training.get("validation", [])
-    if validation:
-        epochs = [v["epoch"] for v in validation]
+        if training.lr_curve:
+            show(lines({"learning rate": (training.steps_of(training.lr_curve), training.lr_curve)},
+                       "learning rate (Noam schedule)", "step", "lr"), key="lr")  # fmt: skip
+    if training.validation:
+        epochs = [v.epoch for v in training.validation]
         columns = st.columns(2)
         with columns[0]:
-            show(lines({"validation BLEU": (epochs, [v.get("val_bleu", 0) for v in validation])},
+            show(lines({"validation BLEU": (epochs, [v.val_bleu for v in training.validation])},
                        "validation BLEU per epoch (greedy)", "epoch", "BLEU"), key="val_bleu")  # fmt: skip
         with columns[1]:
-            show(lines({"validation loss": (epochs, [v.get("val_loss", 0) for v in validation])},
+            show(lines({"validation loss": (epochs, [v.val_loss for v in training.validation])},
                        "validation loss per epoch", "epoch", "loss"), key="val_loss")  # fmt: skip
 else:
     st.info("This checkpoint carries no training curves (they are written by `python -m transformer train`).")

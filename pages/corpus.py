@@ -34,6 +34,8 @@ if run:
         sources = None
     if sources is None:
         st.warning("Choose a source file.")
+    elif not any(line.strip() for line in sources):
+        st.warning(literal(f"{source_file.name} has no sentences: it is empty or only blank lines."))
     elif references is not None and len(references) != len(sources):
         st.error(f"The references have {len(references)} lines for {len(sources)} source lines: not a parallel pair.")
     else:

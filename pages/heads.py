@@ -51,7 +51,10 @@ if run and uploaded is not None:
         sentences = [s for s in uploads.uploaded_lines(uploaded) if s.strip()][:sample]
     except ValueError as error:
         st.error(literal(f"{uploaded.name}: {error}"))
-    else:
+        sentences = None
+    if sentences == []:
+        st.warning(literal(f"{uploaded.name} has no sentences: it is empty or only blank lines."))
+    elif sentences:
         bar = st.progress(0.0, text="Decoding ...")
         session.stats_over_corpus = keys.CorpusStatistics(
             kind.value,

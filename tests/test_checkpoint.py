@@ -6,6 +6,8 @@ import warnings
 import pytest
 import torch
 from helpers import REPO, SMALL_FILE_HUGE_CONFIG, measured, with_config, with_header, with_metadata
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save as save_safetensors
 
 from transformer.decoding.greedy import decode
@@ -218,3 +220,52 @@ def test_a_header_length_that_starts_like_a_pickle_or_zip_still_loads(checkpoint
     crafted = with_metadata(data, padding="x" * ((wanted - raw_length) % modulus))  # the length ends in those bytes
     assert crafted[: len(low_bytes)] == low_bytes
     assert load_checkpoint_bytes(crafted).config == load_checkpoint_bytes(data).config
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+REVERSE = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
+
+
+def _mutated_header(header: dict, draw) -> bytes:
+    """The header with one random change: a tensor entry, a metadata entry, a config field, or a raw byte."""
+    where = draw(st.sampled_from(["tensor", "metadata", "config", "raw", "nested"]))
+    meta = header["__metadata__"]
+    if where == "tensor":
+        name = draw(st.sampled_from(sorted(set(header) - {"__metadata__"})))
+        key = draw(st.sampled_from(["dtype", "shape", "data_offsets", "extra"]))
+        if draw(st.booleans()):
+            header[name].pop(key, None)
+        else:
+            header[name][key] = draw(JSON_VALUES)
+    elif where == "metadata":
+        key = draw(st.sampled_from(["format", "format_version", "config", "tokenizer", "metadata"]))
+        meta[key] = draw(JSON_VALUES | JSON_VALUES.map(json.dumps))
+    elif where == "config":
+        config = json.loads(meta["config"])
+        key = draw(st.sampled_from([*config, "unknown"]))
+        config[key] = draw(JSON_VALUES)
+        meta["config"] = json.dumps(config)
+    elif where == "nested":
+        depth = draw(st.integers(10, 100_000))
+        meta[draw(st.sampled_from(["config", "metadata"]))] = "[" * depth + "]" * depth
+    encoded = json.dumps(header).encode()
+    if where == "raw":
+        at = draw(st.integers(0, len(encoded) - 1))
+        encoded = encoded[:at] + bytes([draw(st.integers(0, 255))]) + encoded[at + 1 :]
+    return encoded
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_any_mutated_header_loads_correctly_or_is_refused_clearly(data):
+    encoded = _mutated_header(read_header(REVERSE), data.draw)
+    try:
+        checkpoint = load_checkpoint_bytes(with_header(REVERSE, encoded))
+    except CheckpointError as error:
+        assert str(error) and "\n" not in str(error)
+        return
+    assert checkpoint.model.config.d_model > 0 and isinstance(checkpoint.metadata, dict)

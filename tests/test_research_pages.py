@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
 import numpy as np
 import pytest
+import torch
 from helpers import (
     REPO,
     SMALL_FILE_HUGE_CONFIG,
@@ -19,6 +21,7 @@ from helpers import (
     start,
     upload,
     with_config,
+    with_metadata,
 )
 
 from transformer.io.checkpoint import load_checkpoint_bytes
@@ -227,3 +230,71 @@ def test_a_rerun_of_a_page_only_reads(page, monkeypatch):
         monkeypatch.setattr(cls, name, no_model)
     at.run()
     assert not at.exception, at.exception
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n"], ids=["empty", "blank lines"])
+def test_a_file_without_sentences_gets_a_message_on_corpus_and_head_statistics(content):
+    at = start().switch_page("pages/corpus.py").run()
+    at.file_uploader(key="corpus_src").set_value(("none.txt", content, "text/plain"))
+    at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    assert not at.exception and "has no sentences" in at.warning[0].value
+    at = at.switch_page("pages/heads.py").run()
+    at.file_uploader(key="stats_file").set_value(("none.txt", content, "text/plain"))
+    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    assert not at.exception and "has no sentences" in at.warning[0].value
+    assert at.get("plotly_chart")  # the rest of the page is still drawn
+
+
+ODD_METADATA = {
+    "languages as a string": {"languages": "en-fr"},
+    "seconds as a string": {"training": {"seconds": "fast", "steps": "many", "hardware": 7}},
+    "scores without chrF or beam": {"scores": {"test": {"bleu": 30.0}, "bare": 12.5}},
+    "validation of numbers": {"training": {"loss_curve": [3.0, 2.0], "validation": [1, 2]}},
+    "curves of strings": {"training": {"loss_curve": ["a", 1], "lr_curve": "x", "loss_curve_every": -3}},
+    "data of a list": {"data": [1, 2, 3]},
+    "data of odd rows": {"data": {"train": 5, "val": {"path": ["x"], "lines": "ten"}}},
+    "not an object": [1, 2],
+}
+
+
+@pytest.mark.parametrize("name", ODD_METADATA)
+def test_odd_metadata_shows_as_unknown_on_the_checkpoints_page(name):
+    reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
+    at = upload(start(), "odd.safetensors", with_metadata(reverse, metadata=json.dumps(ODD_METADATA[name])))
+    assert not at.error and at.session_state["checkpoint"] == "odd (uploaded)"
+    at = at.switch_page("pages/checkpoints.py").run()
+    assert not at.exception, name
+    assert at.dataframe  # the summary, configuration and parameter tables
+
+
+def test_a_config_with_a_string_dropout_is_refused_with_its_reason():
+    reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
+    at = upload(start(), "odd.safetensors", with_config(reverse, dropout="0.1"))
+    assert not at.exception and "dropout must be a number" in errors(at)
+
+
+def test_out_of_memory_during_an_upload_is_a_message(monkeypatch):
+    import ui.uploads
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(ui.uploads, "load_checkpoint_bytes", out_of_memory)
+    at = upload(start(), "big.safetensors", (REPO / "checkpoints" / "reverse.safetensors").read_bytes())
+    assert not at.exception and "no memory to spare" in errors(at)
+
+
+def test_nan_weights_are_shown_with_the_checkpoint_on_every_page(model, tokenizer):
+    from transformer.io.checkpoint import checkpoint_bytes
+    from transformer.model.encoder_decoder import Transformer
+
+    broken = Transformer(model.config)
+    broken.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for parameter in broken.parameters():
+            parameter.fill_(float("nan"))
+    at = upload(start(), "nan.safetensors", checkpoint_bytes(broken, tokenizer))
+    assert not at.exception and at.session_state["checkpoint"] == "nan (uploaded)"
+    for page in ("pages/explorer.py", "pages/checkpoints.py"):
+        at = at.switch_page(page).run()
+        assert any("NaN or infinite weights" in w.value for w in at.sidebar.warning), page

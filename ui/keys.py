@@ -88,7 +88,6 @@ KEYS: dict[str, Key] = {
     "target": Key(str, None, "the translation given for teacher forcing"),
     "uploads": Key(dict, None, "this session's uploaded checkpoints by name (KeyedCheckpoint values)"),
     "upload_done": Key(str, None, "the last upload handled, so a rerun does not load it again"),
-    "upload_warnings": Key(list, None, "warnings about the last upload (NaN weights, say)"),
     "corpus_run": Key(CorpusRun, None, "the Corpus page's translated file"),
     "stats_over_corpus": Key(CorpusStatistics, None, "head statistics over an uploaded file"),
 }

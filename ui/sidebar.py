@@ -11,6 +11,7 @@ from transformer.decoding.result import DecodeInputError, DecodeResult, truncati
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint, CheckpointError, describe
 from ui import keys, models, url
+from ui.text import literal
 
 from .charts import presentation_style
 
@@ -90,9 +91,11 @@ def render() -> Explored | None:
         with st.spinner(f"Loading {name} ..."):
             opened = models.open_checkpoint(name)
         checkpoint, key = opened.checkpoint, opened.key
-    except (CheckpointError, OSError) as error:
-        st.error(f"Checkpoint {name} cannot be used: {error}")
+    except (CheckpointError, OSError, MemoryError, torch.OutOfMemoryError) as error:
+        st.error(literal(f"Checkpoint {name} cannot be used: {str(error) or 'the server is out of memory'}"))
         return None
+    for problem in checkpoint.problems:
+        st.sidebar.warning(literal(f"{problem}: its outputs cannot be trusted."))
     text, settings = session.applied_text, session.applied_settings
     request = keys.DecodeRequest(key, text, settings)
     if session.get("result_request") != request:

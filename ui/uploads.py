@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import streamlit as st
+import torch
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from transformer.io.checkpoint import (
@@ -51,13 +52,14 @@ def add_upload(filename: str, data: bytes) -> str:
     if name not in uploads and len(uploads) >= UPLOADS_PER_SESSION:
         raise CheckpointError(f"at most {UPLOADS_PER_SESSION} uploads per session; reload the page to start afresh")
     held = sum(kept.checkpoint.config.element_count() for other, kept in uploads.items() if other != name)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CheckpointWarning)
-        try:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CheckpointWarning)  # kept as checkpoint.problems, shown with it
             checkpoint = load_checkpoint_bytes(data, device(), max_elements=UPLOAD_LIMIT_ELEMENTS - held)
-        except CheckpointTooLarge as error:
-            others = f"; your other uploads hold {held:,} of the {UPLOAD_LIMIT_ELEMENTS:,}" if held else ""
-            raise CheckpointTooLarge(f"{error} for uploads in one session{others}") from None
+    except CheckpointTooLarge as error:
+        others = f"; your other uploads hold {held:,} of the {UPLOAD_LIMIT_ELEMENTS:,}" if held else ""
+        raise CheckpointTooLarge(f"{error} for uploads in one session{others}") from None
+    except (MemoryError, torch.OutOfMemoryError):
+        raise CheckpointError("the server has no memory to spare for this model now; try a smaller one") from None
     uploads[name] = KeyedCheckpoint(checkpoint, f"upload:{digest}")
-    st.session_state.upload_warnings = [str(w.message) for w in caught if issubclass(w.category, CheckpointWarning)]
     return name

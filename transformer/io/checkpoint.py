@@ -27,6 +27,7 @@ from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
 from transformer.io.header import CheckpointError, check_tensors, read_file_header, read_header
+from transformer.io.metadata import read_metadata
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer, TokenizerError
@@ -54,6 +55,7 @@ class Checkpoint:
     tokenizer: Tokenizer
     metadata: dict[str, Any] = field(default_factory=dict)
     file_bytes: int = 0
+    problems: tuple[str, ...] = ()  # what looks damaged though it loads (NaN weights): shown with the checkpoint
 
     @property
     def config(self) -> TransformerConfig:
@@ -140,10 +142,8 @@ def describe(path: str | Path) -> str:
     path = Path(path)
     try:
         size = f"{path.stat().st_size / 1e6:.1f} MB"
-        metadata = json.loads(read_file_header(path)["__metadata__"].get("metadata", "{}"))
-        languages = metadata.get("languages", {})
-        pair = f"{languages.get('src', '?')}→{languages.get('tgt', '?')}"
-    except (CheckpointError, OSError, json.JSONDecodeError, AttributeError):
+        pair = read_metadata(json.loads(read_file_header(path)["__metadata__"].get("metadata", "{}"))).language_pair
+    except (CheckpointError, OSError, json.JSONDecodeError, RecursionError, AttributeError, TypeError):
         return f"{path.stem} · unreadable"
     return f"{path.stem} · {pair} · {size}"
 
@@ -195,7 +195,7 @@ def load_checkpoint_bytes(
         )
     try:
         metadata = json.loads(_metadata_field(meta, "metadata"))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise CheckpointError("checkpoint metadata 'metadata' is not valid JSON") from None
     model = Transformer(config)
     try:
@@ -203,13 +203,13 @@ def load_checkpoint_bytes(
     except SafetensorError as error:
         raise CheckpointError(f"corrupt tensor data: {error}") from None
     bad = [name for name, t in tensors.items() if not torch.isfinite(t).all()]
-    if bad:
-        warnings.warn(
-            f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}", CheckpointWarning, stacklevel=2
-        )
+    problems = (f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}",) if bad else ()
+    for problem in problems:
+        warnings.warn(problem, CheckpointWarning, stacklevel=2)
     model.load_state_dict({name: t.float() for name, t in tensors.items()}, strict=False)
     model.requires_grad_(False)
-    return Checkpoint(model.to(device).eval(), tokenizer, metadata if isinstance(metadata, dict) else {}, len(data))
+    metadata = metadata if isinstance(metadata, dict) else {}
+    return Checkpoint(model.to(device).eval(), tokenizer, metadata, len(data), problems)
 
 
 def load_checkpoint(

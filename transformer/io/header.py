@@ -89,7 +89,7 @@ def check_tensors(header: dict[str, Any], expected: dict[str, tuple[int, ...]], 
         )
     extents = []
     for name, entry in stored.items():
-        if not isinstance(entry, dict) or entry.get("dtype") not in _DTYPE_BYTES:
+        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) or entry["dtype"] not in _DTYPE_BYTES:
             raise CheckpointError(f"tensor {name}: unsupported or missing dtype")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
         if not _is_int_list(shape):

@@ -26,10 +26,10 @@ class Tokenizer:
         self.processor = spm.SentencePieceProcessor()
         try:
             self.processor.LoadFromSerializedProto(model_proto)
-        except (RuntimeError, OSError, TypeError) as error:
-            raise TokenizerError(f"not a SentencePiece model: {error}") from None
+            self.pieces = [self.processor.IdToPiece(i) for i in range(self.processor.GetPieceSize())]
+        except (RuntimeError, OSError, TypeError, UnicodeDecodeError) as error:  # a piece may hold bad bytes
+            raise TokenizerError(f"not a SentencePiece model: {str(error)[:200]}") from None
         self.model_proto = bytes(model_proto)
-        self.pieces = [self.processor.IdToPiece(i) for i in range(self.processor.GetPieceSize())]
 
     @property
     def vocab_size(self) -> int:
