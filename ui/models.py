@@ -1,8 +1,8 @@
 """The shared, read-only models and every model call a page makes, cached: pages only read.
 
 A checkpoint file is loaded once per process (st.cache_resource) and never mutated. Results are
-immutable values, so visitors asking the same question share one; stepping, switching pages or
-choosing a layer only reads them.
+immutable values, so visitors asking the same question share one (ui.cache, bounded by bytes and age);
+stepping, switching pages or choosing a layer only reads them.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from transformer.io.checkpoint import (
     load_checkpoint,
 )
 from transformer.model.probes import Probe
+from ui.cache import RESULTS
 
 
 def device() -> torch.device:
@@ -48,13 +49,13 @@ def load(path: Path) -> Checkpoint:
     return _load_shared(str(path), path.stat().st_mtime_ns, str(device()))
 
 
-@st.cache_resource(show_spinner=False, max_entries=512)
+@RESULTS
 def decode_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, settings: DecodeSettings) -> DecodeResult:
     """Results are immutable, so visitors decoding the same sentence the same way share one."""
     return decode_text(_checkpoint.model, _checkpoint.tokenizer, text, settings)
 
 
-@st.cache_resource(show_spinner=False, max_entries=512)
+@RESULTS
 def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, target: str) -> DecodeResult:
     return teacher_force(_checkpoint.model, _checkpoint.tokenizer, text, target)
 
@@ -80,7 +81,7 @@ def checkpoint_key(path: Path) -> str:
     return f"{path}:{path.stat().st_mtime_ns}"
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+@RESULTS
 def teacher_force_ids_cached(
     _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], truncated: bool
 ) -> DecodeResult:
@@ -88,7 +89,7 @@ def teacher_force_ids_cached(
     return teacher_force_ids(_checkpoint.model, _checkpoint.tokenizer, list(src_ids), list(tgt_ids), truncated)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+@RESULTS
 def sublayer_inputs_cached(
     _checkpoint: Checkpoint,
     checkpoint_key: str,
@@ -101,7 +102,7 @@ def sublayer_inputs_cached(
     return sublayer_inputs(_checkpoint.model, list(src_ids), list(tgt_ids), kind, layer)
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+@RESULTS
 def ablation_cached(
     _checkpoint: Checkpoint, checkpoint_key: str, text: str, heads: tuple[tuple[str, int, int], ...]
 ) -> DecodeResult:
@@ -109,7 +110,7 @@ def ablation_cached(
     return decode(_checkpoint.model, _checkpoint.tokenizer, text, probe=Probe.ablating(heads))
 
 
-@st.cache_resource(show_spinner=False, max_entries=64)
+@RESULTS
 def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...]) -> np.ndarray:
     """The source tokens' embeddings as the model scales them (times sqrt(d_model)), (S, d_model), read-only."""
     model = _checkpoint.model

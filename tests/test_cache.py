@@ -1,0 +1,70 @@
+"""The shared result cache: bounded by the bytes its results hold and by their age, shared across threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from helpers import REPO, make_sentences, start, translate
+
+from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.io.checkpoint import Checkpoint, load_checkpoint
+from ui.cache import RESULTS, ResultCache, nbytes
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _decoder(cache: ResultCache):
+    @cache
+    def decode_cached(_checkpoint: Checkpoint, key: str, text: str, settings: DecodeSettings):
+        return decode_text(_checkpoint.model, _checkpoint.tokenizer, text, settings)
+
+    return decode_cached
+
+
+def test_long_sentences_are_held_within_the_byte_budget_and_expire():
+    checkpoint = load_checkpoint(REPO / "checkpoints" / "en-fr.safetensors")
+    words = " ".join(make_sentences(8)).split()
+    sentences = [" ".join(words[i:] + words[:i]) for i in range(10)]  # the same 40-odd words, rotated
+    one = nbytes(decode_text(checkpoint.model, checkpoint.tokenizer, sentences[0], DecodeSettings()))
+    assert one > 500_000  # a long sentence's maps are large: what made entry counts a poor bound
+    clock = Clock()
+    cache = ResultCache(max_bytes=3 * one, seconds=600, timer=clock)
+    decode_cached = _decoder(cache)
+    results = [decode_cached(checkpoint, "en-fr", sentence, DecodeSettings()) for sentence in sentences]
+    assert 0 < cache.held_bytes <= 3 * one and len(cache.entries) < len(sentences)
+    assert decode_cached(checkpoint, "en-fr", sentences[-1], DecodeSettings()) is results[-1]  # still shared
+    clock.now = 601
+    assert cache.held_bytes == 0 and len(cache.entries) == 0  # nothing outlives its time
+
+
+def test_one_result_is_computed_once_however_many_ask_at_once():
+    calls = []
+    cache = ResultCache(max_bytes=2**30, seconds=600)
+
+    @cache
+    def slow(_checkpoint, key: str, text: str) -> str:
+        calls.append(text)
+        time.sleep(0.2)
+        return text.upper()
+
+    answers = []
+    threads = [threading.Thread(target=lambda: answers.append(slow(None, "k", "same"))) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert answers == ["SAME"] * 6 and calls == ["same"]
+
+
+def test_the_apps_model_calls_go_through_the_bounded_cache():
+    before = RESULTS.held_bytes
+    at = translate(start(), "A brand new sentence about seven purple elephants.")
+    assert not at.exception
+    assert RESULTS.held_bytes > before and RESULTS.entries.maxsize == 512 * 2**20 and RESULTS.entries.ttl == 3600
