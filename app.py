@@ -1,7 +1,8 @@
 """Transformer Explorer: type a sentence, step through its decoding, see every layer's and head's attention.
 
 Run with `streamlit run app.py`. Each page draws the shared sidebar (checkpoint, sentence,
-decoding) itself; this script only lists the pages.
+decoding) itself; this script only lists the pages. Pages have no icon: Streamlit fetches a
+:material: page icon as the favicon from a public host, and emoji need a font a classroom may lack.
 """
 
 import streamlit as st
@@ -9,19 +10,19 @@ import streamlit as st
 st.navigation(
     {
         "Explore": [
-            st.Page("pages/explorer.py", title="Decode explorer", icon=":material/play_circle:", default=True),
-            st.Page("pages/attention.py", title="Attention maps", icon=":material/grid_view:"),
+            st.Page("pages/explorer.py", title="Decode explorer", default=True),
+            st.Page("pages/attention.py", title="Attention maps"),
         ],
         "Learn": [
-            st.Page("pages/positional.py", title="Positional encoding", icon=":material/waves:"),
-            st.Page("pages/masks.py", title="Masks", icon=":material/visibility_off:"),
-            st.Page("pages/computation.py", title="Attention, step by step", icon=":material/calculate:"),
+            st.Page("pages/positional.py", title="Positional encoding"),
+            st.Page("pages/masks.py", title="Masks"),
+            st.Page("pages/computation.py", title="Attention, step by step"),
         ],
         "Research": [
-            st.Page("pages/checkpoints.py", title="Checkpoints", icon=":material/inventory_2:"),
-            st.Page("pages/compare.py", title="Compare checkpoints", icon=":material/compare:"),
-            st.Page("pages/heads.py", title="Head statistics", icon=":material/analytics:"),
-            st.Page("pages/corpus.py", title="Corpus", icon=":material/table_rows:"),
+            st.Page("pages/checkpoints.py", title="Checkpoints"),
+            st.Page("pages/compare.py", title="Compare checkpoints"),
+            st.Page("pages/heads.py", title="Head statistics"),
+            st.Page("pages/corpus.py", title="Corpus"),
         ],
     }
 ).run()

@@ -97,3 +97,18 @@ def test_play_advances_the_steps_by_itself(server, browser):
     page.get_by_text("Step 3 of").wait_for(timeout=60_000)  # two steps on, with no click (slow under load)
     page.get_by_role("button", name="Pause").click()
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_every_page_loads_nothing_from_outside_the_app(server, browser):
+    from urllib.parse import urlparse
+
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    outside = []
+    page.on("request", lambda request: outside.append(request.url) if urlparse(request.url).netloc != urlparse(server).netloc and not request.url.startswith("data:") else None)  # fmt: skip
+    page.goto(server)
+    wait_for_heatmaps(page, 2)
+    for link in page.locator('[data-testid="stSidebarNavLink"]').all():
+        link.click()
+        wait_idle(page)
+    page.wait_for_timeout(500)
+    assert outside == []  # a classroom without internet: no stalled request, no missing icon

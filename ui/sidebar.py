@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 import torch
@@ -30,6 +31,7 @@ class Explored:
 
 
 FORM_KEYS = ("text", *keys.SETTINGS)
+ICON = str(Path(__file__).parent / "static" / "icon.png")  # served by the app: an emoji or :material: icon is not
 
 
 def _settings_form() -> bool:
@@ -122,7 +124,7 @@ def page_frame() -> Explored:
     Each page draws the frame itself (rather than the navigation script) so that a page
     opened directly by its URL is whole however Streamlit reaches it.
     """
-    st.set_page_config(page_title="Transformer Explorer", page_icon="🔎", layout="wide")
+    st.set_page_config(page_title="Transformer Explorer", page_icon=ICON, layout="wide")
     explored = render()
     presentation_style()
     if explored is None:
