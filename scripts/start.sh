@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
+.venv/bin/pip install -q -e .
 exec .venv/bin/streamlit run app.py "$@"

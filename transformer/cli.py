@@ -19,6 +19,7 @@ from transformer.model.config import TransformerConfig
 from transformer.text.files import decoded_lines, decompressed, file_bytes
 from transformer.text.tokenizer import LONE_SURROGATE
 
+CONSOLE_COMMAND = "transformer-explorer"  # pyproject.toml's [project.scripts]
 TOKENIZER_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}  # the tokenizer's
 
 
@@ -170,7 +171,9 @@ def _decode_settings(args: argparse.Namespace) -> DecodeSettings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m transformer", description=__doc__)
+    command = Path(sys.argv[0]).name
+    parser = argparse.ArgumentParser(prog=command if command == CONSOLE_COMMAND else "python -m transformer",
+                                     description=__doc__)  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True)
 
     translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
