@@ -34,7 +34,7 @@ except DecodeInputError as error:
     st.warning(literal(str(error)))
     st.stop()
 batch = [result, other]
-src, decoder_input, _ = collate([(r.src_ids, r.tgt_ids) for r in batch], [0, 1], config.pad_id, config.bos_id)
+src, decoder_input, _ = collate([(r.src_ids, r.tgt_ids) for r in batch], [0, 1], config.pad_id, config.start_id)
 src_keep = padding_mask(src, config.pad_id)  # (2, 1, 1, S)
 tgt_keep = target_mask(decoder_input, config.pad_id)  # (2, 1, T, T)
 look_ahead = subsequent_mask(decoder_input.size(1))[0, 0]

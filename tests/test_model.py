@@ -106,11 +106,50 @@ def test_config_json_round_trip_and_unknown_fields(config):
 
 def test_the_feed_forward_activation_is_the_configs(tokenizer):
     x = torch.randn(2, 3, 16, generator=torch.Generator().manual_seed(0))
-    for activation, function in (("relu", torch.relu), ("gelu", torch.nn.functional.gelu)):
+    functions = (("relu", torch.relu), ("gelu", torch.nn.functional.gelu), ("swish", torch.nn.functional.silu))
+    for activation, function in functions:
         layer = Transformer(tiny_config(tokenizer, activation=activation)).encoder_layers[0].feed_forward.eval()
         torch.testing.assert_close(layer(x), layer.outer(function(layer.inner(x))))
     with pytest.raises(ConfigError, match="activation"):
-        tiny_config(tokenizer, activation="swish")
+        tiny_config(tokenizer, activation="tanh")
+
+
+def test_the_family_conventions_are_config_fields_defaulting_to_the_papers(tokenizer):
+    from transformer.model.layers import sinusoidal_table
+
+    paper = Transformer(tiny_config(tokenizer)).eval()
+    other = Transformer(tiny_config(tokenizer, layer_norm_eps=1e-6, scale_embedding=False, sinusoid_layout="halves",
+                                    decoder_start_id=0)).eval()  # fmt: skip
+    ids = torch.tensor([[5, 6, 7]])
+    assert torch.equal(other.src_embed(ids), other.src_embed.lookup(ids))
+    assert torch.allclose(paper.src_embed(ids), paper.src_embed.lookup(ids) * 4.0)  # sqrt(16)
+    interleaved, halves = sinusoidal_table(10, 16), sinusoidal_table(10, 16, "halves")
+    assert torch.equal(halves, torch.cat([interleaved[:, 0::2], interleaved[:, 1::2]], dim=1))
+    assert torch.equal(other.src_position.table[:10], halves) and torch.equal(
+        paper.src_position.table[:10], interleaved
+    )
+    assert other.encoder_layers[0].attn_block.norm.eps == 1e-6 and paper.encoder_layers[0].attn_block.norm.eps == 1e-5
+    assert (paper.config.start_id, other.config.start_id) == (paper.config.bos_id, 0)
+    old_file = {k: v for k, v in json.loads(paper.config.to_json()).items() if k not in ("layer_norm_eps",
+                "scale_embedding", "sinusoid_layout", "decoder_start_id")}  # fmt: skip
+    assert TransformerConfig.from_dict(old_file) == paper.config  # files written before these fields load unchanged
+    with pytest.raises(ConfigError, match="decoder_start_id must be an integer or null"):
+        tiny_config(tokenizer, decoder_start_id="pad")
+
+
+def test_decoding_starts_from_the_configs_start_token(model, tokenizer):
+    from dataclasses import replace
+
+    from transformer.decoding.greedy import decode
+
+    starting_from_pad = Transformer(replace(model.config, decoder_start_id=model.config.pad_id)).eval()
+    starting_from_pad.load_state_dict(model.state_dict())
+    result = decode(starting_from_pad, tokenizer, "the dog runs")
+    assert result.decoder_input_pieces[0] == "<pad>" and decode(model, tokenizer, "the dog runs").start_piece == "<s>"
+    src = torch.tensor([result.src_ids])
+    forced = starting_from_pad(src, torch.tensor([[model.config.pad_id, *result.tgt_ids[:-1]]]), need_weights=True)
+    assert torch.isfinite(forced.log_probs).all()  # the start token is attended to, though it is the pad id
+    assert torch.allclose(forced.attentions.cross[0][0], result.cross[0], atol=1e-5)
 
 
 def test_encoder_and_decoder_return_named_outputs(model, config):

@@ -133,7 +133,7 @@ def _add_fields(
         else:
             literal = re.fullmatch(r"Literal\[(.*)\]", field.type)
             choices = ast.literal_eval(f"({literal.group(1)},)") if literal else None
-            kind = {"int": int, "float": float}.get(field.type, str)
+            kind = {"int": int, "int | None": int, "float": float}.get(field.type, str)
             parser.add_argument(flag, type=kind, required=required, default=None if required else default,
                                 choices=choices, help=None if required else "default: %(default)s")  # fmt: skip
 

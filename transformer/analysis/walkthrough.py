@@ -59,7 +59,7 @@ def sublayer_inputs(
     if not 0 <= layer < len(layers):
         raise ValueError(f"no {kind} attention at layer {layer}")
     device = next(model.parameters()).device
-    decoder_input = torch.tensor([[model.config.bos_id, *tgt_ids[:-1]]], device=device)
+    decoder_input = torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=device)
     probe = Probe.recording(kind, layer)
     model(torch.tensor([src_ids], device=device), decoder_input, probe=probe)
     seen = probe.records[(kind, layer)]

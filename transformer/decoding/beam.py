@@ -63,7 +63,7 @@ def beam_search_ids(
     encoded, src_mask = encode_source(model, src, need_weights)
     memory, src_mask = encoded.memory.expand(width, -1, -1), src_mask.expand(width, -1, -1, -1)
     cache = model.start_cache(memory)
-    last = torch.full((width, 1), config.bos_id, dtype=torch.long, device=device)
+    last = torch.full((width, 1), config.start_id, dtype=torch.long, device=device)
     scores = torch.full((width,), float("-inf"), device=device)
     scores[0] = 0.0  # all hypotheses start identical: let only one of them extend at first
     finished: list[tuple[float, int, int, int]] = []  # (normalised score, step, hypothesis, token)
@@ -127,6 +127,7 @@ def beam_search(
     chosen = [trace.steps[t] for t in range(len(tokens))]
     return assemble(
         tokenizer,
+        model.config.start_id,
         ids,
         tokens,
         torch.stack([s.log_probs[i] for s, i in zip(chosen, indices)]),

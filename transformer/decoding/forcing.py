@@ -30,11 +30,12 @@ def teacher_force_ids(
 ) -> DecodeResult:
     """One parallel forward pass over the whole output tgt_ids (eos included), no cache."""
     device = model_device(model)
-    decoder_input = torch.tensor([[model.config.bos_id, *tgt_ids[:-1]]], device=device)
+    decoder_input = torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=device)
     output = model(torch.tensor([src_ids], device=device), decoder_input, need_weights=True)
     maps = output.attentions
     return assemble(
         tokenizer,
+        model.config.start_id,
         src_ids,
         tgt_ids,
         output.log_probs[0],

@@ -80,7 +80,7 @@ def generate(
     encoded, src_mask = encode_source(model, src, need_weights, probe)
     memory = encoded.memory
     cache = model.start_cache(memory)
-    last = torch.full((batch, 1), config.bos_id, dtype=torch.long, device=src.device)
+    last = torch.full((batch, 1), config.start_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     tokens, log_probs_per_step, self_rows, cross_rows = [], [], [], []
     for step in range(min(max_new_tokens, config.max_len)):
@@ -143,6 +143,7 @@ def decode_ids(
     generation = generate(model, src, limit, choose, True, prefix, probe)
     return assemble(
         tokenizer,
+        model.config.start_id,
         ids,
         generation.tokens[0].tolist(),
         generation.log_probs[0],

@@ -38,12 +38,12 @@ class DecodeResult:
     decoder_self: torch.Tensor  # (L_dec, H, T, T), zero above the diagonal
     cross: torch.Tensor  # (L_dec, H, T, S)
     strategy: str
-    bos_piece: str  # the piece the decoder input starts with (the tokenizer's bos)
+    start_piece: str  # the piece the decoder input starts with (bos, or the config's decoder_start_id)
     truncated: bool = False  # the source was cut to the model's max_len
 
     @property
     def decoder_input_pieces(self) -> list[str]:
-        return [self.bos_piece, *self.tgt_pieces[:-1]]
+        return [self.start_piece, *self.tgt_pieces[:-1]]
 
     @property
     def steps(self) -> int:
@@ -100,6 +100,7 @@ def lower_triangle(rows: list[torch.Tensor]) -> torch.Tensor:
 
 def assemble(
     tokenizer: Tokenizer,
+    start_id: int,  # the decoder's first input token (the config's start_id)
     src_ids: list[int],
     tgt_ids: list[int],
     step_log_probs: torch.Tensor,
@@ -126,5 +127,5 @@ def assemble(
         cross=cross.float().cpu(),
         strategy=strategy,
         truncated=truncated,
-        bos_piece=tokenizer.id_to_piece(tokenizer.bos_id),
+        start_piece=tokenizer.id_to_piece(start_id),
     )

@@ -1,9 +1,9 @@
 """The single-file checkpoint: safetensors tensors plus string metadata, loaded as data only.
 
-Layout (the README's "Checkpoint format" section): the model's tensors under their state-dict names
-(tied aliases stored once), and `__metadata__` with `format`, `format_version`, `config`
-(JSON), `tokenizer` (base64 SentencePiece model) and `metadata` (JSON: languages, data,
-training curves, scores). Nothing in the file is ever executed.
+Specified completely in FORMAT.md: the model's tensors under their state-dict names (tied aliases
+stored once), and `__metadata__` with `format`, `format_version`, `config` (JSON), `tokenizer`
+(base64 SentencePiece model) and `metadata` (JSON: languages, data, training curves, scores).
+Nothing in the file is ever executed.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 
 FORMAT_NAME = "transformer-explorer-checkpoint"
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # FORMAT.md; version 2 added the family conventions to the config, with version 1's defaults
+READABLE_VERSIONS = ("1", "2")
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr.safetensors"
@@ -169,7 +170,7 @@ def load_checkpoint_bytes(
         raise CheckpointError(
             f"not a checkpoint of this project (safetensors metadata 'format' is {meta.get('format')!r})"
         )
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise CheckpointError(f"unsupported checkpoint format version {meta.get('format_version')!r}")
     try:
         config = TransformerConfig.from_json(_metadata_field(meta, "config"))

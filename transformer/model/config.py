@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,6 +23,10 @@ def _has_type(value: Any, kind: Any) -> bool:
     """Whether an untrusted JSON value is of a field's type: true is not an int, "0.1" is not a float."""
     if typing.get_origin(kind) is Literal:
         return value in typing.get_args(kind)
+    if isinstance(kind, types.UnionType):
+        return any(_has_type(value, option) for option in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
     if kind is float:
         return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
@@ -30,7 +35,9 @@ def _has_type(value: Any, kind: Any) -> bool:
 def _type_name(kind: Any) -> str:
     if typing.get_origin(kind) is Literal:
         return " or ".join(repr(choice) for choice in typing.get_args(kind))
-    return {int: "an integer", float: "a number", bool: "true or false"}[kind]
+    if isinstance(kind, types.UnionType):
+        return " or ".join(_type_name(option) for option in typing.get_args(kind))
+    return {int: "an integer", float: "a number", bool: "true or false", type(None): "null"}[kind]
 
 
 @dataclass(frozen=True)
@@ -53,7 +60,12 @@ class TransformerConfig:
     norm_first: bool = False  # False: the paper's post-norm; True: pre-norm
     tie_embeddings: bool = True  # share source, target embeddings and the generator
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"
-    activation: Literal["relu", "gelu"] = "relu"  # of the feed-forward layer: the paper's ReLU, or GELU
+    activation: Literal["relu", "gelu", "swish"] = "relu"  # of the feed-forward layer: the paper's ReLU, GELU, SiLU
+    # Conventions that differ between model families (FORMAT.md), each defaulting to the paper's:
+    layer_norm_eps: float = 1e-5
+    scale_embedding: bool = True  # token embeddings times sqrt(d_model) (section 3.4)
+    sinusoid_layout: Literal["interleaved", "halves"] = "interleaved"  # sin/cos alternating, or sin half, cos half
+    decoder_start_id: int | None = None  # the decoder's first input token; None: bos_id (Marian starts from pad)
 
     def __post_init__(self) -> None:
         for name, kind in typing.get_type_hints(TransformerConfig).items():
@@ -71,6 +83,10 @@ class TransformerConfig:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not 0.0 < self.layer_norm_eps < 1.0:
+            raise ConfigError(f"layer_norm_eps must be in (0, 1), got {self.layer_norm_eps!r}")
+        if not 0 <= self.start_id < self.tgt_vocab_size:
+            raise ConfigError(f"decoder_start_id must be inside the target vocabulary, got {self.start_id}")
         if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError("tie_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
         specials = (self.pad_id, self.unk_id, self.bos_id, self.eos_id)
@@ -81,6 +97,11 @@ class TransformerConfig:
                 f"config describes {self.element_count():,} parameters and position values, "
                 f"over the limit of {MAX_ELEMENTS:,}"
             )
+
+    @property
+    def start_id(self) -> int:
+        """The token the decoder input starts with."""
+        return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
 
     @property
     def d_head(self) -> int:

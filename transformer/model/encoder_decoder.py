@@ -61,9 +61,11 @@ class Transformer(nn.Module):
         self.tgt_position = PositionalEncoding(config)
         self.encoder_layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.n_encoder_layers)])
         self.decoder_layers = nn.ModuleList([DecoderLayer(config) for _ in range(config.n_decoder_layers)])
-        final_norm = nn.LayerNorm if config.norm_first else (lambda d: nn.Identity())  # pre-norm needs a last norm
-        self.encoder_norm = final_norm(config.d_model)
-        self.decoder_norm = final_norm(config.d_model)
+        final_norm = (
+            (lambda: nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)) if config.norm_first else nn.Identity
+        )
+        self.encoder_norm = final_norm()  # pre-norm needs a last norm; post-norm ends normalised
+        self.decoder_norm = final_norm()
         self.generator = nn.Linear(config.d_model, config.tgt_vocab_size)
         self._init_weights()
         if config.tie_embeddings:

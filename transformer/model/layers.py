@@ -15,23 +15,29 @@ from transformer.model.config import TransformerConfig
 from transformer.model.probes import SublayerProbe, SublayerRecord
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): (max_len, d_model)."""
+def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): (max_len, d_model).
+
+    The "halves" layout (Marian's) holds the same sines in the first ceil(d/2) dimensions, the cosines after.
+    """
     position = torch.arange(max_len, dtype=torch.float32)[:, None]
     frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
+    if layout == "halves":
+        return torch.cat([sines, cosines], dim=1)
     table = torch.zeros(max_len, d_model)
-    table[:, 0::2] = torch.sin(position * frequency)
-    table[:, 1::2] = torch.cos(position * frequency[: d_model // 2])
+    table[:, 0::2] = sines
+    table[:, 1::2] = cosines
     return table
 
 
 class Embeddings(nn.Module):
-    """Token embeddings scaled by sqrt(d_model) (section 3.4)."""
+    """Token embeddings scaled by sqrt(d_model) (section 3.4), unless the config says otherwise."""
 
     def __init__(self, vocab_size: int, config: TransformerConfig) -> None:
         super().__init__()
         self.lookup = nn.Embedding(vocab_size, config.d_model)
-        self.scale = math.sqrt(config.d_model)
+        self.scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.lookup(ids) * self.scale
@@ -46,7 +52,8 @@ class PositionalEncoding(nn.Module):
         if self.learned:
             self.table = nn.Parameter(torch.zeros(config.max_len, config.d_model))
         else:
-            self.register_buffer("table", sinusoidal_table(config.max_len, config.d_model), persistent=False)
+            table = sinusoidal_table(config.max_len, config.d_model, config.sinusoid_layout)
+            self.register_buffer("table", table, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -56,15 +63,18 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x + self.table[offset : offset + length])
 
 
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+
+
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), or with GELU in place of max(0, .)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), or with GELU or SiLU (swish) in place of max(0, .)."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.inner = nn.Linear(config.d_model, config.d_ff)
         self.outer = nn.Linear(config.d_ff, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
-        self.activation = F.gelu if config.activation == "gelu" else F.relu
+        self.activation = ACTIVATIONS[config.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.outer(self.dropout(self.activation(self.inner(x))))
@@ -75,7 +85,7 @@ class Residual(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(config.d_model)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
         self.norm_first = config.norm_first
 

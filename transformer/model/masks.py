@@ -19,5 +19,10 @@ def subsequent_mask(size: int, device: torch.device | str | None = None) -> torc
 
 
 def target_mask(tgt: torch.Tensor, pad_id: int) -> torch.Tensor:
-    """The decoder self-attention mask: padding and look-ahead combined, (B, 1, T, T)."""
-    return padding_mask(tgt, pad_id) & subsequent_mask(tgt.size(1), tgt.device)
+    """The decoder self-attention mask: padding and look-ahead combined, (B, 1, T, T).
+
+    Position 0 is the start token, never padding, even where the start token is the pad id (Marian's).
+    """
+    keys = padding_mask(tgt, pad_id).clone()
+    keys[..., 0] = True
+    return keys & subsequent_mask(tgt.size(1), tgt.device)

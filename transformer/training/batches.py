@@ -47,9 +47,9 @@ def token_batches(pairs: list[tuple[list[int], list[int]]], max_tokens: int, see
 
 
 def collate(
-    pairs: list[tuple[list[int], list[int]]], indices: list[int], pad_id: int, bos_id: int
+    pairs: list[tuple[list[int], list[int]]], indices: list[int], pad_id: int, start_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """src (B, S), decoder input (bos + target without its last token) and gold output, padded."""
+    """src (B, S), decoder input (the start token + target without its last token) and gold output, padded."""
     batch = [pairs[i] for i in indices]
     src_len = max(len(s) for s, _ in batch)
     tgt_len = max(len(t) for _, t in batch)
@@ -58,13 +58,13 @@ def collate(
     tgt_out = torch.full((len(batch), tgt_len), pad_id, dtype=torch.long)
     for row, (source, target) in enumerate(batch):
         src[row, : len(source)] = torch.tensor(source)
-        tgt_in[row, : len(target)] = torch.tensor([bos_id, *target[:-1]])
+        tgt_in[row, : len(target)] = torch.tensor([start_id, *target[:-1]])
         tgt_out[row, : len(target)] = torch.tensor(target)
     return src, tgt_in, tgt_out
 
 
 def iterate_batches(
-    pairs: list[tuple[list[int], list[int]]], batches: list[list[int]], pad_id: int, bos_id: int, start: int = 0
+    pairs: list[tuple[list[int], list[int]]], batches: list[list[int]], pad_id: int, start_id: int, start: int = 0
 ) -> Iterator[tuple[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
     for index in range(start, len(batches)):
-        yield index, collate(pairs, batches[index], pad_id, bos_id)
+        yield index, collate(pairs, batches[index], pad_id, start_id)

@@ -109,7 +109,7 @@ def validate(
     loss_sum, tokens = 0.0, 0
     with torch.inference_mode():
         for _, (s, t_in, t_out) in iterate_batches(
-            pairs, token_batches(pairs, settings.max_tokens, 0, 0), PAD_ID, BOS_ID
+            pairs, token_batches(pairs, settings.max_tokens, 0, 0), PAD_ID, model.config.start_id
         ):
             logits = model.logits(s.to(device), t_in.to(device)).float()
             loss_sum += nn.functional.cross_entropy(
@@ -207,7 +207,7 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
             unit="batch",
         )
         window_tokens, window_start = 0, time.perf_counter()
-        for index, (s, t_in, t_out) in iterate_batches(pairs, batches, PAD_ID, BOS_ID, progress.batch):
+        for index, (s, t_in, t_out) in iterate_batches(pairs, batches, PAD_ID, config.start_id, progress.batch):
             s, t_in, t_out = s.to(device), t_in.to(device), t_out.to(device)
             n_tokens = int((t_out != PAD_ID).sum())
             lr = noam_rate(progress.step + 1, config.d_model, settings.lr_factor, settings.warmup)
