@@ -34,7 +34,7 @@ columns = st.columns(2)
 columns[0].markdown(f"**{literal(explored.checkpoint_name)}** · {literal(first.text)}")
 columns[1].markdown(f"**{literal(other_name)}** · {literal(other_free.text)}")
 
-if other.tokenizer.model_proto != explored.checkpoint.tokenizer.model_proto:
+if not other.tokenizer.same_as(explored.checkpoint.tokenizer):
     st.warning("These checkpoints have different tokenizers: their tokens, and so their attention maps, do not "
                "line up. Only the outputs above can be compared.")  # fmt: skip
     st.stop()

@@ -28,13 +28,22 @@ class ReferenceModel:
         self.c = DEFAULTS | json.loads(metadata["config"])
         self.sp = spm.SentencePieceProcessor()
         self.sp.LoadFromSerializedProto(base64.b64decode(metadata["tokenizer"]))
+        self.vocabulary = json.loads(metadata["vocabulary"]) if "vocabulary" in metadata else None
         c = self.c
         self.start = c["bos_id"] if c["decoder_start_id"] is None else c["decoder_start_id"]
         self.d_head = c["d_model"] // c["n_heads"]
 
     # section 3
     def source_ids(self, text: str) -> list[int]:
-        ids = self.sp.EncodeAsIds(text) + [self.c["eos_id"]]
+        if self.vocabulary is None:
+            ids = self.sp.EncodeAsIds(text)
+        else:
+            index = {piece: i for i, piece in enumerate(self.vocabulary)}
+            code = []
+            if text.startswith(">>") and "<<" in text:
+                code, text = [text[: text.index("<<") + 2]], text[text.index("<<") + 2 :]
+            ids = [index.get(piece, self.c["unk_id"]) for piece in code + self.sp.EncodeAsPieces(text)]
+        ids = ids + [self.c["eos_id"]]
         return ids if len(ids) <= self.c["max_len"] else ids[: self.c["max_len"] - 1] + [self.c["eos_id"]]
 
     # section 5
@@ -50,14 +59,14 @@ class ReferenceModel:
             return self.w[f"{side}_position.table"][:length]
         d = self.c["d_model"]
         k = math.ceil(d / 2)
-        omega = np.exp(-2 * np.arange(k, dtype=np.float32) * math.log(10000.0) / d).astype(np.float32)
-        angles = np.arange(length, dtype=np.float32)[:, None] * omega[None, :]
-        table = np.zeros((length, d), dtype=np.float32)
+        omega = np.exp(-2 * np.arange(k, dtype=np.float64) * math.log(10000.0) / d)
+        angles = np.arange(length, dtype=np.float64)[:, None] * omega[None, :]
+        table = np.zeros((length, d), dtype=np.float64)
         if self.c["sinusoid_layout"] == "halves":
             table[:, :k], table[:, k:] = np.sin(angles), np.cos(angles[:, : d - k])
         else:
             table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles[:, : d - k])
-        return table
+        return table.astype(np.float32)
 
     def embed(self, side: str, ids: list[int]) -> np.ndarray:
         matrix = self.w[

@@ -205,7 +205,7 @@ def test_repeated_tensor_names_are_refused(checkpoint_path):
 def test_special_ids_of_tokenizer_and_config_must_agree(checkpoint_path):
     """Sources end with the tokenizer's eos and decoding stops at the config's: they must be one id."""
     swapped = with_config(checkpoint_path.read_bytes(), bos_id=3, eos_id=2)
-    with pytest.raises(CheckpointError, match="bos/eos ids are 2/3, the config's 3/2"):
+    with pytest.raises(CheckpointError, match="pad/unk/bos/eos ids are 0/1/2/3, the config's 0/1/3/2"):
         load_checkpoint_bytes(swapped)
 
 

@@ -91,6 +91,8 @@ def test_embeddings_scale_by_sqrt_d_model(model, config):
         (dict(d_model=65536, d_ff=65536, n_encoder_layers=64), "over the limit"),
         (dict(n_heads=0), "positive"),
         (dict(d_model=2048, max_len=1_048_576), "position values, over the limit"),  # the sinusoid tables count
+        (dict(bos_id=3), "must be distinct"),  # bos is eos
+        (dict(unk_id=0), "must be distinct"),  # unk is pad (only bos may be pad, Marian's start token)
     ],
 )
 def test_config_refuses_bad_values(tokenizer, bad, message):

@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,train,evaluate} --help`."""
+"""The command line: `python -m transformer {translate,inspect,evaluate,train,import-hf,synthetic} --help`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import torch
 
 from transformer.decoding.result import DecodeInputError, source_ids, truncation_note
 from transformer.decoding.settings import DecodeSettings, decode_text
-from transformer.io.checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, CheckpointError
+from transformer.io.marian import load_checkpoint_or_marian
 from transformer.model.config import TransformerConfig
 from transformer.text.files import decoded_lines, decompressed, file_bytes
 from transformer.text.tokenizer import LONE_SURROGATE
@@ -31,14 +32,18 @@ def _device(name: str) -> str:
 
 
 def _add_checkpoint(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint file (default: %(default)s)")
+    parser.add_argument(
+        "--checkpoint",
+        default=str(DEFAULT_CHECKPOINT),
+        help="checkpoint file, or a Hugging Face Marian model directory (default: %(default)s)",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
     from transformer.decoding.translate import translate_texts
 
-    checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
+    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
     source = args.input or "standard input"
     lines, problems = decoded_lines(decompressed(file_bytes(args.input) if args.input else sys.stdin.buffer.read()))
     for problem in problems:  # the good lines are still translated, one output line per input line
@@ -60,7 +65,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if undecodable:
         byte = undecodable.group().encode("utf-8", "surrogateescape").hex()
         raise ValueError(f"--text is not UTF-8 text (byte 0x{byte}); give the sentence as UTF-8")
-    checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
+    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
     result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, _decode_settings(args))
     if result.truncated:
         print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
@@ -77,7 +82,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from transformer.training.evaluate import evaluate_files, save_scores
 
-    checkpoint = load_checkpoint(args.checkpoint, _device(args.device))
+    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
     scores, hypotheses = evaluate_files(checkpoint, args.src, args.ref, beam=args.beam)
     print(f"BLEU = {scores.bleu:.2f}  ({scores.bleu_signature})")
     print(f"chrF = {scores.chrf:.2f}  ({scores.chrf_signature})")
@@ -99,6 +104,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     values["model"] = TransformerConfig(src_vocab_size=args.vocab_size, tgt_vocab_size=args.vocab_size, **model)
     progress = train(TrainSettings(**values), resume=args.resume)
     print(f"done: {progress.step} steps, best validation BLEU {progress.best_bleu:.2f} (epoch {progress.best_epoch})")
+    return 0
+
+
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    from transformer.io.checkpoint import save_checkpoint
+    from transformer.io.marian import import_marian
+
+    checkpoint = import_marian(args.directory)
+    save_checkpoint(args.out, checkpoint.model, checkpoint.tokenizer, checkpoint.metadata, getattr(torch, args.dtype))
+    config = checkpoint.config
+    print(f"wrote {args.out}: {config.parameter_count():,} parameters, {config.n_encoder_layers}+"
+          f"{config.n_decoder_layers} layers, {config.n_heads} heads, vocabulary {config.src_vocab_size:,}")  # fmt: skip
     return 0
 
 
@@ -203,6 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train a model on parallel text and save the best checkpoint")
     _train_parser(train)
     train.set_defaults(run=cmd_train)
+
+    hf = commands.add_parser("import-hf", help="convert a Hugging Face Marian (opus-mt) model directory")
+    hf.add_argument("directory", help="saved by MarianMTModel.save_pretrained and MarianTokenizer.save_pretrained")
+    hf.add_argument("--out", required=True, help="the checkpoint file to write")
+    hf.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    hf.set_defaults(run=cmd_import_hf)
 
     synthetic = commands.add_parser("synthetic", help="train the tiny sequence-reversal model (about a minute)")
     synthetic.add_argument("--out", default=str(DEFAULT_CHECKPOINT.with_name("reverse.safetensors")))

@@ -23,8 +23,9 @@ from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
     DEFAULT_CHECKPOINT,
     Checkpoint,
-    load_checkpoint,
+    describe,
 )
+from transformer.io.marian import describe_marian, is_marian_directory, load_checkpoint_or_marian
 from transformer.model.probes import Probe
 from ui.cache import RESULTS
 
@@ -34,15 +35,21 @@ def device() -> torch.device:
 
 
 def checkpoint_files() -> dict[str, Path]:
-    """Shipped checkpoints by name (file stem), the default first."""
+    """Checkpoints in the checkpoints folder by name, the default first: files, and Marian model directories."""
     files = sorted(CHECKPOINT_DIR.glob("*.safetensors"), key=lambda p: (p != DEFAULT_CHECKPOINT, p.name))
-    return {path.stem: path for path in files}
+    directories = sorted(path for path in CHECKPOINT_DIR.iterdir() if is_marian_directory(path))
+    return {path.stem: path for path in files} | {path.name: path for path in directories}
+
+
+def describe_checkpoint(path: Path) -> str:
+    """The checkpoint list's label: name, language pair, size, or that it is a Hugging Face Marian model."""
+    return describe_marian(path) if path.is_dir() else describe(path)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
     """One copy per process of each checkpoint file version (a replaced file has a new mtime and reloads)."""
-    return load_checkpoint(path, device_name)
+    return load_checkpoint_or_marian(path, device_name)
 
 
 def load(path: Path) -> Checkpoint:

@@ -10,7 +10,7 @@ import torch
 
 from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
-from transformer.io.checkpoint import Checkpoint, CheckpointError, describe
+from transformer.io.checkpoint import Checkpoint, CheckpointError
 from ui import keys, models, url
 from ui.text import literal
 
@@ -78,7 +78,7 @@ def render() -> Explored | None:
         session.checkpoint = choices[0]
 
     def label(name: str) -> str:
-        return describe(files[name]) if name in files else f"{name} · this session only"
+        return models.describe_checkpoint(files[name]) if name in files else f"{name} · this session only"
 
     with st.sidebar:
         name = st.selectbox("Checkpoint", choices, format_func=label, **keys.shared("checkpoint"))

@@ -87,6 +87,10 @@ def checkpoint_bytes(
         "tokenizer": base64.b64encode(tokenizer.model_proto).decode("ascii"),
         "metadata": json.dumps(metadata or {}, sort_keys=True),
     }
+    if tokenizer.target_proto is not None:
+        header["target_tokenizer"] = base64.b64encode(tokenizer.target_proto).decode("ascii")
+    if tokenizer.vocabulary is not None:
+        header["vocabulary"] = json.dumps(tokenizer.vocabulary, ensure_ascii=False)
     return save_safetensors(tensors, metadata=header)
 
 
@@ -156,6 +160,21 @@ def _metadata_field(metadata: dict[str, str], key: str) -> str:
     return value
 
 
+def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
+    """The tokenizer of FORMAT.md section 3: one SentencePiece model, or source and target ones over a vocabulary."""
+    try:
+        model = base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True)
+        target = base64.b64decode(meta["target_tokenizer"], validate=True) if "target_tokenizer" in meta else None
+        vocabulary = json.loads(meta["vocabulary"]) if "vocabulary" in meta else None
+        if vocabulary is not None and not (
+            isinstance(vocabulary, list) and all(isinstance(p, str) for p in vocabulary)
+        ):
+            raise TokenizerError("the vocabulary is not a list of pieces")
+        return Tokenizer(model, target, vocabulary)
+    except (binascii.Error, TypeError, json.JSONDecodeError, RecursionError, TokenizerError) as error:
+        raise CheckpointError(f"invalid tokenizer: {str(error)[:200]}") from None
+
+
 def load_checkpoint_bytes(
     data: bytes, device: torch.device | str = "cpu", max_elements: int | None = None
 ) -> Checkpoint:
@@ -182,17 +201,16 @@ def load_checkpoint_bytes(
             f"over the limit of {max_elements:,}"
         )
     check_tensors(header, config.parameter_shapes(), len(data) - 8 - struct.unpack("<Q", data[:8])[0])
-    try:
-        tokenizer = Tokenizer(base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True))
-    except (binascii.Error, TokenizerError) as error:
-        raise CheckpointError(f"invalid tokenizer: {error}") from None
+    tokenizer = _tokenizer(meta)
     if tokenizer.vocab_size != config.src_vocab_size or tokenizer.vocab_size != config.tgt_vocab_size:
         raise CheckpointError(
             f"tokenizer has {tokenizer.vocab_size} pieces, the config expects {config.src_vocab_size}/{config.tgt_vocab_size}"
         )
-    if (tokenizer.bos_id, tokenizer.eos_id) != (config.bos_id, config.eos_id):
+    ids = (tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id)
+    if ids != (config.pad_id, config.unk_id, config.bos_id, config.eos_id):
         raise CheckpointError(
-            f"tokenizer's bos/eos ids are {tokenizer.bos_id}/{tokenizer.eos_id}, the config's {config.bos_id}/{config.eos_id}"
+            f"tokenizer's pad/unk/bos/eos ids are {'/'.join(map(str, ids))}, the config's "
+            f"{config.pad_id}/{config.unk_id}/{config.bos_id}/{config.eos_id}"
         )
     try:
         metadata = json.loads(_metadata_field(meta, "metadata"))

@@ -90,8 +90,12 @@ class TransformerConfig:
         if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError("tie_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
         specials = (self.pad_id, self.unk_id, self.bos_id, self.eos_id)
-        if len(set(specials)) != 4 or not all(0 <= i < min(self.src_vocab_size, self.tgt_vocab_size) for i in specials):
-            raise ConfigError(f"pad/unk/bos/eos ids must be distinct and inside the vocabularies, got {specials}")
+        distinct = len({self.pad_id, self.unk_id, self.eos_id}) == 3 and self.bos_id not in (self.unk_id, self.eos_id)
+        if not distinct or not all(0 <= i < min(self.src_vocab_size, self.tgt_vocab_size) for i in specials):
+            raise ConfigError(
+                f"pad/unk/bos/eos ids must be distinct (bos may be pad, as in Marian) and inside the vocabularies, "
+                f"got {specials}"
+            )
         if self.element_count() > MAX_ELEMENTS:
             raise ConfigError(
                 f"config describes {self.element_count():,} parameters and position values, "

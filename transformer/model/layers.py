@@ -19,16 +19,17 @@ def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved") ->
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): (max_len, d_model).
 
     The "halves" layout (Marian's) holds the same sines in the first ceil(d/2) dimensions, the cosines after.
+    Computed in float64 and rounded once, so that every implementation of FORMAT.md agrees to the last bit.
     """
-    position = torch.arange(max_len, dtype=torch.float32)[:, None]
-    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
     sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
     if layout == "halves":
-        return torch.cat([sines, cosines], dim=1)
-    table = torch.zeros(max_len, d_model)
+        return torch.cat([sines, cosines], dim=1).float()
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = sines
     table[:, 1::2] = cosines
-    return table
+    return table.float()
 
 
 class Embeddings(nn.Module):

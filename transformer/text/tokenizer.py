@@ -20,45 +20,80 @@ class TokenizerError(ValueError):
 
 
 class Tokenizer:
-    """Text <-> ids and pieces with one SentencePiece model."""
+    """Text <-> ids and pieces with SentencePiece, in one of two layouts.
 
-    def __init__(self, model_proto: bytes) -> None:
-        self.processor = spm.SentencePieceProcessor()
-        try:
-            self.processor.LoadFromSerializedProto(model_proto)
-            self.pieces = [self.processor.IdToPiece(i) for i in range(self.processor.GetPieceSize())]
-        except (RuntimeError, OSError, TypeError, UnicodeDecodeError) as error:  # a piece may hold bad bytes
-            raise TokenizerError(f"not a SentencePiece model: {str(error)[:200]}") from None
-        self.model_proto = bytes(model_proto)
+    Joint (this project's): one SentencePiece model, a piece's id its index in the model. With a
+    vocabulary (Marian's): a source model splits the input and a target model joins the output, and
+    ids index one shared list of pieces (a piece missing from it is the unknown token).
+    """
+
+    def __init__(self, model_proto: bytes, target_proto: bytes | None = None, vocabulary: list[str] | None = None):
+        self.processor = _processor(model_proto)
+        self.target_processor = self.processor if target_proto is None else _processor(target_proto)
+        self.model_proto, self.target_proto = bytes(model_proto), None if target_proto is None else bytes(target_proto)
+        self.vocabulary = vocabulary
+        if vocabulary is None:
+            try:
+                self.pieces = [self.processor.IdToPiece(i) for i in range(self.processor.GetPieceSize())]
+            except UnicodeDecodeError as error:  # a piece may hold bad bytes
+                raise TokenizerError(f"not a SentencePiece model: {str(error)[:200]}") from None
+            self.pad_id, self.unk_id = self.processor.pad_id(), self.processor.unk_id()
+            self.bos_id, self.eos_id = self.processor.bos_id(), self.processor.eos_id()
+            self.piece_ids: dict[str, int] = {}
+        else:
+            self.pieces = list(vocabulary)
+            self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
+            if len(self.piece_ids) != len(self.pieces):
+                raise TokenizerError("the vocabulary repeats a piece")
+            missing = [piece for piece in ("<pad>", "<unk>", "</s>") if piece not in self.piece_ids]
+            if missing:
+                raise TokenizerError(f"the vocabulary lacks {', '.join(missing)}")
+            self.pad_id, self.unk_id, self.eos_id = (self.piece_ids[p] for p in ("<pad>", "<unk>", "</s>"))
+            self.bos_id = self.piece_ids.get("<s>", self.pad_id)  # Marian has no <s>: its decoder starts from pad
 
     @property
     def vocab_size(self) -> int:
         return len(self.pieces)
 
-    @property
-    def bos_id(self) -> int:
-        return self.processor.bos_id()
-
-    @property
-    def eos_id(self) -> int:
-        return self.processor.eos_id()
-
     def encode(self, text: str) -> list[int]:
         """Ids of any str: a lone surrogate (an undecodable byte under surrogateescape) becomes U+FFFD first."""
-        return self.processor.EncodeAsIds(LONE_SURROGATE.sub("\ufffd", text))
+        text = LONE_SURROGATE.sub("\ufffd", text)
+        if self.vocabulary is None:
+            return self.processor.EncodeAsIds(text)
+        prefix = []
+        if text.startswith(">>") and "<<" in text:  # a multilingual Marian model's target language, e.g. ">>fra<<"
+            code, text = text[: text.index("<<") + 2], text[text.index("<<") + 2 :]
+            prefix = [self.piece_ids.get(code, self.unk_id)]
+        return prefix + [self.piece_ids.get(p, self.unk_id) for p in self.processor.EncodeAsPieces(text)]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ids, with special ids (padding, bos, eos) left out."""
-        specials = (self.processor.pad_id(), self.bos_id, self.eos_id)
-        return self.processor.DecodeIds([i for i in ids if i not in specials])
+        kept = [i for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
+        if self.vocabulary is None:
+            return self.processor.DecodeIds(kept)
+        return self.target_processor.DecodePieces([self.pieces[i] for i in kept])
 
     def id_to_piece(self, token_id: int) -> str:
         return self.pieces[token_id]
 
     def unknown_characters(self, text: str) -> list[str]:
         """The distinct characters of text that the vocabulary lacks (they become the unknown token)."""
-        unk = self.processor.unk_id()
-        return [c for c in dict.fromkeys(text) if not c.isspace() and unk in self.encode(c)]
+        return [c for c in dict.fromkeys(text) if not c.isspace() and self.unk_id in self.encode(c)]
+
+    def same_as(self, other: Tokenizer) -> bool:
+        """Whether two tokenizers give the same ids for every text (so their models' outputs compare)."""
+        return (self.model_proto, self.target_proto, self.vocabulary) == (
+            other.model_proto, other.target_proto, other.vocabulary,
+        )  # fmt: skip
+
+
+def _processor(model_proto: bytes) -> spm.SentencePieceProcessor:
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(model_proto)
+    except (RuntimeError, OSError, TypeError) as error:
+        raise TokenizerError(f"not a SentencePiece model: {str(error)[:200]}") from None
+    return processor
 
 
 def train_tokenizer(

@@ -1,0 +1,194 @@
+"""Hugging Face Marian models, imported: logits, every attention map and greedy output equal transformers' own.
+
+Offline: a small random MarianMTModel and two tiny SentencePiece models are made here and saved the way
+Hugging Face saves them; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+from helpers import make_sentences
+from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+from transformer.decoding.greedy import decode
+from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.io.marian import import_marian
+from transformer.model.masks import padding_mask
+
+SOURCE_WORDS = "the a dog cat man woman runs jumps red blue park ball".split()
+TARGET_WORDS = "le la chien chat homme femme court saute rouge bleu parc balle".split()
+
+
+def _spm(words: list[str], seed: int) -> bytes:
+    sentences = [" ".join(s.split()) for s in make_sentences(300, seed=seed)]
+    sentences = [" ".join(words[SOURCE_WORDS.index(w) % len(words)] if w in SOURCE_WORDS else w for w in s.split())
+                 for s in sentences]  # fmt: skip
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.Train(sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=40,
+                                   character_coverage=1.0, hard_vocab_limit=False, minloglevel=2)  # fmt: skip
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def marian_dir(tmp_path_factory):
+    """A saved random Marian model (swish, scaled embeddings, a final logits bias) with its tokenizer files."""
+    directory = tmp_path_factory.mktemp("opus-mt-en-fr")
+    source, target = _spm(SOURCE_WORDS, 1), _spm(TARGET_WORDS, 2)
+    pieces = []
+    for proto in (source, target):
+        processor = spm.SentencePieceProcessor()
+        processor.LoadFromSerializedProto(proto)
+        pieces += [processor.IdToPiece(i) for i in range(processor.GetPieceSize()) if not processor.IsControl(i)
+                   and not processor.IsUnknown(i)]  # fmt: skip
+    vocabulary = ["</s>", "<unk>", *dict.fromkeys(pieces), ">>fra<<", "<pad>"]
+    (directory / "source.spm").write_bytes(source)
+    (directory / "target.spm").write_bytes(target)
+    (directory / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(vocabulary)}))
+    tokenizer = MarianTokenizer(str(directory / "source.spm"), str(directory / "target.spm"), str(directory / "vocab.json"),
+                                source_lang="en", target_lang="fr")  # fmt: skip
+    tokenizer.save_pretrained(directory)
+    pad = len(vocabulary) - 1
+    config = MarianConfig(vocab_size=len(vocabulary), d_model=16, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                          max_position_embeddings=64, activation_function="swish", scale_embedding=True,
+                          pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None)  # fmt: skip
+    torch.manual_seed(0)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 0.5)
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)  # far from the initial values: every weight matters
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hugging_face(marian_dir):
+    return MarianMTModel.from_pretrained(
+        marian_dir, attn_implementation="eager"
+    ).eval(), MarianTokenizer.from_pretrained(marian_dir)
+
+
+SENTENCES = ["the red dog runs", "a woman jumps in the blue park", ">>fra<< the cat"]
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_logits_and_every_attention_map_equal_transformers(marian_dir, hugging_face, sentence):
+    hf_model, hf_tokenizer = hugging_face
+    ours = import_marian(marian_dir)
+    src_ids = hf_tokenizer(sentence)["input_ids"]
+    result = decode(ours.model, ours.tokenizer, sentence)
+    assert result.src_ids == src_ids  # the same pieces, ids, language code and </s>
+    decoder_input = [ours.config.pad_id, 7, 12, 5]
+    with torch.no_grad():
+        theirs = hf_model(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]),
+                          output_attentions=True)  # fmt: skip
+        mine = ours.model(torch.tensor([src_ids]), torch.tensor([decoder_input]), need_weights=True)
+    torch.testing.assert_close(mine.log_probs, theirs.logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
+    pairs = {"encoder": (mine.attentions.encoder_self, theirs.encoder_attentions),
+             "decoder": (mine.attentions.decoder_self, theirs.decoder_attentions),
+             "cross": (mine.attentions.cross, theirs.cross_attentions)}  # fmt: skip
+    for kind, (a, b) in pairs.items():
+        assert len(a) == len(b)
+        for layer, (x, y) in enumerate(zip(a, b)):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5, msg=f"{kind} layer {layer}")
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_greedy_decoding_equals_generate(marian_dir, hugging_face, sentence):
+    hf_model, hf_tokenizer = hugging_face
+    ours = import_marian(marian_dir)
+    settings = DecodeSettings(max_new_tokens=12)
+    result = decode_text(ours.model, ours.tokenizer, sentence, settings)
+    with torch.no_grad():
+        generated = hf_model.generate(torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1, do_sample=False,
+                                      max_new_tokens=12, bad_words_ids=None, forced_eos_token_id=None)[0].tolist()  # fmt: skip
+    assert [ours.config.pad_id, *result.tgt_ids] == generated
+    assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True)
+
+
+def test_the_imported_file_round_trips_and_follows_the_format(marian_dir, tmp_path):
+    from numpy_reference import ReferenceModel
+
+    save_checkpoint(
+        tmp_path / "marian.safetensors", import_marian(marian_dir).model, import_marian(marian_dir).tokenizer
+    )
+    loaded = load_checkpoint(tmp_path / "marian.safetensors")
+    assert loaded.config.sinusoid_layout == "halves" and loaded.config.activation == "swish"
+    assert loaded.tokenizer.same_as(import_marian(marian_dir).tokenizer)
+    for sentence in SENTENCES:
+        reference = ReferenceModel(str(tmp_path / "marian.safetensors")).greedy(sentence)
+        result = decode(loaded.model, loaded.tokenizer, sentence)
+        assert reference["tgt_ids"] == result.tgt_ids
+        np.testing.assert_allclose(reference["cross"], result.cross.numpy(), atol=1e-5)
+    assert padding_mask(torch.tensor([[1, 2]]), 0).all()
+
+
+def test_what_the_format_cannot_hold_is_named(marian_dir, tmp_path):
+    import shutil
+
+    broken = tmp_path / "separate"
+    shutil.copytree(marian_dir, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config | {"share_encoder_decoder_embeddings": False}))
+    with pytest.raises(CheckpointError, match="separate source and target vocabularies"):
+        import_marian(broken)
+    (broken / "config.json").write_text(json.dumps(config))
+    (broken / "model.safetensors").unlink()
+    (broken / "pytorch_model.bin").write_bytes(b"\x80\x04 a pickle")
+    with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle and is not read"):
+        import_marian(broken)
+    with pytest.raises(CheckpointError, match="not a Hugging Face Marian model directory"):
+        import_marian(tmp_path)
+
+
+def test_the_command_line_converts_a_directory_and_reads_one_directly(marian_dir, tmp_path, capsys):
+    from transformer.cli import main
+
+    out = tmp_path / "opus.safetensors"
+    assert main(["import-hf", str(marian_dir), "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out and load_checkpoint(out).config.decoder_start_id is not None
+    for checkpoint in (str(out), str(marian_dir)):
+        assert (
+            main(["inspect", "--checkpoint", checkpoint, "--text", "the dog runs", "--out", str(tmp_path / "m.npz")])
+            == 0
+        )
+    assert np.load(tmp_path / "m.npz")["cross"].shape[:2] == (2, 4)
+
+
+PAGES = ["explorer", "attention", "positional", "masks", "computation", "checkpoints", "compare", "heads", "corpus"]
+
+
+def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir, tmp_path, monkeypatch):
+    import shutil
+
+    from helpers import REPO, markdown, start, translate
+
+    import ui.models
+
+    shutil.copy(REPO / "checkpoints" / "en-fr.safetensors", tmp_path / "en-fr.safetensors")
+    shutil.copytree(marian_dir, tmp_path / marian_dir.name)
+    shutil.copytree(marian_dir, tmp_path / "opus-mt-copy")  # the same tokenizer: Compare draws the maps
+    monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
+    at = start()
+    assert f"{marian_dir.name} · en→fr · Hugging Face Marian" in at.selectbox(key="widget_checkpoint").options
+    at.selectbox(key="widget_checkpoint").set_value(marian_dir.name).run()
+    at = translate(at, "the red dog runs")
+    assert not at.exception and "Step 1 of" in markdown(at)
+    for page in PAGES:
+        at = at.switch_page(f"pages/{page}.py").run()
+        if page == "compare":
+            at = at.selectbox(key="compare_with").set_value("opus-mt-copy").run()
+        if page == "corpus":
+            at.file_uploader(key="corpus_src").set_value(("src.txt", b"the dog runs\na red cat\n", "text/plain"))
+            at = at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+        assert not at.exception, page
+        assert at.get("plotly_chart") or at.dataframe, page
