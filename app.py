@@ -12,6 +12,7 @@ st.navigation(
         "Explore": [
             st.Page("pages/explorer.py", title="Decode explorer", default=True),
             st.Page("pages/attention.py", title="Attention maps"),
+            st.Page("pages/attribution.py", title="Attribution"),
         ],
         "Learn": [
             st.Page("pages/positional.py", title="Positional encoding"),

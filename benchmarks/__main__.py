@@ -7,6 +7,7 @@ import argparse
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 from .app_speed import browser_rows, long_input_row, machine, server_step_row
+from .attribution_speed import attribution_row
 from .model_speed import Row, decode_rows, lower_bound_row, training_row
 
 
@@ -35,6 +36,7 @@ def main() -> None:
     rows.append(training_row(checkpoint, max(3, repeats // 2)))
     rows.append(server_step_row(checkpoint, repeats))
     rows.append(long_input_row(checkpoint))
+    rows.append(attribution_row(checkpoint, repeats))
     if not args.no_browser:
         rows.extend(browser_rows())
     print(table(rows))

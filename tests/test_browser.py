@@ -63,7 +63,8 @@ def test_script_in_the_sentence_is_shown_as_text_never_run(server, browser):
 
 
 @pytest.mark.parametrize(
-    ("link", "figures"), [("Positional encoding", 4), ("Masks", 13), ("Attention, step by step", 13)]
+    ("link", "figures"),
+    [("Positional encoding", 4), ("Masks", 13), ("Attention, step by step", 13), ("Attribution", 4)],
 )
 def test_teaching_pages_draw_in_chromium(server, browser, link, figures):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})

@@ -163,7 +163,8 @@ def test_the_command_line_converts_a_directory_and_reads_one_directly(marian_dir
     assert np.load(tmp_path / "m.npz")["cross"].shape[:2] == (2, 4)
 
 
-PAGES = ["explorer", "attention", "positional", "masks", "computation", "checkpoints", "compare", "heads", "corpus"]
+PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computation", "checkpoints", "compare", "heads",
+         "corpus"]  # fmt: skip
 
 
 def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,evaluate,train,import-hf,synthetic} --help`."""
+"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,import-hf,synthetic} --help`."""
 
 from __future__ import annotations
 
@@ -76,6 +76,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         out.write_bytes(to_npz(result, checkpoint.tokenizer))
     print(result.text)
     print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens)", file=sys.stderr)
+    return 0
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    from transformer.analysis.attribution import attribute
+    from transformer.io.export import json_text, npz_bytes
+
+    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
+    result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, _decode_settings(args))
+    if result.truncated:
+        print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
+    arrays = attribute(checkpoint.model, result, n_steps=args.steps).arrays()
+    out = Path(args.out)
+    if args.format == "json":
+        out.write_text(json_text(arrays), encoding="utf-8")
+    else:
+        out.write_bytes(npz_bytes(arrays))
+    print(result.text)
+    delta = float(abs(arrays["convergence_delta"]).max())
+    print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens; largest convergence delta "
+          f"{delta:.3g})", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -206,6 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--format", choices=["npz", "json"], default="npz")
     _decode_parser(inspect)
     inspect.set_defaults(run=cmd_inspect)
+
+    attribution = commands.add_parser(
+        "attribute", help="integrated gradients, gradient x input and value-weighted attention for each output token"
+    )
+    _add_checkpoint(attribution)
+    attribution.add_argument("--text", required=True)
+    attribution.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
+    attribution.add_argument("--format", choices=["npz", "json"], default="npz")
+    attribution.add_argument("--steps", type=int, default=32, help="interpolation steps of integrated gradients")
+    _decode_parser(attribution)
+    attribution.set_defaults(run=cmd_attribute)
 
     evaluate = commands.add_parser("evaluate", help="sacreBLEU and chrF of a checkpoint on a test set")
     _add_checkpoint(evaluate)

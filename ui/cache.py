@@ -53,10 +53,12 @@ class ResultCache:
         self.condition = threading.Condition()
 
     def __call__(self, function: Function) -> Function:
-        """Caches function(_checkpoint, checkpoint_key, *args): keyed by its name and every argument but the model."""
+        """Caches function(_checkpoint, checkpoint_key, *args): keyed by its name and every argument but the model
+        and keyword arguments named with a leading underscore (values the other arguments determine)."""
 
         def key(_checkpoint: Any, *args: Any, **kwargs: Any) -> tuple:
-            return cachetools.keys.hashkey(function.__qualname__, *args, **kwargs)
+            named = {name: value for name, value in kwargs.items() if not name.startswith("_")}
+            return cachetools.keys.hashkey(function.__qualname__, *args, **named)
 
         return cachetools.cached(self.entries, key=key, condition=self.condition)(function)
 

@@ -14,6 +14,7 @@ import numpy as np
 import streamlit as st
 import torch
 
+from transformer.analysis.attribution import Attribution, attribute, contrastive
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
 from transformer.decoding.forcing import teacher_force, teacher_force_ids
 from transformer.decoding.greedy import decode
@@ -126,3 +127,21 @@ def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_i
         embedded = model.src_embed(ids)[0].float().cpu().numpy()
     embedded.flags.writeable = False
     return embedded
+
+
+@RESULTS
+def attribution_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], n_steps: int,
+    *, _result: DecodeResult,
+) -> Attribution:  # fmt: skip
+    """Every attribution of a result, keyed by its tokens (a decode and a teacher forcing of the same tokens agree)."""
+    return attribute(_checkpoint.model, _result, n_steps)
+
+
+@RESULTS
+def contrastive_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], step: int,
+    foil: int, n_steps: int, *, _result: DecodeResult,
+) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
+    """Integrated gradients of log p(output token) - log p(foil) at one step."""
+    return contrastive(_checkpoint.model, _result, step, foil, n_steps)

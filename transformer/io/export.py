@@ -1,4 +1,4 @@
-"""A decode result as plain arrays: the `.npz` and JSON files that `inspect` and the app write."""
+"""Results as plain arrays: the `.npz` and JSON files that `inspect`, `attribute` and the app write."""
 
 from __future__ import annotations
 
@@ -33,13 +33,28 @@ def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.nd
 
 
 def to_npz(result: DecodeResult, tokenizer: Tokenizer) -> bytes:
-    buffer = io.BytesIO()
-    np.savez_compressed(buffer, **result_arrays(result, tokenizer))
-    return buffer.getvalue()
+    return npz_bytes(result_arrays(result, tokenizer))
 
 
 def to_json(result: DecodeResult, tokenizer: Tokenizer) -> str:
-    return json.dumps({name: array.tolist() for name, array in result_arrays(result, tokenizer).items()})
+    return json_text(result_arrays(result, tokenizer))
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def json_text(arrays: dict[str, np.ndarray]) -> str:
+    """Arrays as JSON lists; NaN (an undefined correlation, say) as null, which JSON has and NaN it has not."""
+    return json.dumps({name: _nan_to_none(array.tolist()) for name, array in arrays.items()}, allow_nan=False)
+
+
+def _nan_to_none(value):
+    if isinstance(value, list):
+        return [_nan_to_none(v) for v in value]
+    return None if isinstance(value, float) and value != value else value
 
 
 def attention_csv(weights: np.ndarray, query_pieces: list[str], key_pieces: list[str]) -> str:

@@ -77,10 +77,19 @@ class Transformer(nn.Module):
                 nn.init.xavier_uniform_(parameter)
 
     def encode(
-        self, src: torch.Tensor, src_mask: torch.Tensor, need_weights: bool = False, probe: Probe | None = None
+        self,
+        src: torch.Tensor,
+        src_mask: torch.Tensor,
+        need_weights: bool = False,
+        probe: Probe | None = None,
+        embedded: torch.Tensor | None = None,
     ) -> EncoderOutput:
-        """src ids (B, S) -> memory (B, S, d_model) and, if asked, each layer's self-attention."""
-        x = self.src_position(self.src_embed(src))
+        """src ids (B, S) -> memory (B, S, d_model) and, if asked, each layer's self-attention.
+
+        embedded, if given, replaces the token embeddings of src (B, S, d_model): attribution differentiates
+        through it, with no hook on the shared modules.
+        """
+        x = self.src_position(self.src_embed(src) if embedded is None else embedded)
         maps = []
         for i, layer in enumerate(self.encoder_layers):
             x, p_attn = layer(x, src_mask, need_weights, self._sublayer_probe(probe, AttentionKind.ENCODER, i))
@@ -96,10 +105,14 @@ class Transformer(nn.Module):
         need_weights: bool = False,
         cache: list[LayerCache] | None = None,
         probe: Probe | None = None,
+        embedded: torch.Tensor | None = None,
     ) -> DecoderOutput:
-        """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it."""
+        """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it.
+
+        embedded, if given, replaces the token embeddings of tgt (as in encode).
+        """
         offset = 0 if cache is None else cache[0].self_key.size(2)
-        x = self.tgt_position(self.tgt_embed(tgt), offset)
+        x = self.tgt_position(self.tgt_embed(tgt) if embedded is None else embedded, offset)
         self_maps, cross_maps, new_cache = [], [], []
         for i, layer in enumerate(self.decoder_layers):
             x, self_p, cross_p, layer_cache = layer(

@@ -1,0 +1,151 @@
+"""Attribution beside attention: what each output token drew on, by attention and by gradients, side by side."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from transformer.analysis.attribution import DEFAULT_STEPS
+from transformer.io.export import npz_bytes
+from transformer.model.kinds import AttentionKind
+from transformer.viz.attribution import measures_over_tokens
+from transformer.viz.charts import lines
+from transformer.viz.matrices import matrix_heatmap
+from ui import keys, models, url
+from ui.charts import show
+from ui.controls import step as controls_step
+from ui.sidebar import page_frame
+from ui.text import literal
+
+LONG_INPUT_TOKENS = 80  # source and output tokens together past which integrated gradients take fewer steps
+FEW_STEPS = 8
+EXPLANATIONS = {
+    "cross-attention": "the weights p_attn of the chosen head (or their mean): where the head looked. A head may "
+    "look hard at a token whose value vector is nearly zero, so a large weight need not mean a large effect.",
+    "value-weighted": "the norm of each weighted, transformed value, ‖α f(x)‖ (Kobayashi et al., 2020): what the "
+    "head actually added from each token. It equals the weights when every value vector has the same norm.",
+    "gradient × input": "how much the output token's log-probability changes, to first order, as each token's "
+    "embedding is scaled: local, and blind to saturation (a token may matter yet have a flat gradient).",
+    "integrated gradients": "the same change accumulated along a straight path from all-zero embeddings to the real "
+    "ones (Sundararajan et al., 2017); the attributions sum to the change in log-probability. It depends on the "
+    "baseline chosen (zero embeddings here) and is approximate: the convergence delta says by how much.",
+}
+
+explored = page_frame()
+result, checkpoint, session = explored.result, explored.checkpoint, st.session_state
+st.title("Attribution")
+st.markdown("For each output token: where cross-attention looked, and what the token really drew on by gradients, "
+            "on the same source tokens. Follows the decode explorer's step.")  # fmt: skip
+
+tokens = len(result.src_ids) + result.steps
+n_steps = DEFAULT_STEPS if tokens <= LONG_INPUT_TOKENS else FEW_STEPS
+if n_steps < DEFAULT_STEPS:
+    st.info(f"This input has {tokens} tokens: integrated gradients take {n_steps} interpolation steps instead of "
+            f"{DEFAULT_STEPS} to keep the page quick (the convergence delta below says how exact they are).")  # fmt: skip
+with st.spinner("Computing gradients for every output token ..."):
+    found = models.attribution_cached(checkpoint, explored.checkpoint_key, tuple(result.src_ids),
+                                      tuple(result.tgt_ids), n_steps, _result=result)  # fmt: skip
+
+layers, heads = result.cross.shape[:2]
+controls = st.columns([1, 1, 2, 4])
+keys.clamp_index("layer", layers)
+keys.clamp_index("head", heads)
+layer = controls[0].selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **keys.shared("layer"))
+head = controls[1].selectbox("Head", range(heads), format_func=lambda i: str(i + 1), **keys.shared("head"))
+mean = controls[2].toggle("Mean over heads", key="attribution_mean")
+with controls[3]:
+    step = controls_step(result) or 0
+
+cross = result.cross.numpy()[layer]
+weighted = found.value_weighted[AttentionKind.CROSS][layer]
+cross_rows, weighted_rows = (cross.mean(0), weighted.mean(0)) if mean else (cross[head], weighted[head])
+which = f"layer {layer + 1}, {'mean over heads' if mean else f'head {head + 1}'}"
+piece = result.tgt_pieces[step]
+st.subheader(f"Step {step + 1}: {literal(piece)}")
+measures = {
+    f"cross-attention ({which})": cross_rows[step],
+    f"value-weighted ({which})": weighted_rows[step],
+    "gradient × input": found.gradient_x_input[step],
+    "integrated gradients": found.integrated_gradients[step],
+}
+show(measures_over_tokens(measures, result.src_pieces, f"what produced '{piece}': four measures over the source"),
+     key="attribution_step")  # fmt: skip
+share = float(found.source_share[step])
+difference = float(found.log_probs[step] - found.baseline_log_probs[step])
+delta = float(found.convergence_delta[step])
+st.markdown(
+    f"Integrated gradients put **{share:.0%}** of their weight on the source and **{1 - share:.0%}** on the output "
+    f"so far. They explain a change of log-probability of {difference:.2f} (from {found.baseline_log_probs[step]:.2f} "
+    f"with zero embeddings to {found.log_probs[step]:.2f}), to within {abs(delta):.3f} (captum's convergence delta)."
+)
+if abs(delta) > 0.1 * max(abs(difference), 1e-6):
+    st.warning("At this step the path integral is coarse (the delta is over a tenth of the change): read the "
+               "integrated gradients as approximate.")  # fmt: skip
+prefix = found.integrated_gradients_target[step, : step + 1]
+show(measures_over_tokens({"integrated gradients": prefix}, found.decoder_input_pieces[: step + 1],
+                          "...and over the output so far (the decoder's input)"), key="attribution_prefix")  # fmt: skip
+
+st.subheader("Over every step")
+tabs = st.tabs(["cross-attention", "value-weighted", "gradient × input", "integrated gradients", "output so far",
+                "source share"])  # fmt: skip
+source_axes = dict(row_pieces=result.tgt_pieces, column_pieces=result.src_pieces, highlight_row=step,
+                   x_title="source token", y_title="output token")  # fmt: skip
+with tabs[0]:
+    show(matrix_heatmap(cross_rows, f"cross-attention, {which}", probabilities=True, **source_axes), key="all_cross")
+with tabs[1]:
+    show(matrix_heatmap(weighted_rows, f"value-weighted cross-attention, {which}", probabilities=True, **source_axes),
+         key="all_weighted")  # fmt: skip
+with tabs[2]:
+    show(matrix_heatmap(found.gradient_x_input, "gradient × input (red raises the token's probability)",
+                        **source_axes), key="all_gradient")  # fmt: skip
+with tabs[3]:
+    show(matrix_heatmap(found.integrated_gradients, "integrated gradients (red raises the token's probability)",
+                        **source_axes), key="all_integrated")  # fmt: skip
+with tabs[4]:
+    show(matrix_heatmap(found.integrated_gradients_target, "integrated gradients over the output so far",
+                        result.tgt_pieces, found.decoder_input_pieces, step, "decoder input token", "output token"),
+         key="all_prefix")  # fmt: skip
+with tabs[5]:
+    show(lines({"source share": (list(range(1, result.steps + 1)), found.source_share.tolist())},
+               "share of integrated gradients on the source, per step", "step", "share"), key="all_share")  # fmt: skip
+
+st.subheader("Which heads agree with the gradients")
+st.caption("Spearman's rank correlation between each head's cross-attention row and |integrated gradients| over the "
+           "source: 1 ranks the tokens alike, 0 unrelated, −1 reversed. Click a column to sort.")  # fmt: skip
+names = [f"layer {i + 1} · head {h + 1}" for i in range(layers) for h in range(heads)]
+agreement = pd.DataFrame(
+    {"mean over steps": found.agreement.reshape(-1), f"at step {step + 1}": found.agreement_per_step[..., step].reshape(-1)},
+    index=pd.Index(names, name="head"),
+).sort_values("mean over steps", ascending=False)  # fmt: skip
+st.dataframe(agreement.style.format("{:.2f}", na_rep="—"), width="stretch", height=300, key="agreement_table")
+
+st.subheader("Contrastive: why this token rather than another")
+candidates = [int(i) for i in result.topk_ids[step].tolist() if int(i) != result.tgt_ids[step]]
+foil = st.selectbox("Rather than", candidates, format_func=lambda i: checkpoint.tokenizer.id_to_piece(i),
+                    key=f"attribution_foil_{step}")  # fmt: skip
+if foil is not None:
+    with st.spinner("Integrated gradients of the difference ..."):
+        source, prefix_rows, foil_delta = models.contrastive_cached(
+            checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), step, foil, n_steps,
+            _result=result,
+        )  # fmt: skip
+    foil_piece = checkpoint.tokenizer.id_to_piece(foil)
+    show(measures_over_tokens({"source": source}, result.src_pieces,
+                              f"why '{piece}' rather than '{foil_piece}': integrated gradients of the difference"),
+         key="attribution_contrast")  # fmt: skip
+    st.caption(f"Red in the hover's value: a token that favoured '{piece}'; negative, one that favoured "
+               f"'{foil_piece}'. The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total "
+               f"|attribution|; convergence delta {foil_delta:.3f}.")  # fmt: skip
+
+with st.expander("What each measure says, and where it misleads"):
+    for name, meaning in EXPLANATIONS.items():
+        st.markdown(f"**{name}**: {meaning}")
+
+downloads = st.columns(2)
+downloads[0].download_button("Every attribution as .npz", lambda: npz_bytes(found.arrays()), file_name="attribution.npz",
+                             mime="application/octet-stream", on_click="ignore", key="attribution_npz")  # fmt: skip
+step_table = pd.DataFrame({name: values for name, values in measures.items()},
+                          index=pd.Index([f"{i}:{p}" for i, p in enumerate(result.src_pieces)], name="source token"))  # fmt: skip
+downloads[1].download_button("This step as CSV", step_table.to_csv(float_format="%.6g"),
+                             file_name=f"attribution-step{step + 1}.csv", mime="text/csv", on_click="ignore",
+                             key="attribution_csv")  # fmt: skip
+url.write_url()

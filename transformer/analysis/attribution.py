@@ -1,0 +1,255 @@
+"""Attribution beside attention: what each output token of a decode drew on, measured three more ways.
+
+Attention weights alone are not an explanation: a head may weigh a token whose value vector is
+nearly zero, and gradients may disagree with it. For every step t of a decode result:
+
+- value-weighted attention (Kobayashi et al., EMNLP 2020): ||alpha_tj f_h(x_j)||, with f_h the value
+  projection followed by head h's slice of W_O, as shares of the row;
+- gradient x input and integrated gradients (captum) of log p(chosen token) with respect to the token
+  embeddings of the source and of the target prefix, summed over the embedding dimension;
+- contrastive: the same for log p(A) - log p(B), why A rather than a candidate B;
+- agreement: Spearman's rank correlation of each head's cross-attention row with |integrated gradients|.
+
+The model is differentiated through embeddings passed to encode/decode, never through hooks on the
+shared modules (which would fire in every visitor's forward); captum uses torch.autograd.grad, so no
+gradient accumulates on the model's parameters.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from captum.attr import InputXGradient, IntegratedGradients
+
+from transformer.decoding.result import DecodeResult, model_device
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
+from transformer.model.masks import padding_mask, target_mask
+from transformer.model.probes import Probe
+
+DEFAULT_STEPS = 32  # interpolation steps of integrated gradients
+# The midpoint rule: along the straight path a log-probability often jumps within a few steps (from about
+# -14 at the zero baseline to about 0), where Gauss-Legendre's uneven points missed it by up to 15% of the
+# difference on the shipped model against 4% for midpoints (32 steps, benchmarks/attribution_speed.py).
+METHOD = "riemann_middle"
+ROWS_PER_PASS = 4096  # token positions per forward pass: bounds the memory one attribution takes
+STEPS_PER_GROUP = 6  # output steps attributed together, over the decoder input up to the group's last
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """One decode's attributions; rows are output steps (the token produced at step t)."""
+
+    source_pieces: list[str]
+    target_pieces: list[str]  # the output tokens
+    decoder_input_pieces: list[str]  # the target prefix positions (start token, then the output so far)
+    integrated_gradients: np.ndarray  # (T, S) over the source tokens
+    integrated_gradients_target: np.ndarray  # (T, T) over the prefix; zero above the diagonal
+    gradient_x_input: np.ndarray  # (T, S)
+    gradient_x_input_target: np.ndarray  # (T, T)
+    convergence_delta: np.ndarray  # (T,) captum's: sum of attributions minus (f(input) - f(baseline))
+    log_probs: np.ndarray  # (T,) f(input): log p of each output token, from the embeddings' forward
+    baseline_log_probs: np.ndarray  # (T,) f(baseline): the same with every token embedding zero
+    value_weighted: dict[AttentionKind, np.ndarray]  # kind -> (L, H, queries, keys), rows as shares
+    agreement_per_step: np.ndarray  # (L, H, T) Spearman of cross-attention with |IG| over the source
+    n_steps: int
+
+    @property
+    def agreement(self) -> np.ndarray:
+        """(L, H): each head's agreement averaged over the steps where it is defined."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: a head with no defined step
+            return np.nanmean(self.agreement_per_step, axis=-1)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array by name, for the `.npz` and JSON files (the CLI's `attribute`, the page's download)."""
+        named = {
+            "source_pieces": np.array(self.source_pieces),
+            "target_pieces": np.array(self.target_pieces),
+            "decoder_input_pieces": np.array(self.decoder_input_pieces),
+            "integrated_gradients": self.integrated_gradients,
+            "integrated_gradients_target": self.integrated_gradients_target,
+            "gradient_x_input": self.gradient_x_input,
+            "gradient_x_input_target": self.gradient_x_input_target,
+            "convergence_delta": self.convergence_delta,
+            "log_probs": self.log_probs,
+            "baseline_log_probs": self.baseline_log_probs,
+            "agreement": self.agreement,
+            "agreement_per_step": self.agreement_per_step,
+            "n_steps": np.array(self.n_steps),
+        }
+        return named | {f"value_weighted_{kind.value}": maps for kind, maps in self.value_weighted.items()}
+
+    @property
+    def source_share(self) -> np.ndarray:
+        """(T,): the share of |integrated gradients| on the source rather than the target prefix."""
+        source = np.abs(self.integrated_gradients).sum(-1)
+        return source / np.maximum(source + np.abs(self.integrated_gradients_target).sum(-1), 1e-12)
+
+
+def attribute(model: Transformer, result: DecodeResult, n_steps: int = DEFAULT_STEPS) -> Attribution:
+    """Every measure for every step of a decode result (greedy, beam, sampling, a branch or teacher forcing)."""
+    steps = torch.arange(result.steps)
+    tokens = torch.tensor(result.tgt_ids)
+    integrated, delta = _integrated_gradients(model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps)
+    gradient = _gradient_x_input(model, result.src_ids, result.tgt_ids, steps, tokens)
+    src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
+    score = scorer(model, src, decoder_input)
+    with torch.no_grad():
+        scores = [score(*inputs, steps.to(src.device), tokens.to(src.device)).float().cpu().numpy()
+                  for inputs in (embedded, tuple(torch.zeros_like(e) for e in embedded))]  # fmt: skip
+    return Attribution(
+        source_pieces=result.src_pieces,
+        target_pieces=result.tgt_pieces,
+        decoder_input_pieces=result.decoder_input_pieces,
+        integrated_gradients=integrated[0],
+        integrated_gradients_target=integrated[1],
+        gradient_x_input=gradient[0],
+        gradient_x_input_target=gradient[1],
+        convergence_delta=delta,
+        log_probs=scores[0],
+        baseline_log_probs=scores[1],
+        value_weighted=value_weighted_attention(model, result.src_ids, result.tgt_ids),
+        agreement_per_step=agreement(result.cross.numpy(), integrated[0]),
+        n_steps=n_steps,
+    )
+
+
+def contrastive(
+    model: Transformer, result: DecodeResult, step: int, foil: int, n_steps: int = DEFAULT_STEPS
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Why the output token rather than `foil` at `step`: integrated gradients of log p(token) - log p(foil).
+
+    Returns the source row (S,), the prefix row (T,) and the convergence delta.
+    """
+    (source, prefix), delta = _integrated_gradients(model, result.src_ids, result.tgt_ids, torch.tensor([step]),
+                                                    torch.tensor([result.tgt_ids[step]]), torch.tensor([foil]), n_steps)  # fmt: skip
+    return source[0], prefix[0], float(delta[0])
+
+
+def value_weighted_attention(
+    model: Transformer, src_ids: list[int], tgt_ids: list[int]
+) -> dict[AttentionKind, np.ndarray]:
+    """Kobayashi et al.'s ||alpha_tj f_h(x_j)|| for every kind, layer and head, as shares of each row."""
+    src, decoder_input = _inputs(model, src_ids, tgt_ids)
+    layers = {kind: model.config.n_encoder_layers if kind.queries_from_source else model.config.n_decoder_layers
+              for kind in AttentionKind}  # fmt: skip
+    probe = Probe(record_at=frozenset((kind, layer) for kind, count in layers.items() for layer in range(count)))
+    with torch.inference_mode():
+        model(src, decoder_input, probe=probe)
+        shares = {}
+        for kind, count in layers.items():
+            maps = []
+            for layer in range(count):
+                record, module = probe.records[(kind, layer)], kind.module(model, layer)
+                values = module.split_heads(module.v_proj(record.context))[0]  # (H, keys, d_head)
+                w_out = module.out_proj.weight.view(-1, module.n_heads, module.d_head)  # (d_model, H, d_head)
+                transformed = torch.einsum("hkd,ehd->hke", values, w_out)  # f_h(x_j): (H, keys, d_model)
+                weighted = record.p_attn[0] * transformed.norm(dim=-1)[:, None, :]  # (H, queries, keys)
+                maps.append(weighted / weighted.sum(-1, keepdim=True).clamp_min(1e-12))
+            shares[kind] = torch.stack(maps).float().cpu().numpy()
+    return shares
+
+
+def agreement(cross: np.ndarray, source_attribution: np.ndarray) -> np.ndarray:
+    """(L, H, T): Spearman's rank correlation of each cross-attention row (L, H, T, S) with |attribution| (T, S).
+
+    NaN where either row is constant (a one-token source, say): no ranking to compare.
+    """
+    attention_ranks = _ranks(cross)
+    attribution_ranks = _ranks(np.abs(source_attribution))[None, None]
+    a = attention_ranks - attention_ranks.mean(-1, keepdims=True)
+    b = attribution_ranks - attribution_ranks.mean(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (a * b).sum(-1) / np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks along the last axis, ties sharing their average rank (as Spearman's coefficient needs)."""
+    flat = values.reshape(-1, values.shape[-1])
+    ranks = np.empty_like(flat, dtype=np.float64)
+    for x, out in zip(flat, ranks):
+        order = np.argsort(x, kind="stable")
+        position = np.empty(len(x))
+        position[order] = np.arange(len(x))
+        _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+        out[:] = (np.bincount(inverse, weights=position) / counts)[inverse]
+    return ranks.reshape(values.shape)
+
+
+def _inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    device = model_device(model)
+    return (torch.tensor([src_ids], device=device),
+            torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=device))  # fmt: skip
+
+
+def scorer(model: Transformer, src: torch.Tensor, decoder_input: torch.Tensor, contrastive: bool = False) -> Callable:
+    """The function attributed (captum's forward function), of token embeddings (N, S, d) and (N, T, d).
+
+    score(src_embedded, tgt_embedded, steps, tokens[, foils]) is, for each row n, log p(tokens[n]) at output
+    step steps[n] (minus log p(foils[n]) when contrastive), with src and decoder_input's own token ids for
+    the masks.
+    """
+    pad = model.config.pad_id
+
+    def score(src_embedded, tgt_embedded, steps, tokens, foils=None):
+        n = src_embedded.size(0)
+        source, prefix = src.expand(n, -1), decoder_input.expand(n, -1)
+        mask = padding_mask(source, pad)
+        memory = model.encode(source, mask, embedded=src_embedded).memory
+        hidden = model.decode(prefix, memory, mask, target_mask(prefix, pad), embedded=tgt_embedded).hidden
+        log_probs = model.log_probs(hidden[torch.arange(n, device=hidden.device), steps])  # (N, V)
+        chosen = log_probs.gather(1, tokens[:, None])[:, 0]
+        return chosen - log_probs.gather(1, foils[:, None])[:, 0] if contrastive else chosen
+
+    return score
+
+
+def embedded_inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int], copies: int):
+    """The ids of source and decoder input (1, S), (1, T), and `copies` copies of their token embeddings."""
+    src, decoder_input = _inputs(model, src_ids, tgt_ids)
+    with torch.no_grad():
+        embedded = tuple(embed(ids).expand(copies, -1, -1).clone().requires_grad_()
+                         for embed, ids in ((model.src_embed, src), (model.tgt_embed, decoder_input)))  # fmt: skip
+    return src, decoder_input, embedded
+
+
+def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps):
+    """captum's integrated gradients for each (step, token[, foil]): (source (N, S), prefix (N, T)), deltas (N,).
+
+    Steps go in groups of STEPS_PER_GROUP whose decoder input is cut after the group's last step: a causal
+    decoder's later positions cannot change the output there (cutting them took 15 output steps from 1.53 s to
+    1.33 s on the 2-core CPU: the passes are compute-bound, so only less arithmetic helps).
+    """
+    total = len(tgt_ids)
+    source = np.zeros((len(steps), len(src_ids)), dtype=np.float32)
+    prefix = np.zeros((len(steps), total), dtype=np.float32)
+    deltas = np.zeros(len(steps), dtype=np.float32)
+    for group in torch.split(torch.arange(len(steps)), STEPS_PER_GROUP):
+        length = int(steps[group].max()) + 1
+        src, decoder_input, embedded = embedded_inputs(model, src_ids, tgt_ids[:length], len(group))
+        device = src.device
+        extra = (steps[group].to(device), tokens[group].to(device))
+        extra += () if foils is None else (foils[group].to(device),)
+        method = IntegratedGradients(scorer(model, src, decoder_input, contrastive=foils is not None))
+        chunk = max(1, ROWS_PER_PASS // (src.size(1) + length))
+        with torch.enable_grad():
+            attributions, delta = method.attribute(embedded, baselines=tuple(torch.zeros_like(e) for e in embedded),
+                                                   additional_forward_args=extra, n_steps=n_steps, method=METHOD,
+                                                   internal_batch_size=chunk, return_convergence_delta=True)  # fmt: skip
+        source[group.numpy()] = attributions[0].sum(-1).detach().float().cpu().numpy()
+        prefix[group.numpy(), :length] = attributions[1].sum(-1).detach().float().cpu().numpy()
+        deltas[group.numpy()] = delta.detach().float().cpu().numpy()
+    return (source, prefix), deltas
+
+
+def _gradient_x_input(model, src_ids, tgt_ids, steps, tokens):
+    src, decoder_input, embedded = embedded_inputs(model, src_ids, tgt_ids, len(steps))
+    method = InputXGradient(scorer(model, src, decoder_input))
+    with torch.enable_grad():
+        attributions = method.attribute(embedded, additional_forward_args=(steps.to(src.device), tokens.to(src.device)))
+    return tuple(a.sum(-1).detach().float().cpu().numpy() for a in attributions)
