@@ -140,3 +140,24 @@ def test_the_attribution_page_draws_the_four_measures_of_the_explorers_step():
     )
     foil = at.selectbox(key="attribution_foil_1")
     assert foil.value is not None and not at.exception
+
+
+def test_corpus_mode_ranks_the_heads_by_their_agreement_over_the_file(model, tokenizer):
+    from helpers import start
+
+    from transformer.analysis.attribution import corpus_agreement
+
+    sentences = ["the dog runs", "", "a red ball in the water"]
+    values, used = corpus_agreement(model, tokenizer, sentences, n_steps=4)
+    assert used == 2 and values.shape == (3, 2)
+    first = attribute(model, decode(model, tokenizer, "the dog runs"), n_steps=4).agreement
+    second = attribute(model, decode(model, tokenizer, "a red ball in the water"), n_steps=4).agreement
+    np.testing.assert_allclose(values, np.nanmean(np.stack([first, second]), axis=0), atol=1e-6)
+
+    at = start().switch_page("pages/corpus.py").run()
+    at.file_uploader(key="corpus_src").set_value(("src.txt", b"Two dogs play.\\nA man runs.\\n", "text/plain"))
+    at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    at.button(key="agreement_run").click().run()
+    assert not at.exception
+    ranked = at.dataframe[1].value
+    assert len(ranked) == 24 and ranked.iloc[:, 0].is_monotonic_decreasing

@@ -51,6 +51,15 @@ class CorpusStatistics:
 
 
 @dataclass(frozen=True)
+class CorpusAgreement:
+    """Each head's agreement with integrated gradients over the Corpus page's file (session key corpus_agreement)."""
+
+    checkpoint_key: str
+    sentences: int
+    agreement: np.ndarray  # (L, H) Spearman, mean over sentences
+
+
+@dataclass(frozen=True)
 class Key:
     """One value kept in a visitor's session."""
 
@@ -90,6 +99,7 @@ KEYS: dict[str, Key] = {
     "upload_done": Key(str, None, "the last upload handled, so a rerun does not load it again"),
     "corpus_run": Key(CorpusRun, None, "the Corpus page's translated file"),
     "stats_over_corpus": Key(CorpusStatistics, None, "head statistics over an uploaded file"),
+    "corpus_agreement": Key(CorpusAgreement, None, "heads' agreement with the gradients over the Corpus file"),
 }
 
 

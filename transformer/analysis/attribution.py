@@ -18,18 +18,20 @@ gradient accumulates on the model's parameters.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from captum.attr import InputXGradient, IntegratedGradients
 
+from transformer.decoding.greedy import decode
 from transformer.decoding.result import DecodeResult, model_device
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
+from transformer.text.tokenizer import Tokenizer
 
 DEFAULT_STEPS = 32  # interpolation steps of integrated gradients
 # The midpoint rule: along the straight path a log-probability often jumps within a few steps (from about
@@ -117,6 +119,35 @@ def attribute(model: Transformer, result: DecodeResult, n_steps: int = DEFAULT_S
         agreement_per_step=agreement(result.cross.numpy(), integrated[0]),
         n_steps=n_steps,
     )
+
+
+def corpus_agreement(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sentences: Iterable[str],
+    n_steps: int = DEFAULT_STEPS,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, int]:
+    """(L, H) agreement of each head with integrated gradients, averaged over sentences decoded greedily.
+
+    Each sentence counts once (its mean over steps); returns the table and the number of sentences used.
+    """
+    per_sentence = []
+    for index, sentence in enumerate(sentences):
+        if sentence.strip():
+            result = decode(model, tokenizer, sentence)
+            steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
+            (source, _), _ = _integrated_gradients(model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a one-token source: no ranking, NaN
+                per_sentence.append(np.nanmean(agreement(result.cross.numpy(), source), axis=-1))
+        if progress:
+            progress(index + 1)
+    if not per_sentence:
+        raise ValueError("no non-empty sentence to average over")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(np.stack(per_sentence), axis=0), len(per_sentence)
 
 
 def contrastive(
