@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
 import sys
 from collections.abc import Collection
@@ -124,7 +125,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     model = _field_values(args, TransformerConfig, skip=TOKENIZER_FIELDS)
     values["model"] = TransformerConfig(src_vocab_size=args.vocab_size, tgt_vocab_size=args.vocab_size, **model)
     progress = train(TrainSettings(**values), resume=args.resume)
-    print(f"done: {progress.step} steps, best validation BLEU {progress.best_bleu:.2f} (epoch {progress.best_epoch})")
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, only rank 0 validated: its line alone
+        print(
+            f"done: {progress.step} steps, best validation BLEU {progress.best_bleu:.2f} (epoch {progress.best_epoch})"
+        )
     return 0
 
 

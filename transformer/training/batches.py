@@ -46,6 +46,15 @@ def token_batches(pairs: list[tuple[list[int], list[int]]], max_tokens: int, see
     return [batches[i] for i in permutation]
 
 
+def rank_batches(batches: list[list[int]], rank: int, world: int) -> list[list[int]]:
+    """One rank's share of an epoch's batches: every rank as many, the tail that does not divide dropped.
+
+    Ranks that took different numbers of steps would leave one waiting in a collective the others never join.
+    """
+    usable = len(batches) - len(batches) % world
+    return batches[rank:usable:world]
+
+
 def collate(
     pairs: list[tuple[list[int], list[int]]], indices: list[int], pad_id: int, start_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""The resumable training state: weights, optimizer moments, RNG and progress, in safetensors."""
+"""The resumable training state: weights, optimizer moments and progress, in safetensors."""
 
 from __future__ import annotations
 
@@ -48,9 +48,6 @@ def save_state(
     for index, values in optimizer_state["state"].items():
         for key, value in values.items():
             tensors[f"optimizer.{index}.{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-    tensors["rng.cpu"] = torch.get_rng_state()
-    if torch.cuda.is_available():
-        tensors["rng.cuda"] = torch.cuda.get_rng_state()
     metadata = {
         "config": model.config.to_json(),
         "tokenizer": base64.b64encode(tokenizer.model_proto).decode("ascii"),
@@ -73,7 +70,7 @@ class LoadedState:
     param_groups: list[dict[str, Any]]
 
     def restore(self, model: Transformer, optimizer: torch.optim.Optimizer) -> None:
-        """Puts weights, optimizer moments and random-number state back."""
+        """Puts weights and optimizer moments back (dropout's random numbers follow from the step: see train)."""
         weights = {k[len("model.") :]: v for k, v in self.tensors.items() if k.startswith("model.")}
         model.load_state_dict(weights, strict=False)
         state: dict[int, dict[str, torch.Tensor]] = {}
@@ -82,9 +79,6 @@ class LoadedState:
                 _, index, name = key.split(".", 2)
                 state.setdefault(int(index), {})[name] = value
         optimizer.load_state_dict({"state": state, "param_groups": self.param_groups})
-        torch.set_rng_state(self.tensors["rng.cpu"])
-        if "rng.cuda" in self.tensors and torch.cuda.is_available():
-            torch.cuda.set_rng_state(self.tensors["rng.cuda"])
 
 
 class TrainingStateError(ValueError):

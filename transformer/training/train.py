@@ -6,10 +6,12 @@ data-parallel under torchrun (one process per GPU).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,12 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer.decoding.translate import translate_texts
-from transformer.io.checkpoint import remove_stale_temporaries, save_checkpoint
+from transformer.io.checkpoint import remove_stale_temporaries, save_checkpoint, update_metadata
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import read_parallel
-from transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, train_tokenizer
-from transformer.training.batches import encode_pairs, iterate_batches, token_batches
+from transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from transformer.training.batches import encode_pairs, iterate_batches, rank_batches, token_batches
 from transformer.training.state import LoadedState, Progress, check_same_model, load_state, save_state
 
 DEFAULT_MODEL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, max_len=128)
@@ -168,8 +170,7 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     if resume and state is None and not quiet:
         print(f"no state at {settings.state_path}: starting afresh")
     torch.manual_seed(settings.seed)
-    tokenizer = state.tokenizer if state else train_tokenizer(src + tgt, settings.model.src_vocab_size,
-                                                              settings.tokenizer_type)  # fmt: skip
+    tokenizer = state.tokenizer if state else _joint_tokenizer(src + tgt, settings, rank, world)
     config = replace(
         settings.model, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
@@ -198,58 +199,39 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     model.train()
     started = time.perf_counter() - progress.elapsed_seconds
     while progress.epoch < settings.epochs:
-        batches = token_batches(pairs, settings.max_tokens, settings.seed, progress.epoch)[rank::world]
-        bar = tqdm(
-            total=len(batches),
-            initial=progress.batch,
-            desc=f"epoch {progress.epoch + 1}",
-            disable=quiet or rank > 0,
-            unit="batch",
-        )
+        batches = rank_batches(token_batches(pairs, settings.max_tokens, settings.seed, progress.epoch), rank, world)
+        bar = tqdm(total=len(batches), initial=progress.batch, desc=f"epoch {progress.epoch + 1}",
+                   disable=quiet or rank > 0, unit="batch")  # fmt: skip
         window_tokens, window_start = 0, time.perf_counter()
-        for index, (s, t_in, t_out) in iterate_batches(pairs, batches, PAD_ID, config.start_id, progress.batch):
-            s, t_in, t_out = s.to(device), t_in.to(device), t_out.to(device)
-            n_tokens = int((t_out != PAD_ID).sum())
+        for index, batch in iterate_batches(pairs, batches, PAD_ID, config.start_id, progress.batch):
+            # Dropout's random numbers for each step and rank follow from (seed, step, rank) alone, so a resumed
+            # run, on one process or several, draws exactly what an uninterrupted one would.
+            torch.manual_seed(settings.seed * 1_000_003 + progress.step * world + rank)
             lr = noam_rate(progress.step + 1, config.d_model, settings.lr_factor, settings.warmup)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            with autocast:
-                logits = compute_logits(s, t_in)
-            loss = loss_fn(logits.float().transpose(1, 2), t_out) / n_tokens
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), settings.clip_norm)
-            optimizer.step()
+            loss, tokens = training_step(compute_logits, model, optimizer, loss_fn, [t.to(device) for t in batch],
+                                         lr, settings.clip_norm, world, autocast)  # fmt: skip
             progress.step += 1
             progress.batch = index + 1
-            progress.loss_curve.append(loss.item())
+            progress.loss_curve.append(loss)
             progress.lr_curve.append(lr)
-            window_tokens += n_tokens
+            window_tokens += tokens
             bar.update(1)
-            bar.set_postfix(
-                loss=f"{progress.loss_curve[-1]:.3f}",
-                tok_s=f"{window_tokens / (time.perf_counter() - window_start):.0f}",
-            )
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{window_tokens / (time.perf_counter() - window_start):.0f}")
             progress.elapsed_seconds = time.perf_counter() - started
-            stop_now = settings.max_steps and progress.step >= settings.max_steps
+            stop_now = bool(settings.max_steps) and progress.step >= settings.max_steps  # the same on every rank
             if rank == 0 and (progress.step % settings.save_every == 0 or stop_now):
                 save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
             if stop_now:
                 bar.close()
-                return progress
+                return _finish(model, world, device, progress)
         bar.close()
         progress.epoch += 1
         progress.batch = 0
-        if rank == 0:
+        stop = False
+        if rank == 0:  # validates and saves while the other ranks wait at the broadcast below
             scores = validate(model, tokenizer, val_pairs, val_src, val_tgt, settings)
-            progress.epochs.append(
-                {
-                    "epoch": progress.epoch,
-                    "step": progress.step,
-                    **scores,
-                    "seconds": round(time.perf_counter() - started, 1),
-                }
-            )
+            progress.epochs.append({"epoch": progress.epoch, "step": progress.step, **scores,
+                                    "seconds": round(time.perf_counter() - started, 1)})  # fmt: skip
             if not quiet:
                 tqdm.write(
                     f"epoch {progress.epoch}: val loss {scores['val_loss']:.3f}, val BLEU {scores['val_bleu']:.2f}"
@@ -266,14 +248,92 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
                 progress.epochs_without_gain += 1
             if progress.epoch in settings.snapshot_epochs:
                 out = Path(settings.out)
-                snapshot = out.with_name(f"{out.stem}-epoch{progress.epoch}{out.suffix}")
-                save(snapshot, model, {"val_bleu_greedy": scores["val_bleu"]})
+                save(
+                    out.with_name(f"{out.stem}-epoch{progress.epoch}{out.suffix}"),
+                    model,
+                    {"val_bleu_greedy": scores["val_bleu"]},
+                )
             progress.elapsed_seconds = time.perf_counter() - started
             save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
-        if progress.epochs_without_gain >= settings.patience:
-            break
-        if settings.max_seconds and time.perf_counter() - started > settings.max_seconds:
+            out_of_time = bool(settings.max_seconds) and time.perf_counter() - started > settings.max_seconds
+            stop = progress.epochs_without_gain >= settings.patience or out_of_time
+        if rank_zero_says(stop, world, device):  # one decision, rank 0's clock and validation, for every rank
             break
     if rank == 0 and best_weights is not None:  # the best weights, with the whole run's curves
         save(settings.out, best_weights)
+    elif rank == 0 and Path(settings.out).exists():  # resumed after the best epoch: its file gets the whole curves
+        update_metadata(
+            Path(settings.out), lambda metadata: metadata.update(_metadata(settings, progress, counts, device, world))
+        )
+    return _finish(model, world, device, progress)
+
+
+def _joint_tokenizer(sentences: list[str], settings: TrainSettings, rank: int, world: int) -> Tokenizer:
+    """Trained on rank 0 and sent to the others, so that every rank encodes the data alike."""
+    proto = (
+        train_tokenizer(sentences, settings.model.src_vocab_size, settings.tokenizer_type).model_proto
+        if rank == 0
+        else None
+    )
+    if world > 1:
+        shared = [proto]
+        dist.broadcast_object_list(shared, src=0)
+        proto = shared[0]
+    return Tokenizer(proto)
+
+
+def training_step(
+    compute_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    model: Transformer,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: nn.Module,
+    batch: list[torch.Tensor],
+    lr: float,
+    clip_norm: float,
+    world: int,
+    autocast: contextlib.AbstractContextManager,
+) -> tuple[float, int]:
+    """One optimizer step on (src, decoder input, gold) of this rank; returns the loss per target token and
+    the target tokens, both over every rank.
+
+    The loss is normalised by every rank's target tokens together, so that a step of W ranks equals one
+    process's step over all W batches: DDP averages the ranks' gradients, so each rank's summed loss is
+    scaled by W / (all ranks' tokens).
+    """
+    src, decoder_input, gold = batch
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    with autocast:
+        logits = compute_logits(src, decoder_input)
+    summed = loss_fn(logits.float().transpose(1, 2), gold)
+    totals = torch.stack([summed.detach(), (gold != PAD_ID).sum().to(summed)])
+    if world > 1:
+        dist.all_reduce(totals)
+    optimizer.zero_grad(set_to_none=True)
+    (summed * world / totals[1]).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    optimizer.step()
+    return float(totals[0] / totals[1]), int(totals[1])
+
+
+def rank_zero_says(flag: bool, world: int, device: torch.device) -> bool:
+    """Rank 0's decision for every rank (each rank's own clock and state would disagree, and a rank that
+    stopped alone would leave the others waiting in a collective)."""
+    if world == 1:
+        return flag
+    decision = torch.tensor([int(flag)], device=device)
+    dist.broadcast(decision, src=0)
+    return bool(decision.item())
+
+
+def _finish(model: Transformer, world: int, device: torch.device, progress: Progress) -> Progress:
+    """Under torchrun: checks that every rank holds the same weights, waits for rank 0's saves, and leaves."""
+    if world > 1:
+        checksum = torch.stack([p.detach().double().sum() for p in model.parameters()]).to(device)
+        gathered = [torch.zeros_like(checksum) for _ in range(world)]
+        dist.all_gather(gathered, checksum)
+        if any(not torch.equal(gathered[0], other) for other in gathered[1:]):
+            raise RuntimeError("the ranks' weights differ after training: data-parallel steps went out of step")
+        dist.barrier()
+        dist.destroy_process_group()
     return progress
