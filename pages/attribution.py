@@ -10,6 +10,7 @@ from transformer.model.kinds import AttentionKind
 from transformer.viz.attribution import measures_over_tokens
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
+from transformer.viz.style import plotly_text
 from ui import keys, models, url
 from ui.charts import show
 from ui.controls import step as controls_step
@@ -67,7 +68,7 @@ measures = {
     "gradient × input": found.gradient_x_input[step],
     "integrated gradients": found.integrated_gradients[step],
 }
-show(measures_over_tokens(measures, result.src_pieces, f"what produced '{piece}': four measures over the source"),
+show(measures_over_tokens(measures, result.src_pieces, f"what produced '{plotly_text(piece)}': four measures over the source"),
      key="attribution_step")  # fmt: skip
 share = float(found.source_share[step])
 difference = float(found.log_probs[step] - found.baseline_log_probs[step])
@@ -130,7 +131,8 @@ if foil is not None:
         )  # fmt: skip
     foil_piece = checkpoint.tokenizer.id_to_piece(foil)
     show(measures_over_tokens({"source": source}, result.src_pieces,
-                              f"why '{piece}' rather than '{foil_piece}': integrated gradients of the difference"),
+                              f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
+                              "gradients of the difference"),
          key="attribution_contrast")  # fmt: skip
     st.caption(f"Red in the hover's value: a token that favoured '{piece}'; negative, one that favoured "
                f"'{foil_piece}'. The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total "

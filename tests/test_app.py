@@ -201,3 +201,15 @@ def test_presentation_mode_enlarges_figures(explorer):
     assert figure(explorer, 0)["layout"]["font"]["size"] == 18
     at = explorer.switch_page("pages/attention.py").run()
     assert figure(at, 0)["layout"]["font"]["size"] == 18  # kept across pages
+
+
+def test_quotes_in_a_sentence_show_as_quotes_in_every_figure():
+    at = translate(start(), 'An old man says "hello" to the dog\'s owner.')
+    labels = []
+    for index in range(len(at.get("plotly_chart"))):
+        for trace in figure(at, index)["data"]:
+            for axis in ("x", "y"):
+                values = trace.get(axis)
+                labels += [str(v) for v in values] if isinstance(values, list) else []
+    assert any('"' in label for label in labels)  # the quote piece is there, as a quote
+    assert not any("&quot;" in label or "&#x27;" in label for label in labels)

@@ -15,6 +15,8 @@ def test_repeated_tokens_keep_their_own_cells_and_html_is_escaped():
     assert len(set(labels)) == 3
     assert labels[1] == "&lt;script&gt;"
     assert labels[0].strip("\u200b") == labels[2].strip("\u200b")
+    # Plotly shows &quot; as typed: quotes stay quotes, only its tags are made inert (and & itself)
+    assert axis_labels(['▁"', "'", "&"]) == ['▁"', "'", "&amp;"]
 
 
 def test_heatmap_draws_the_weights_and_greys_masked_cells():

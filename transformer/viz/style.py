@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import html
-
 import plotly.graph_objects as go
 
 COLORSCALE = "Blues"
@@ -22,6 +20,14 @@ def fit_labels(fig: go.Figure) -> go.Figure:
     return fig
 
 
+def plotly_text(text: str) -> str:
+    """Text for Plotly's labels and titles: its pseudo-HTML tags made inert, and nothing else escaped.
+
+    Plotly decodes &amp; &lt; &gt; and numeric entities but shows &quot; as typed, so quotes stay quotes.
+    """
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def axis_labels(pieces: list[str]) -> list[str]:
     """Escaped token labels, made distinct by invisible zero-width spaces so repeats keep their own cell."""
     seen: dict[str, int] = {}
@@ -29,5 +35,5 @@ def axis_labels(pieces: list[str]) -> list[str]:
     for piece in pieces:
         count = seen.get(piece, 0)
         seen[piece] = count + 1
-        labels.append(html.escape(piece) + "\u200b" * count)
+        labels.append(plotly_text(piece) + "\u200b" * count)
     return labels
