@@ -21,8 +21,9 @@ st.title("Corpus")
 st.markdown("Translate a file (a test set, say), with its references to score each sentence; pick a row to "
             "open that sentence in the decode explorer.")  # fmt: skip
 with st.form("corpus"):
-    source_file = st.file_uploader("Source sentences, one a line (.txt or .gz)", type=["txt", "gz"], key="corpus_src")
-    reference_file = st.file_uploader("References, line by line (optional)", type=["txt", "gz"], key="corpus_ref")
+    # Any name (test.en, val.fr.gz, ...): the content is checked, as text or gzipped text, when it is read.
+    source_file = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="corpus_src")
+    reference_file = st.file_uploader("References, line by line (optional)", key="corpus_ref")
     limit = st.number_input("Sentences (from the top)", 1, MAX_SENTENCES, 200, key="corpus_limit")
     beam = st.slider("Beam width (1 = greedy)", 1, 8, 1, key="corpus_beam")
     run = st.form_submit_button("Translate the file")

@@ -43,7 +43,7 @@ statistics_view(head_statistics(view.maps, view.key_pieces), "sentence")
 
 st.subheader("Over a corpus sample")
 with st.form("corpus_statistics"):
-    uploaded = st.file_uploader("Source sentences, one a line (.txt or .gz)", type=["txt", "gz"], key="stats_file")
+    uploaded = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="stats_file")
     sample = st.slider("Sentences to use (from the top of the file)", 10, 500, 100, step=10, key="stats_sample")
     run = st.form_submit_button("Compute")
 if run and uploaded is not None:

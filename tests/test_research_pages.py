@@ -298,3 +298,16 @@ def test_nan_weights_are_shown_with_the_checkpoint_on_every_page(model, tokenize
     for page in ("pages/explorer.py", "pages/checkpoints.py"):
         at = at.switch_page(page).run()
         assert any("NaN or infinite weights" in w.value for w in at.sidebar.warning), page
+
+
+def test_parallel_corpus_names_such_as_test_en_are_accepted_and_checked_by_content():
+    at = start().switch_page("pages/corpus.py").run()
+    assert list(at.file_uploader(key="corpus_src").proto.type) == []  # no extension filter in the browser
+    at.file_uploader(key="corpus_src").set_value(("test.en", b"Two dogs play.\n", "application/octet-stream"))
+    at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    assert not at.exception and at.dataframe[0].value["translation"].iloc[0]
+    at.file_uploader(key="corpus_src").set_value(("photo.jpg", b"\xff\xd8\xff\xe0 not text", "image/jpeg"))
+    at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    assert "is not UTF-8 text" in errors(at)
+    at = at.switch_page("pages/heads.py").run()
+    assert list(at.file_uploader(key="stats_file").proto.type) == []
