@@ -2,7 +2,13 @@
 
 import streamlit as st
 
-from transformer.analysis.head_stats import STATISTICS, corpus_statistics, head_statistics, statistics_frame
+from transformer.analysis.head_stats import (
+    STATISTICS,
+    corpus_statistics,
+    head_statistics,
+    statistic_ranges,
+    statistics_frame,
+)
 from transformer.analysis.views import attention_view
 from transformer.decoding.settings import DecodeSettings
 from transformer.model.kinds import AttentionKind
@@ -21,7 +27,7 @@ kind = controls.attention_kind(horizontal=True)
 st.caption(" · ".join(f"**{name}**: {meaning}" for name, meaning in STATISTICS.items()))
 
 
-def statistics_view(statistics: dict, key: str) -> None:
+def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, float]]) -> None:
     """A sortable table (click a column), one statistic as a layers x heads heatmap, and the CSV."""
     frame = statistics_frame(statistics)
     left, right = st.columns([3, 2])
@@ -33,13 +39,17 @@ def statistics_view(statistics: dict, key: str) -> None:
         name = st.selectbox("Statistic", list(STATISTICS), key=f"{key}_statistic")
         layers, heads = statistics[name].shape
         figure = matrix_heatmap(statistics[name], name, [f"layer {i + 1}" for i in range(layers)],
-                                [f"head {h + 1}" for h in range(heads)], probabilities=name not in ("entropy", "distance"))  # fmt: skip
+                                [f"head {h + 1}" for h in range(heads)], value_range=ranges[name])  # fmt: skip
         show(figure, key=f"{key}_heatmap")
 
 
 st.subheader("This sentence")
 view = attention_view(result, kind)
-statistics_view(head_statistics(view.maps, view.key_pieces), "sentence")
+sentence_statistics = head_statistics(view.maps, view.key_pieces)
+stored = session.get("stats_over_corpus")
+stored = stored if stored and (stored.kind, stored.checkpoint_key) == (kind.value, explored.checkpoint_key) else None
+ranges = statistic_ranges(len(view.key_pieces), sentence_statistics, stored.statistics if stored else None)
+statistics_view(sentence_statistics, "sentence", ranges)
 
 st.subheader("Over a corpus sample")
 with st.form("corpus_statistics"):
@@ -68,13 +78,13 @@ if run and uploaded is not None:
                 progress=lambda done: bar.progress(done / len(sentences), text=f"{done}/{len(sentences)} sentences"),
             ),  # fmt: skip
         )
-        bar.empty()
+        st.rerun()  # both maps drawn again on one colour range per statistic
 elif run:
     st.warning("Choose a file first.")
 stored = session.get("stats_over_corpus")
 if stored and (stored.kind, stored.checkpoint_key) == (kind.value, explored.checkpoint_key):
-    st.caption(f"Averaged over {stored.sentences} sentences.")
-    statistics_view(stored.statistics, "corpus")
+    st.caption(f"Averaged over {stored.sentences} sentences; the colours use the same range as the sentence's.")
+    statistics_view(stored.statistics, "corpus", ranges)
 
 st.subheader("Head ablation")
 st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")

@@ -311,3 +311,22 @@ def test_parallel_corpus_names_such_as_test_en_are_accepted_and_checked_by_conte
     assert "is not UTF-8 text" in errors(at)
     at = at.switch_page("pages/heads.py").run()
     assert list(at.file_uploader(key="stats_file").proto.type) == []
+
+
+def test_head_statistics_use_one_sequential_range_per_statistic_for_both_maps():
+    at = start().switch_page("pages/heads.py").run()
+    at.file_uploader(key="stats_file").set_value(
+        ("sample.txt", b"A dog runs.\nTwo men talk in the park.\n", "text/plain")
+    )
+    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    for statistic in ("entropy", "distance", "same"):
+        at.selectbox(key="sentence_statistic").set_value(statistic).run()
+        at.selectbox(key="corpus_statistic").set_value(statistic).run()
+        traces = [f["data"][0] for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
+                  if f["layout"]["title"]["text"].startswith(statistic)]  # fmt: skip
+        assert len(traces) == 2, statistic
+        for trace in traces:
+            values = array(trace["z"])
+            assert trace["zmin"] == 0 and "zmid" not in trace  # never negative: no scale centred on 0
+            assert np.nanmax(values) <= trace["zmax"] + 1e-9, statistic  # nothing clipped
+        assert traces[0]["zmax"] == traces[1]["zmax"], statistic  # the sentence's and the corpus's alike

@@ -25,6 +25,24 @@ STATISTICS = {
     "distance": "mean distance |query - key| in positions",
 }
 SPECIAL_PIECES = ("<s>", "</s>")
+SHARES = ("previous", "same", "next", "special")  # shares of a row's weight: 0 to 1
+
+
+def statistic_ranges(keys: int, *tables: dict[str, np.ndarray] | None) -> dict[str, tuple[float, float]]:
+    """One colour range per statistic, the same for every map drawn of it (the sentence's and the corpus's).
+
+    Shares run from 0 to 1; entropy from 0 to log K (uniform over the sentence's K keys) or past it where a
+    corpus average reaches higher; distance from 0 to the largest value shown. None of them is ever negative.
+    """
+    shown = [table for table in tables if table is not None]
+
+    def largest(name: str) -> float:
+        return max(float(np.nanmax(table[name])) for table in shown) if shown else 0.0
+
+    ranges = {name: (0.0, 1.0) for name in SHARES}
+    ranges["entropy"] = (0.0, max(float(np.log(max(keys, 2))), largest("entropy")))
+    ranges["distance"] = (0.0, max(largest("distance"), 1.0))
+    return ranges
 
 
 def _offset_share(maps: np.ndarray, offset: int) -> np.ndarray:

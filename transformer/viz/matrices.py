@@ -26,19 +26,23 @@ def matrix_heatmap(
     x_title: str | None = None,
     y_title: str | None = None,
     probabilities: bool = False,
+    value_range: tuple[float, float] | None = None,
 ) -> go.Figure:
     """A real matrix with its shape in the title; -inf cells (masked) grey; one row outlined if asked.
 
-    Probabilities (0..1) get the attention colour scale, anything else a diverging one centred on 0.
+    Probabilities (0..1), or values of a given non-negative range, get the attention's sequential colour
+    scale; anything else a diverging one centred on 0.
     """
     z = np.asarray(matrix, dtype=np.float32)
     rows, columns = z.shape
     z = np.where(np.isneginf(z), np.float32("nan"), z)
     finite = np.abs(z[np.isfinite(z)])
     bound = float(finite.max()) if finite.size else 1.0
+    if probabilities:
+        value_range = (0.0, 1.0)
     scale = (
-        dict(colorscale="Blues", zmin=0, zmax=1)
-        if probabilities
+        dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
+        if value_range is not None
         else dict(colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound)
     )
     fig = go.Figure(
