@@ -59,7 +59,7 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tup
         notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
         notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
-    unknown = checkpoint.tokenizer.unknown_characters(text)
+    unknown = checkpoint.tokenizer.unknown_parts(text)
     if unknown:
         shown = " ".join(repr(c) for c in unknown[:20])
         notes.append(f"Not in this model's vocabulary, read as the unknown token <unk>: {shown}")

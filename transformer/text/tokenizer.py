@@ -76,9 +76,21 @@ class Tokenizer:
     def id_to_piece(self, token_id: int) -> str:
         return self.pieces[token_id]
 
-    def unknown_characters(self, text: str) -> list[str]:
-        """The distinct characters of text that the vocabulary lacks (they become the unknown token)."""
-        return [c for c in dict.fromkeys(text) if not c.isspace() and self.unk_id in self.encode(c)]
+    def unknown_parts(self, text: str) -> list[str]:
+        """The distinct parts of text read as the unknown token, as the whole text is split.
+
+        Letters alone may be unknown to a vocabulary of words that knows every word they spell: only
+        what the text's own pieces miss is reported (a character, or a whole word in a word vocabulary).
+        """
+        text = LONE_SURROGATE.sub("\ufffd", text)
+        if self.vocabulary is not None and text.startswith(">>") and "<<" in text:
+            text = text[text.index("<<") + 2 :]  # the language code is a piece of its own
+        parts = [
+            piece.surface.strip()
+            for piece in self.processor.EncodeAsProto(text).pieces
+            if (piece.id == self.processor.unk_id() if self.vocabulary is None else piece.piece not in self.piece_ids)
+        ]
+        return [part for part in dict.fromkeys(parts) if part]
 
     def same_as(self, other: Tokenizer) -> bool:
         """Whether two tokenizers give the same ids for every text (so their models' outputs compare)."""
