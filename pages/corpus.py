@@ -2,6 +2,7 @@
 
 import pandas as pd
 import sacrebleu
+from sacrebleu.metrics import BLEU
 import streamlit as st
 
 from transformer.analysis.attribution import corpus_agreement
@@ -58,8 +59,8 @@ if run:
             table["reference"] = references
             table["BLEU"] = [sacrebleu.sentence_bleu(o, [r]).score for o, r in zip(outputs, references)]
             table["chrF"] = [sacrebleu.sentence_chrf(o, [r]).score for o, r in zip(outputs, references)]
-            corpus = sacrebleu.corpus_bleu(outputs, [references])
-            score = f"corpus BLEU {corpus.score:.2f} ({corpus.format(signature=True).split()[-1]})"
+            metric = BLEU()
+            score = f"corpus BLEU {metric.corpus_score(outputs, [references]).score:.2f} ({metric.get_signature()})"
         else:
             score = None
         session.corpus_run = keys.CorpusRun(explored.checkpoint_key, table, score)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -166,6 +167,10 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
     assert not at.exception
     table = at.dataframe[0].value
     assert list(table.columns) == ["source", "translation", "reference", "BLEU", "chrF"]
+    score = next(m.value for m in at.markdown if m.value.startswith("corpus BLEU"))
+    assert re.fullmatch(
+        r"corpus BLEU \d+\.\d\d \(nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:[\d.]+\)", score
+    )
     assert table["BLEU"].iloc[0] > 50
     at.number_input(key="corpus_row_[]").set_value(2).run()
     at.button(key="corpus_open").click().run()

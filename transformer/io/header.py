@@ -43,7 +43,10 @@ def read_header(data: bytes) -> dict[str, Any]:
         )
     (header_bytes,) = struct.unpack("<Q", data[:8])
     if header_bytes > MAX_HEADER_BYTES:
-        raise CheckpointError(f"not a checkpoint: header claims {header_bytes:,} bytes (limit {MAX_HEADER_BYTES:,})")
+        raise CheckpointError(
+            "this is not a checkpoint file (a checkpoint begins with the length of its header; these first bytes "
+            f"would mean a header of {header_bytes:,} bytes, over the limit of {MAX_HEADER_BYTES:,})"
+        )
     if 8 + header_bytes > len(data):
         raise CheckpointError(f"file is truncated: header claims {header_bytes:,} bytes, file has {len(data) - 8:,}")
     try:
