@@ -2,8 +2,8 @@
 
 import pandas as pd
 import sacrebleu
-from sacrebleu.metrics import BLEU
 import streamlit as st
+from sacrebleu.metrics import BLEU
 
 from transformer.analysis.attribution import corpus_agreement
 from transformer.decoding.settings import DecodeSettings
