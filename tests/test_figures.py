@@ -65,3 +65,12 @@ def test_report_is_self_contained_and_escapes_user_text(model, tokenizer):
     assert "tiny &lt;b&gt;" in page
     assert 'src="http' not in page and "cdn" not in page.lower()[:2000]
     assert page.count("Plotly.newPlot") == 5  # output probabilities, three kinds, rollout
+
+
+def test_legends_sit_above_the_plot_clear_of_the_axis_titles():
+    from transformer.viz.charts import curves, grouped_bars, lines
+
+    for fig in (curves(np.zeros((5, 4)), [0, 1], "sinusoids"), grouped_bars(["a", "b"], {"x": [1, 2], "y": [2, 1]}, "t", "y"),
+                lines({"a": ([1, 2], [3, 4]), "b": ([1, 2], [4, 3])}, "t", "x", "y")):  # fmt: skip
+        legend = fig.layout.legend
+        assert legend.orientation == "h" and legend.y >= 1 and legend.yanchor == "bottom"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from transformer.viz.style import axis_labels, fit_labels
+from transformer.viz.style import LEGEND_ABOVE, axis_labels, fit_labels
 
 
 def probability_bars(
@@ -51,7 +51,7 @@ def curves(table: np.ndarray, columns: list[int], title: str, x_title: str = "po
     fig = go.Figure(
         [go.Scatter(y=np.asarray(table[:, c], dtype=np.float32), mode="lines", name=f"dimension {c}") for c in columns]
     )
-    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+    fig.update_layout(title=title, height=380, margin=dict(l=10, r=10, t=80, b=10), legend=LEGEND_ABOVE)
     fig.update_xaxes(title=x_title)
     return fit_labels(fig)
 
@@ -62,8 +62,8 @@ def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y
     fig = go.Figure(
         [go.Bar(x=labels, y=np.asarray(values, dtype=np.float32), name=name) for name, values in series.items()]
     )
-    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=50, b=10),
-                      legend=dict(orientation="h"))  # fmt: skip
+    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=80, b=10),
+                      legend=LEGEND_ABOVE)  # fmt: skip
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(title=y_title)
     return fit_labels(fig)
@@ -74,7 +74,7 @@ def lines(series: dict[str, tuple[list[float], list[float]]], title: str, x_titl
     fig = go.Figure(
         [go.Scatter(x=x, y=np.asarray(y, dtype=np.float32), mode="lines", name=name) for name, (x, y) in series.items()]
     )
-    fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=50, b=10), legend=dict(orientation="h"))
+    fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=80, b=10), legend=LEGEND_ABOVE)
     fig.update_xaxes(title=x_title)
     fig.update_yaxes(title=y_title)
     return fit_labels(fig)

@@ -10,6 +10,10 @@ COLORSCALE = "Blues"
 MASKED_COLOR = "#b9b9b9"  # the plot background shows through masked (NaN) cells
 
 
+# A horizontal legend between the title and the plot: below it, it sat on the x axis's title.
+LEGEND_ABOVE = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x=0)
+
+
 FIGURE_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
 
