@@ -39,7 +39,10 @@ words = controls[4].toggle(
     help="Sum over the pieces of a key word, mean over those of a query word.",
     **keys.shared("words"),
 )
-step = controls_step(result, "Decoding step (rows up to it)") if not kind.queries_from_source else None
+step = None
+if not kind.queries_from_source:
+    chosen = controls_step(result, "Rows up to decoding step (the whole decode until you step)")
+    step = chosen if session.get("stepped") else None  # opened directly: every row, not the first step's one
 
 view = attention_view(result, kind, step, words)
 layers = view.maps.shape[0]

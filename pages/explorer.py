@@ -33,6 +33,7 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 
 def _go(step: int) -> None:
     session.step = step
+    session.stepped = True
     session.playing = False
 
 
@@ -64,7 +65,7 @@ def _navigation(result: DecodeResult, step: int) -> None:
             session.playing = False
             st.rerun()
     elif row.button("Play", icon=":material/play_arrow:", disabled=step == steps - 1, key="play"):
-        session.playing = True
+        session.playing = session.stepped = True
         st.rerun()
     step_slider(result, "Step", label_visibility="collapsed")
 

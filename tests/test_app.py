@@ -109,7 +109,7 @@ def test_attention_page_views(explorer, reference):
     heads = reference.cross.shape[1]
     layers = reference.cross.shape[0]
     z = array(figure(at, 0)["data"][0]["z"])
-    assert np.allclose(z, reference.cross[0, 0, :1].numpy(), atol=1e-6)  # step 1: one row
+    assert np.allclose(z, reference.cross[0, 0].numpy(), atol=1e-6)  # nobody stepped yet: the whole decode
     expected_traces = {"head": 1, "layer": heads, "model": layers * heads, "mean": layers}
     for view, traces in expected_traces.items():
         at.radio(key="widget_view").set_value(view).run()
@@ -213,3 +213,17 @@ def test_quotes_in_a_sentence_show_as_quotes_in_every_figure():
                 labels += [str(v) for v in values] if isinstance(values, list) else []
     assert any('"' in label for label in labels)  # the quote piece is there, as a quote
     assert not any("&quot;" in label or "&#x27;" in label for label in labels)
+
+
+def test_attention_maps_open_on_the_whole_decode_until_the_visitor_steps():
+    at = start({"text": "Two dogs are playing in the snow."})
+    steps = at.session_state["result"].steps
+    at = at.switch_page("pages/attention.py").run()  # opened directly, nobody stepped yet
+    at.radio(key="widget_kind").set_value("decoder").run()
+    assert array(figure(at, 0)["data"][0]["z"]).shape == (steps, steps)  # every row, not the first step's one
+    assert "step" not in at.query_params  # a link made now opens on the whole decode too
+    at = at.switch_page("pages/explorer.py").run()
+    at.button(key="next").click().run()
+    at = at.switch_page("pages/attention.py").run()
+    assert array(figure(at, 0)["data"][0]["z"]).shape == (2, 2)  # rows up to the step taken
+    assert at.query_params["step"] == "2"

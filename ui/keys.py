@@ -82,6 +82,7 @@ KEYS: dict[str, Key] = {
     "branch": Key(DecodeResult, None, "a what-if decode from a step of `result`"),
     "show_branch": Key(bool, None, "whether the pages show the branch instead of the result"),
     "step": Key(int, None, "the decoding step on screen (0-based)"),
+    "stepped": Key(bool, None, "whether the visitor has chosen a step (until then, maps show the whole decode)"),
     "layer": Key(int, None, "the layer on screen (0-based)"),
     "head": Key(int, None, "the head on screen (0-based)"),
     "kind": Key(str, None, "the attention kind on screen (an AttentionKind value)"),
@@ -126,6 +127,8 @@ def shared(name: str, in_form: bool = False) -> dict:
 def store(*names: str) -> None:
     for name in names:
         st.session_state[name] = st.session_state[f"widget_{name}"]
+    if "step" in names:
+        st.session_state.stepped = True
 
 
 def clamp_index(name: str, size: int, default: int = 0) -> int:

@@ -25,6 +25,8 @@ def read_url_once(checkpoints: dict) -> None:
         number = _position(params.get(name, ""))
         if number is not None:
             st.session_state[f"url_{name}"] = number - 1  # applied once the result says what is in range
+            if name == "step":
+                st.session_state.stepped = True  # the link's sender had chosen a step
     if params.get("kind") in [kind.value for kind in AttentionKind]:
         st.session_state.kind = params["kind"]
 
@@ -51,7 +53,7 @@ def write_url() -> None:
     state = st.session_state
     params = {"ckpt": state.get("checkpoint"), "text": url_text(state.get("applied_text", ""))}
     for name in ("step", "layer", "head"):
-        if isinstance(state.get(name), int):
+        if isinstance(state.get(name), int) and (name != "step" or state.get("stepped")):
             params[name] = str(state[name] + 1)
     if state.get("kind"):
         params["kind"] = state.kind
