@@ -91,8 +91,12 @@ st.markdown("Switch heads off (their output no longer reaches the rest of the mo
 heads = result.cross.shape[1]
 options = [(kind.value, layer, head) for kind in AttentionKind for layer in range(result.maps(kind).shape[0])
            for head in range(heads)]  # fmt: skip
-chosen = st.multiselect("Heads to switch off", options, format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}",
-                        key="ablate_heads")  # fmt: skip
+with st.form("ablation"):
+    picked = st.multiselect("Heads to switch off", options,
+                            format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}", key="ablate_heads")  # fmt: skip
+    if st.form_submit_button("Decode without them"):  # once, however many heads were picked one by one
+        session.ablated = tuple(picked)
+chosen = [head for head in session.get("ablated", ()) if head in options]
 if chosen:
     baseline = models.decode_cached(checkpoint, explored.checkpoint_key, explored.text, DecodeSettings())
     with st.spinner("Decoding without those heads ..."):

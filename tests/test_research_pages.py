@@ -143,6 +143,9 @@ def test_head_statistics_and_ablation_change_the_output():
     assert at.dataframe[0].value.shape == (24, 6)
     every_cross_head = [("cross", layer, head) for layer in range(3) for head in range(8)]
     at.multiselect(key="ablate_heads").set_value(every_cross_head).run()
+    assert "a different output" not in markdown(at)  # picking heads decodes nothing: the button applies them
+    at.multiselect(key="ablate_heads").set_value(every_cross_head)
+    at.button(key="FormSubmitter:ablation-Decode without them").click().run()
     assert not at.exception
     assert "a different output" in markdown(at)
 
@@ -220,7 +223,8 @@ def test_a_rerun_of_a_page_only_reads(page, monkeypatch):
 
     at = start().switch_page(page).run()
     if page == "pages/heads.py":
-        at.multiselect(key="ablate_heads").set_value([("cross", 0, 0)]).run()
+        at.multiselect(key="ablate_heads").set_value([("cross", 0, 0)])
+        at.button(key="FormSubmitter:ablation-Decode without them").click().run()
     assert not at.exception
 
     def no_model(*args, **kwargs):

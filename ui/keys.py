@@ -100,6 +100,7 @@ KEYS: dict[str, Key] = {
     "upload_done": Key(str, None, "the last upload handled, so a rerun does not load it again"),
     "corpus_run": Key(CorpusRun, None, "the Corpus page's translated file"),
     "stats_over_corpus": Key(CorpusStatistics, None, "head statistics over an uploaded file"),
+    "ablated": Key(tuple, None, "the heads switched off on Head statistics, applied with its button"),
     "corpus_agreement": Key(CorpusAgreement, None, "heads' agreement with the gradients over the Corpus file"),
 }
 
