@@ -15,13 +15,7 @@ from ui.controls import kind_layer_head
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
 
-VIEWS = {
-    "head": "one head",
-    "layer": "all heads of a layer",
-    "model": "whole model (layers × heads)",
-    "mean": "mean over heads",
-    "rollout": "rollout (encoder)",
-}
+VIEWS = keys.ATTENTION_VIEWS
 
 explored = page_frame()
 result = explored.result

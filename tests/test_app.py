@@ -227,3 +227,22 @@ def test_attention_maps_open_on_the_whole_decode_until_the_visitor_steps():
     at = at.switch_page("pages/attention.py").run()
     assert array(figure(at, 0)["data"][0]["z"]).shape == (2, 2)  # rows up to the step taken
     assert at.query_params["step"] == "2"
+
+
+def test_a_link_holds_the_decoding_settings_view_and_modes():
+    link = {"text": "Two dogs are playing in the snow.", "strategy": "beam", "beam_width": "3", "length_penalty": "0.3",
+            "view": "model", "words": "1", "presentation": "1", "kind": "decoder"}  # fmt: skip
+    at = start(link)
+    assert not at.exception
+    settings = at.session_state["applied_settings"]
+    assert (settings.strategy, settings.beam_width, settings.length_penalty) == ("beam", 3, 0.3)
+    assert at.session_state["result"].strategy.startswith("beam")
+    assert figure(at, 0)["layout"]["font"]["size"] == 18  # presentation mode
+    at = at.switch_page("pages/attention.py").run()
+    assert at.radio(key="widget_view").value == "model" and at.toggle(key="widget_words").value
+    assert {name: at.query_params[name] for name in link if name != "text"} == {
+        k: v for k, v in link.items() if k != "text"
+    }
+    odd = start({"text": "A dog.", "beam_width": "999", "temperature": "nan", "strategy": "magic", "view": "x",
+                 "words": "yes", "seed": "-1", "top_k": "1e3"})  # fmt: skip
+    assert not odd.exception and odd.session_state["applied_settings"] == type(settings)()  # all ignored

@@ -113,3 +113,25 @@ def test_every_page_loads_nothing_from_outside_the_app(server, browser):
         wait_idle(page)
     page.wait_for_timeout(500)
     assert outside == []  # a classroom without internet: no stalled request, no missing icon
+
+
+def test_a_link_opens_the_same_view_in_a_fresh_browser(server, browser):
+    first = browser.new_context(viewport={"width": 1500, "height": 1100})
+    page = first.new_page()
+    page.goto(f"{server}/attention?text=Two%20dogs%20play%20in%20the%20snow.&strategy=beam&beam_width=3&view=model"
+              "&words=1&kind=cross&presentation=1")  # fmt: skip
+    wait_for_heatmaps(page, 24)
+    wait_idle(page)
+    link = page.url
+    assert "strategy=beam" in link and "view=model" in link and "presentation=1" in link
+    drawn = page.locator(".js-plotly-plot .heatmaplayer image").count()
+    labels = page.locator(".js-plotly-plot .xtick text").all_text_contents()
+    second = browser.new_context(viewport={"width": 1500, "height": 1100})  # no cookie, no session: only the link
+    other = second.new_page()
+    other.goto(link)
+    wait_for_heatmaps(other, drawn)
+    wait_idle(other)
+    assert other.locator(".js-plotly-plot .heatmaplayer image").count() == drawn
+    assert other.locator(".js-plotly-plot .xtick text").all_text_contents() == labels
+    first.close()
+    second.close()

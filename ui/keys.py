@@ -20,6 +20,16 @@ DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
 MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)
 MAX_TYPED_CHARACTERS = 20_000  # what the text box takes; past MAX_CHARACTERS the page says it cut the text
 SETTINGS = tuple(field.name for field in fields(DecodeSettings))  # each has a sidebar widget of that name
+# The sidebar's range of each numeric setting (a link's values are held to them too).
+SETTING_RANGES = {"beam_width": (1, 10), "length_penalty": (0.0, 2.0), "temperature": (0.1, 2.0), "top_k": (0, 1000),
+                  "seed": (0, 2**31 - 1), "max_new_tokens": (0, 1024)}  # fmt: skip
+ATTENTION_VIEWS = {
+    "head": "one head",
+    "layer": "all heads of a layer",
+    "model": "whole model (layers × heads)",
+    "mean": "mean over heads",
+    "rollout": "rollout (encoder)",
+}
 
 
 @dataclass(frozen=True)

@@ -39,14 +39,15 @@ def _settings_form() -> bool:
         st.text_area("Sentence", height=100, max_chars=keys.MAX_TYPED_CHARACTERS, **keys.shared("text", in_form=True))
         with st.expander("Decoding", expanded=False):
             st.radio("Strategy", STRATEGIES, horizontal=True, **keys.shared("strategy", in_form=True))
-            st.slider("Beam width", 1, 10, **keys.shared("beam_width", in_form=True))
-            st.slider(
-                "Length penalty (beam, 0 = none)", 0.0, 2.0, step=0.1, **keys.shared("length_penalty", in_form=True)
-            )
-            st.slider("Temperature (sampling)", 0.1, 2.0, step=0.1, **keys.shared("temperature", in_form=True))
-            st.number_input("Top-k (sampling, 0 = all)", 0, 1000, **keys.shared("top_k", in_form=True))
-            st.number_input("Seed (sampling)", 0, 2**31 - 1, **keys.shared("seed", in_form=True))
-            st.number_input("Output tokens at most (0 = twice the source + 10)", 0, 1024,
+            ranges = keys.SETTING_RANGES
+            st.slider("Beam width", *ranges["beam_width"], **keys.shared("beam_width", in_form=True))
+            st.slider("Length penalty (beam, 0 = none)", *ranges["length_penalty"], step=0.1,
+                      **keys.shared("length_penalty", in_form=True))  # fmt: skip
+            st.slider("Temperature (sampling)", *ranges["temperature"], step=0.1,
+                      **keys.shared("temperature", in_form=True))  # fmt: skip
+            st.number_input("Top-k (sampling, 0 = all)", *ranges["top_k"], **keys.shared("top_k", in_form=True))
+            st.number_input("Seed (sampling)", *ranges["seed"], **keys.shared("seed", in_form=True))
+            st.number_input("Output tokens at most (0 = twice the source + 10)", *ranges["max_new_tokens"],
                             **keys.shared("max_new_tokens", in_form=True))  # fmt: skip
         return st.form_submit_button(
             "Translate", type="primary", width="stretch", on_click=keys.store, args=FORM_KEYS, key="translate"

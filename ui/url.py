@@ -7,8 +7,9 @@ from urllib.parse import quote
 
 import streamlit as st
 
+from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.model.kinds import AttentionKind
-from ui.keys import MAX_CHARACTERS
+from ui.keys import ATTENTION_VIEWS, MAX_CHARACTERS, SETTING_RANGES, SETTINGS
 
 
 def read_url_once(checkpoints: dict) -> None:
@@ -29,10 +30,27 @@ def read_url_once(checkpoints: dict) -> None:
                 st.session_state.stepped = True  # the link's sender had chosen a step
     if params.get("kind") in [kind.value for kind in AttentionKind]:
         st.session_state.kind = params["kind"]
+    if params.get("strategy") in STRATEGIES:
+        st.session_state.strategy = params["strategy"]
+    for name, (low, high) in SETTING_RANGES.items():
+        value = _number(params.get(name, ""), type(low))
+        if value is not None and low <= value <= high:
+            st.session_state[name] = value
+    if params.get("view") in ATTENTION_VIEWS:
+        st.session_state.view = params["view"]
+    for name in ("words", "presentation"):
+        if params.get(name) in ("0", "1"):
+            st.session_state[name] = params[name] == "1"
 
 
 # Links stay under the length every browser, proxy and server takes (nginx's default line buffer is 8 KB).
 MAX_URL_TEXT_BYTES = 2000
+
+
+def _number(value: str, kind: type) -> int | float | None:
+    """An ASCII decimal number of the given type from a URL, or None (never an exception, never NaN)."""
+    pattern = r"[0-9]{1,10}" if kind is int else r"[0-9]{1,6}(\.[0-9]{1,6})?"
+    return kind(value) if re.fullmatch(pattern, value) else None
 
 
 def _position(value: str) -> int | None:
@@ -49,9 +67,26 @@ def url_text(text: str) -> str:
 
 
 def write_url() -> None:
-    """The URL names the view on screen: checkpoint, sentence, step, layer, head, kind (all 1-based)."""
+    """The URL names the view on screen: checkpoint, sentence, decoding settings that differ from the
+    defaults, step, layer, head (1-based), kind, the attention view, words and presentation mode."""
     state = st.session_state
-    params = {"ckpt": state.get("checkpoint"), "text": url_text(state.get("applied_text", ""))}
+    text = state.get("applied_text", "")
+    params = {"ckpt": state.get("checkpoint"), "text": url_text(text)}
+    if len(params["text"]) < len(text):
+        st.caption(f"The link to this view holds the sentence's first {len(params['text']):,} characters only, "
+                   "so that it opens in every browser.")  # fmt: skip
+    applied, default = state.get("applied_settings"), DecodeSettings()
+    if applied is not None:
+        params |= {
+            name: f"{getattr(applied, name):g}"
+            if isinstance(getattr(applied, name), float)
+            else str(getattr(applied, name))
+            for name in SETTINGS
+            if getattr(applied, name) != getattr(default, name)
+        }
+    if state.get("view", "head") != "head":
+        params["view"] = state.view
+    params |= {name: "1" for name in ("words", "presentation") if state.get(name)}
     for name in ("step", "layer", "head"):
         if isinstance(state.get(name), int) and (name != "step" or state.get("stepped")):
             params[name] = str(state[name] + 1)
