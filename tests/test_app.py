@@ -246,3 +246,16 @@ def test_a_link_holds_the_decoding_settings_view_and_modes():
     odd = start({"text": "A dog.", "beam_width": "999", "temperature": "nan", "strategy": "magic", "view": "x",
                  "words": "yes", "seed": "-1", "top_k": "1e3"})  # fmt: skip
     assert not odd.exception and odd.session_state["applied_settings"] == type(settings)()  # all ignored
+
+
+def test_a_sentence_outside_what_the_model_knows_gets_notes_not_a_refusal():
+    at = translate(start(), "Zwei junge Männer spielen Fußball im Park, während ihre Freunde zuschauen.")
+    assert not at.exception and "Step 1 of" in markdown(at)
+    notes = " ".join(element.value for element in [*at.warning, *at.info]).replace("\\", "")
+    assert "falls apart into short pieces" in notes and "repeats itself" in notes and "length limit" in notes
+    assert "Trained to translate en→fr, 29,000 sentence pairs (train.en.gz)." in " ".join(
+        c.value for c in at.sidebar.caption
+    ).replace("\\", "")
+    at = translate(at, "Two dogs are playing in the snow.")
+    notes = " ".join(element.value for element in [*at.warning, *at.info])
+    assert "falls apart" not in notes and "repeats" not in notes and "length limit" not in notes

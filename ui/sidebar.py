@@ -8,9 +8,11 @@ from pathlib import Path
 import streamlit as st
 import torch
 
+from transformer.analysis.degenerate import decode_notes
 from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint, CheckpointError
+from transformer.io.metadata import read_metadata
 from ui import keys, models, url
 from ui.text import literal
 
@@ -60,6 +62,7 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tup
         notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
         notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
+    notes += decode_notes(result, checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id))
     unknown = checkpoint.tokenizer.unknown_parts(text)
     if unknown:
         shown = " ".join(repr(c) for c in unknown[:20])
@@ -99,6 +102,9 @@ def render() -> Explored | None:
         return None
     for problem in checkpoint.problems:
         st.sidebar.warning(literal(f"{problem}: its outputs cannot be trusted."))
+    trained_on = read_metadata(checkpoint.metadata).trained_on
+    if trained_on:
+        st.sidebar.caption(literal(f"{trained_on} Sentences far from that data give outputs that mean little."))
     text, settings = session.applied_text, session.applied_settings
     request = keys.DecodeRequest(key, text, settings)
     if session.get("result_request") != request:

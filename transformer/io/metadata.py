@@ -86,6 +86,16 @@ class CheckpointMetadata:
     def language_pair(self) -> str:
         return f"{self.src_lang or '?'}→{self.tgt_lang or '?'}"
 
+    @property
+    def trained_on(self) -> str | None:
+        """What the model was trained on, in a line for the visitor typing a sentence; None if nothing is known."""
+        if not (self.src_lang or self.tgt_lang or self.data):
+            return None
+        train = self.data.get("train_src", {})
+        pairs = f", {train['lines']:,} sentence pairs" if train.get("lines") else ""
+        source = f" ({train['path'].rsplit('/', 1)[-1]})" if train.get("path") else ""
+        return f"Trained to translate {self.language_pair}{pairs}{source}."
+
 
 def read_metadata(raw: Any) -> CheckpointMetadata:
     """The typed reading of a checkpoint's `metadata` JSON; anything malformed reads as unknown."""

@@ -1,0 +1,48 @@
+"""Signs that a decode went outside what the model knows: said as notes beside the output, never refusals.
+
+A German sentence given to an English-French model comes apart into letters and comes back as
+"Jemmmmmmm ... Le Le Le Le"; a model past its training lengths repeats itself until the length limit.
+"""
+
+from __future__ import annotations
+
+from transformer.decoding.result import DecodeResult
+
+FRAGMENTED_SHARE = 0.35  # of source pieces that are one or two letters inside a word
+REPEATS = 4  # the same piece (or a short run of pieces) this many times in a row
+
+
+def decode_notes(result: DecodeResult, eos_piece: str) -> list[str]:
+    """Plain-language notes on what looks degenerate in a decode, most telling first."""
+    notes = []
+    words = [piece for piece in result.src_pieces if piece != eos_piece]
+    fragments = [piece for piece in words if not piece.startswith("\u2581") and len(piece) <= 2 and piece.isalpha()]
+    if len(words) >= 6 and len(fragments) / len(words) > FRAGMENTED_SHARE:
+        notes.append(
+            f"The sentence falls apart into short pieces ({len(fragments)} of its {len(words)} are one or two letters "
+            "inside a word): it is probably in a language or spelling this model was not trained on, and its output "
+            "may not mean much."
+        )
+    repeated = _longest_repeat(result.tgt_pieces)
+    if repeated:
+        run, times = repeated
+        notes.append(f"The output repeats itself ('{''.join(run).replace(chr(0x2581), ' ').strip()}' {times} times in "
+                     "a row), a sign the model has lost its way.")  # fmt: skip
+    if result.tgt_pieces and result.tgt_pieces[-1] != eos_piece:
+        notes.append(f"The output stopped at the length limit ({result.steps} tokens) without ending: it is cut.")
+    return notes
+
+
+def _longest_repeat(pieces: list[str]) -> tuple[list[str], int] | None:
+    """The run of 1 to 4 pieces repeated most often back to back, if REPEATS times or more (3 for longer runs)."""
+    best = None
+    for size in range(1, 5):
+        needed = REPEATS if size == 1 else 3
+        for start in range(len(pieces) - size * needed + 1):
+            run = pieces[start : start + size]
+            times = 1
+            while pieces[start + times * size : start + (times + 1) * size] == run:
+                times += 1
+            if times >= needed and (best is None or times * size > len(best[0]) * best[1]):
+                best = (run, times)
+    return best
