@@ -42,7 +42,9 @@ def test_attention_view_cuts_decoder_rows_at_the_step(model, tokenizer):
     result = decode(model, tokenizer, "the dog runs in the park")
     view = attention_view(result, "cross", step=2)
     assert view.maps.shape == (3, 2, 3, len(result.src_pieces))
-    assert view.query_pieces == result.decoder_input_pieces[:3]
+    # each row labelled by its input and the token it produces
+    assert view.query_pieces == [f"{i} → {o}" for i, o in zip(result.decoder_input_pieces[:3], result.tgt_pieces[:3])]
+    assert attention_view(result, "encoder").query_pieces == result.src_pieces
     decoder = attention_view(result, "decoder", step=2)
     assert decoder.mask.tolist() == [[False, True, True], [False, False, True], [False, False, False]]
     assert np.array_equal(decoder.maps, result.decoder_self[:, :, :3, :3].numpy())

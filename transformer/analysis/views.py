@@ -42,12 +42,20 @@ def attention_view(
     maps = maps.view()
     maps.flags.writeable = False  # a view into the result, which visitors may share
     mask = np.triu(np.ones((last, last), dtype=bool), k=1) if kind.masked else None
+    produced = None if kind.queries_from_source else result.tgt_pieces[rows]
     if not words:
-        return AttentionView(kind, maps, list(queries), list(keys), mask)
+        return AttentionView(kind, maps, _query_labels(list(queries), produced), list(keys), mask)
     query_spans, key_spans = word_spans(list(queries)), word_spans(list(keys))
     merged = merge_words(maps, query_spans, key_spans)
     if mask is not None:  # a word is hidden from a query word when all its pieces were
         mask = merge_words((~mask).astype(np.float32), query_spans, key_spans) == 0
-    return AttentionView(
-        kind, merged, word_labels(list(queries), query_spans), word_labels(list(keys), key_spans), mask
-    )
+    labels = word_labels(list(queries), query_spans)
+    if produced is not None:
+        labels = _query_labels(labels, ["".join(produced[start:end]) for start, end in query_spans])
+    return AttentionView(kind, merged, labels, word_labels(list(keys), key_spans), mask)
+
+
+def _query_labels(queries: list[str], produced: list[str] | None) -> list[str]:
+    """A decoder row is labelled by its input and the token it produces ("▁en → ▁robe"): read by its input
+    alone, row "▁en" looking at "dress" seems shifted by one, though it is producing "robe"."""
+    return queries if produced is None else [f"{query} → {output}" for query, output in zip(queries, produced)]
