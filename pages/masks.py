@@ -7,6 +7,7 @@ from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages
 from transformer.decoding.result import DecodeInputError
 from transformer.decoding.settings import DecodeSettings
+from transformer.model.kinds import AttentionKind
 from transformer.model.masks import padding_mask, subsequent_mask, target_mask
 from transformer.training.batches import collate
 from transformer.viz.matrices import mask_heatmap, matrix_heatmap
@@ -17,6 +18,7 @@ from ui.sidebar import page_frame
 from ui.text import literal
 
 explored = page_frame()
+session = st.session_state
 checkpoint, result = explored.checkpoint, explored.result
 config, tokenizer = checkpoint.config, checkpoint.tokenizer
 st.title("Masks")
@@ -73,6 +75,8 @@ for index, tab in enumerate(st.tabs(["your sentence", "the second sentence"])):
         )
 
 st.subheader("What the mask does to one head")
+if not session.get("kind_chosen"):  # the one kind whose mask shows on a single sentence, until another is chosen
+    session.kind = AttentionKind.DECODER.value
 kind, layer, head = kind_layer_head(result)
 inputs = models.sublayer_inputs_cached(
     checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer

@@ -180,8 +180,13 @@ def test_masks_page_shows_padding_in_a_batch_and_zero_weight_where_masked(explor
     assert padding.min() == 1
     second_padding = array(figure(at, 5)["data"][0]["z"])  # "A dog runs." is shorter: padded
     assert second_padding.min() == 0 and second_padding.max() == 1
-    at.radio(key="widget_kind").set_value("decoder").run()
+    # the per-head demo opens on the decoder's masked self-attention, the kind whose mask a single sentence shows
+    assert at.radio(key="widget_kind").value == "decoder"
     assert "largest weight any of them got after the softmax: 0.0" in at.success[0].value
+    at.radio(key="widget_kind").set_value("cross").run()  # a kind the visitor chose is kept, here and elsewhere
+    assert "Nothing is masked here" in at.info[0].value
+    at = at.switch_page("pages/masks.py").run()
+    assert at.radio(key="widget_kind").value == "cross"
 
 
 def test_computation_page_matches_the_model_for_every_layer_and_head(explorer):

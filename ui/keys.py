@@ -96,6 +96,9 @@ KEYS: dict[str, Key] = {
     "layer": Key(int, None, "the layer on screen (0-based)"),
     "head": Key(int, None, "the head on screen (0-based)"),
     "kind": Key(str, None, "the attention kind on screen (an AttentionKind value)"),
+    "kind_chosen": Key(
+        bool, None, "whether the visitor (or a link) chose the kind; until then a page may pick its own"
+    ),
     **{
         f"url_{name}": Key(int, None, f"a link's {name}, applied once the result says what is in range")
         for name in ("step", "layer", "head")
@@ -140,6 +143,8 @@ def store(*names: str) -> None:
         st.session_state[name] = st.session_state[f"widget_{name}"]
     if "step" in names:
         st.session_state.stepped = True
+    if "kind" in names:
+        st.session_state.kind_chosen = True
 
 
 def clamp_index(name: str, size: int, default: int = 0) -> int:

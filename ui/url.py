@@ -30,6 +30,7 @@ def read_url_once(checkpoints: dict) -> None:
                 st.session_state.stepped = True  # the link's sender had chosen a step
     if params.get("kind") in [kind.value for kind in AttentionKind]:
         st.session_state.kind = params["kind"]
+        st.session_state.kind_chosen = True
     if params.get("strategy") in STRATEGIES:
         st.session_state.strategy = params["strategy"]
     for name, (low, high) in SETTING_RANGES.items():
