@@ -65,9 +65,16 @@ st.subheader("Your sentence entering the encoder")
 embedded = models.source_embeddings_cached(explored.checkpoint, explored.checkpoint_key, tuple(result.src_ids))
 positions = model.src_position.table[: len(result.src_ids)].detach().float().cpu().numpy()  # what the model adds
 total = embedded + positions
+word, place = float(np.median(np.linalg.norm(embedded, axis=1))), float(np.median(np.linalg.norm(positions, axis=1)))
+ratio = word / max(place, 1e-12)
+balance = ("the word outweighs its position" if ratio > 1.5 else "the position outweighs the word" if ratio < 1 / 1.5
+           else "word and position weigh about the same")  # fmt: skip
+scaling = (f"multiplied by √d_model = {np.sqrt(config.d_model):.1f} (section 3.4)" if config.scale_embedding
+           else "not scaled (this model's scale_embedding is off)")  # fmt: skip
 st.markdown(
-    f"The embedding of each token is multiplied by √d_model = {np.sqrt(config.d_model):.1f} (section 3.4) before "
-    "the position vector is added, so that the word, not its position, dominates the sum. The norms show it:"
+    f"The embedding of each token is {scaling} before the position vector is added. In this model the "
+    f"embeddings' median norm is {word:.1f} against {place:.1f} for the positions: in the sum, {balance}. "
+    "The norms per token:"
 )
 norms = {
     "embedding × √d_model": np.linalg.norm(embedded, axis=1),

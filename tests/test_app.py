@@ -264,3 +264,15 @@ def test_a_sentence_outside_what_the_model_knows_gets_notes_not_a_refusal():
     at = translate(at, "Two dogs are playing in the snow.")
     notes = " ".join(element.value for element in [*at.warning, *at.info])
     assert "falls apart" not in notes and "repeats" not in notes and "length limit" not in notes
+
+
+def test_the_positional_page_says_what_its_own_norms_show(explorer):
+    at = explorer.switch_page("pages/positional.py").run()
+    text = markdown(at)
+    assert "dominates the sum" not in text
+    norms = next(f for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
+                 if f["layout"]["title"]["text"].startswith("vector norms"))  # fmt: skip
+    word, place = (float(np.median(array(trace["y"]))) for trace in norms["data"][:2])
+    assert f"median norm is {word:.1f} against {place:.1f}" in text
+    expected = "word and position weigh about the same" if 1 / 1.5 <= word / place <= 1.5 else "outweighs"
+    assert expected in text
