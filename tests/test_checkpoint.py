@@ -261,6 +261,13 @@ def _mutated_header(header: dict, draw) -> bytes:
     return encoded
 
 
+def test_a_tokenizer_field_of_non_ascii_text_is_refused_clearly():
+    header = read_header(REVERSE)
+    header["__metadata__"]["tokenizer"] = "\x80"  # found by the property test below: base64 raised ValueError
+    with pytest.raises(CheckpointError, match="invalid tokenizer"):
+        load_checkpoint_bytes(with_header(REVERSE, json.dumps(header).encode()))
+
+
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_any_mutated_header_loads_correctly_or_is_refused_clearly(data):

@@ -9,7 +9,6 @@ Nothing in the file is ever executed.
 from __future__ import annotations
 
 import base64
-import binascii
 import glob
 import json
 import os
@@ -171,7 +170,7 @@ def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
         ):
             raise TokenizerError("the vocabulary is not a list of pieces")
         return Tokenizer(model, target, vocabulary)
-    except (binascii.Error, TypeError, json.JSONDecodeError, RecursionError, TokenizerError) as error:
+    except (ValueError, TypeError, RecursionError) as error:  # bad base64 or JSON, non-ASCII text, a bad model
         raise CheckpointError(f"invalid tokenizer: {str(error)[:200]}") from None
 
 
