@@ -74,3 +74,14 @@ def test_legends_sit_above_the_plot_clear_of_the_axis_titles():
                 lines({"a": ([1, 2], [3, 4]), "b": ([1, 2], [4, 3])}, "t", "x", "y")):  # fmt: skip
         legend = fig.layout.legend
         assert legend.orientation == "h" and legend.y >= 1 and legend.yanchor == "bottom"
+
+
+def test_grid_labels_sit_on_the_outer_edges_only():
+    from transformer.viz.attention import attention_grid
+
+    maps = np.full((2, 3, 4, 5), 0.2, dtype=np.float32)
+    fig = attention_grid(maps, list("abcd"), list("vwxyz"), ["layer 1", "layer 2"], ["h1", "h2", "h3"])
+    layout = fig.to_dict()["layout"]
+    shown = {name: axis.get("showticklabels") for name, axis in layout.items() if name.startswith(("xaxis", "yaxis"))}
+    assert [shown[f"yaxis{'' if i == 1 else i}"] for i in range(1, 7)] == [True, False, False, True, False, False]
+    assert [shown[f"xaxis{'' if i == 1 else i}"] for i in range(1, 7)] == [False, False, False, True, True, True]

@@ -83,16 +83,20 @@ def attention_grid(
         cols=columns,
         row_titles=row_titles,
         column_titles=column_titles,
-        horizontal_spacing=0.1 / columns if tick_labels else 0.01,
-        vertical_spacing=0.12 / rows if tick_labels else 0.02,
+        horizontal_spacing=0.015,
+        vertical_spacing=0.04 / rows if tick_labels else 0.02,
     )
     query_labels, key_labels = axis_labels(query_pieces), axis_labels(key_pieces)
     for r in range(rows):
         for c in range(columns):
             name = f"{row_titles[r]} {column_titles[c]}".strip()
             fig.add_trace(_heatmap_trace(maps[r, c], query_labels, key_labels, mask, name), row=r + 1, col=c + 1)
-    fig.update_xaxes(showticklabels=tick_labels)
-    fig.update_yaxes(showticklabels=tick_labels)
+    # Token labels on the grid's outer edges only (queries left, keys below): labels between the maps
+    # covered the neighbouring map, or were cut by the next row.
+    for r in range(rows):
+        fig.update_xaxes(showticklabels=tick_labels and r == rows - 1, row=r + 1)
+    for c in range(columns):
+        fig.update_yaxes(showticklabels=tick_labels and c == 0, col=c + 1)
     cell = 18 if tick_labels else 6
     height = 80 + rows * max(120 if tick_labels else 60, cell * len(query_pieces) + (60 if tick_labels else 8))
     return _attention_layout(fig, height=height, title=title)
