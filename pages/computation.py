@@ -7,6 +7,7 @@ from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages
 from transformer.model.kinds import AttentionKind
 from transformer.viz.matrices import matrix_heatmap
+from ui import keys as session_keys
 from ui import models, url
 from ui.charts import show
 from ui.controls import kind_layer_head
@@ -34,9 +35,13 @@ st.caption("X: the sublayer's input (queries); C: what keys and values come from
 kind, layer, head = kind_layer_head(result)
 view = attention_view(result, kind)
 queries, keys = view.query_pieces, view.key_pieces
-default_row = 0 if kind.queries_from_source else min(st.session_state.get("step", 0), len(queries) - 1)
-row = st.selectbox("Follow the query token", range(len(queries)), index=default_row,
-                   format_func=lambda i: f"{i + 1}: {queries[i]}", key=f"query_row_{kind}")  # fmt: skip
+if kind.queries_from_source:
+    row = st.selectbox("Follow the query token", range(len(queries)), format_func=lambda i: f"{i + 1}: {queries[i]}",
+                       key=f"query_row_{kind}")  # fmt: skip
+else:  # a decoder row is a decoding step: the shared one, so the explorer, the other pages and a link follow it
+    session_keys.clamp_index("step", len(queries))
+    row = st.selectbox("Follow the query token (the decoding step)", range(len(queries)),
+                       format_func=lambda i: f"{i + 1}: {queries[i]}", **session_keys.shared("step"))  # fmt: skip
 
 inputs = models.sublayer_inputs_cached(
     checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer

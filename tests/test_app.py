@@ -276,3 +276,15 @@ def test_the_positional_page_says_what_its_own_norms_show(explorer):
     assert f"median norm is {word:.1f} against {place:.1f}" in text
     expected = "word and position weigh about the same" if 1 / 1.5 <= word / place <= 1.5 else "outweighs"
     assert expected in text
+
+
+def test_the_step_by_step_page_follows_and_sets_the_shared_step():
+    at = translate(start(), "Two dogs are playing in the snow.")
+    at.button(key="next").click().run()
+    at = at.switch_page("pages/computation.py").run()
+    at.radio(key="widget_kind").set_value("cross").run()
+    assert at.selectbox(key="widget_step").value == 1  # the explorer's step 2
+    at.selectbox(key="widget_step").set_value(3).run()
+    assert not at.exception and at.query_params["step"] == "4"  # the link names the row followed
+    at = at.switch_page("pages/explorer.py").run()
+    assert "Step 4 of" in markdown(at)
