@@ -11,8 +11,9 @@ from transformer.viz.attribution import measures_over_tokens
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from transformer.viz.style import plotly_text
-from ui import keys, models, url
+from ui import models, url
 from ui.charts import show
+from ui.controls import layer_head
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -48,10 +49,7 @@ with st.spinner("Computing gradients for every output token ..."):
 
 layers, heads = result.cross.shape[:2]
 controls = st.columns([1, 1, 2, 4])
-keys.clamp_index("layer", layers)
-keys.clamp_index("head", heads)
-layer = controls[0].selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **keys.shared("layer"))
-head = controls[1].selectbox("Head", range(heads), format_func=lambda i: str(i + 1), **keys.shared("head"))
+layer, head = layer_head(result, AttentionKind.CROSS, controls[0], controls[1])
 mean = controls[2].toggle("Mean over heads", key="attribution_mean")
 with controls[3]:
     step = controls_step(result) or 0

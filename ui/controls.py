@@ -22,12 +22,17 @@ def kind_layer_head(result: DecodeResult, columns: list | None = None) -> tuple[
     """Attention kind, layer and head (0-based) as radio + two selects, in the given columns or side by side."""
     kind_column, layer_column, head_column = columns or st.columns([3, 1, 1])
     kind = attention_kind(kind_column)
+    return kind, *layer_head(result, kind, layer_column, head_column)
+
+
+def layer_head(result: DecodeResult, kind: AttentionKind, layer_column, head_column) -> tuple[int, int]:
+    """The shared layer and head (0-based) of one attention kind, as two selects kept inside its range."""
     layers, heads = result.maps(kind).shape[:2]
     keys.clamp_index("layer", layers)
     keys.clamp_index("head", heads)
     layer = layer_column.selectbox("Layer", range(layers), format_func=lambda i: str(i + 1), **keys.shared("layer"))
     head = head_column.selectbox("Head", range(heads), format_func=lambda i: str(i + 1), **keys.shared("head"))
-    return kind, layer, head
+    return layer, head
 
 
 def step(result: DecodeResult, label: str = "Decoding step", label_visibility: str = "visible") -> int | None:
