@@ -57,14 +57,20 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Ids of any str: a lone surrogate (an undecodable byte under surrogateescape) becomes U+FFFD first."""
-        text = LONE_SURROGATE.sub("\ufffd", text)
+        code, text = self._split_code(text)
         if self.vocabulary is None:
             return self.processor.EncodeAsIds(text)
-        prefix = []
-        if text.startswith(">>") and "<<" in text:  # a multilingual Marian model's target language, e.g. ">>fra<<"
-            code, text = text[: text.index("<<") + 2], text[text.index("<<") + 2 :]
-            prefix = [self.piece_ids.get(code, self.unk_id)]
+        prefix = [] if code is None else [self.piece_ids.get(code, self.unk_id)]
         return prefix + [self.piece_ids.get(p, self.unk_id) for p in self.processor.EncodeAsPieces(text)]
+
+    def _split_code(self, text: str) -> tuple[str | None, str]:
+        """The text as SentencePiece reads it: surrogates replaced, and in the vocabulary layout a leading
+        target-language code (a multilingual Marian model's ">>fra<<") split off as a piece of its own."""
+        text = LONE_SURROGATE.sub("\ufffd", text)
+        if self.vocabulary is None or not (text.startswith(">>") and "<<" in text):
+            return None, text
+        end = text.index("<<") + 2
+        return text[:end], text[end:]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ids, with special ids (padding, bos, eos) left out."""
@@ -82,9 +88,7 @@ class Tokenizer:
         Letters alone may be unknown to a vocabulary of words that knows every word they spell: only
         what the text's own pieces miss is reported (a character, or a whole word in a word vocabulary).
         """
-        text = LONE_SURROGATE.sub("\ufffd", text)
-        if self.vocabulary is not None and text.startswith(">>") and "<<" in text:
-            text = text[text.index("<<") + 2 :]  # the language code is a piece of its own
+        _, text = self._split_code(text)
         parts = [
             piece.surface.strip()
             for piece in self.processor.EncodeAsProto(text).pieces
