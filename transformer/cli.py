@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from transformer.decoding.result import DecodeInputError, source_ids, truncation_note
+from transformer.decoding.result import DecodeInputError, DecodeResult, source_ids, truncation_note
 from transformer.decoding.settings import DecodeSettings, decode_text
-from transformer.io.checkpoint import DEFAULT_CHECKPOINT, CheckpointError
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, CheckpointError
 from transformer.io.marian import load_checkpoint_or_marian
 from transformer.model.config import TransformerConfig
 from transformer.text.files import decoded_lines, decompressed, file_bytes
@@ -59,9 +59,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from transformer.io.export import to_json, to_npz
-
+def _decode_argument(args: argparse.Namespace) -> tuple[Checkpoint, DecodeResult]:
+    """The --text sentence decoded by the --checkpoint model as the decoding flags say, noting a cut on stderr."""
     undecodable = LONE_SURROGATE.search(args.text)  # what the shell's non-UTF-8 bytes become in sys.argv
     if undecodable:
         byte = undecodable.group().encode("utf-8", "surrogateescape").hex()
@@ -70,11 +69,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, _decode_settings(args))
     if result.truncated:
         print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
+    return checkpoint, result
+
+
+def _write_arrays(args: argparse.Namespace, arrays: dict) -> Path:
+    """--out as .npz, or JSON with --format json."""
+    from transformer.io.export import json_text, npz_bytes
+
     out = Path(args.out)
     if args.format == "json":
-        out.write_text(to_json(result, checkpoint.tokenizer), encoding="utf-8")
+        out.write_text(json_text(arrays), encoding="utf-8")
     else:
-        out.write_bytes(to_npz(result, checkpoint.tokenizer))
+        out.write_bytes(npz_bytes(arrays))
+    return out
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from transformer.io.export import result_arrays
+
+    checkpoint, result = _decode_argument(args)
+    out = _write_arrays(args, result_arrays(result, checkpoint.tokenizer))
     print(result.text)
     print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens)", file=sys.stderr)
     return 0
@@ -82,18 +96,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_attribute(args: argparse.Namespace) -> int:
     from transformer.analysis.attribution import attribute
-    from transformer.io.export import json_text, npz_bytes
 
-    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
-    result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, _decode_settings(args))
-    if result.truncated:
-        print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
+    checkpoint, result = _decode_argument(args)
     arrays = attribute(checkpoint.model, result, n_steps=args.steps).arrays()
-    out = Path(args.out)
-    if args.format == "json":
-        out.write_text(json_text(arrays), encoding="utf-8")
-    else:
-        out.write_bytes(npz_bytes(arrays))
+    out = _write_arrays(args, arrays)
     print(result.text)
     delta = float(abs(arrays["convergence_delta"]).max())
     print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens; largest convergence delta "
