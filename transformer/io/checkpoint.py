@@ -215,19 +215,28 @@ def load_checkpoint_bytes(
         metadata = json.loads(_metadata_field(meta, "metadata"))
     except (json.JSONDecodeError, RecursionError):
         raise CheckpointError("checkpoint metadata 'metadata' is not valid JSON") from None
-    model = Transformer(config)
     try:
         tensors = load_safetensors(data)
     except SafetensorError as error:
         raise CheckpointError(f"corrupt tensor data: {error}") from None
+    model, problems = model_from_tensors(config, tensors, device)
+    metadata = metadata if isinstance(metadata, dict) else {}
+    return Checkpoint(model, tokenizer, metadata, len(data), problems)
+
+
+def model_from_tensors(
+    config: TransformerConfig, tensors: dict[str, torch.Tensor], device: torch.device | str
+) -> tuple[Transformer, tuple[str, ...]]:
+    """The read-only model in eval mode holding these (already checked) tensors, and what looks damaged in them
+    (NaN or infinite weights: warned, and kept to show with the checkpoint)."""
     bad = [name for name, t in tensors.items() if not torch.isfinite(t).all()]
     problems = (f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}",) if bad else ()
     for problem in problems:
-        warnings.warn(problem, CheckpointWarning, stacklevel=2)
+        warnings.warn(problem, CheckpointWarning, stacklevel=3)
+    model = Transformer(config)
     model.load_state_dict({name: t.float() for name, t in tensors.items()}, strict=False)
     model.requires_grad_(False)
-    metadata = metadata if isinstance(metadata, dict) else {}
-    return Checkpoint(model.to(device).eval(), tokenizer, metadata, len(data), problems)
+    return model.to(device).eval(), problems
 
 
 def load_checkpoint(

@@ -18,9 +18,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint, model_from_tensors
 from transformer.model.config import ConfigError, TransformerConfig
-from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
@@ -144,14 +143,12 @@ def import_marian(directory: str | Path, device: torch.device | str = "cpu") -> 
         raise CheckpointError(
             f"the weights do not fit the config: {', '.join((wrong or sorted(set(state) - set(expected)))[:5])}"
         )
-    model = Transformer(config)
-    model.load_state_dict({name: tensor.float() for name, tensor in state.items()}, strict=False)
-    model.requires_grad_(False)
+    model, problems = model_from_tensors(config, state, device)
     metadata = {
         "languages": _languages(directory),
         "imported": {"from": "Hugging Face Marian", "directory": directory.name},
     }
-    return Checkpoint(model.to(device).eval(), tokenizer, metadata, sum(t.nbytes for t in state.values()))
+    return Checkpoint(model, tokenizer, metadata, sum(t.nbytes for t in state.values()), problems)
 
 
 def _marian_tokenizer(directory: Path) -> Tokenizer:
