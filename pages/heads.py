@@ -81,8 +81,7 @@ if run and uploaded is not None:
         st.rerun()  # both maps drawn again on one colour range per statistic
 elif run:
     st.warning("Choose a file first.")
-stored = session.get("stats_over_corpus")
-if stored and (stored.kind, stored.checkpoint_key) == (kind.value, explored.checkpoint_key):
+if stored:  # read above, for the colour ranges; a new computation reruns the page
     st.caption(f"Averaged over {stored.sentences} sentences; the colours use the same range as the sentence's.")
     statistics_view(stored.statistics, "corpus", ranges)
 
