@@ -63,9 +63,7 @@ class Attribution:
     @property
     def agreement(self) -> np.ndarray:
         """(L, H): each head's agreement averaged over the steps where it is defined."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row: a head with no defined step
-            return np.nanmean(self.agreement_per_step, axis=-1)
+        return _nanmean(self.agreement_per_step, axis=-1)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array by name, for the `.npz` and JSON files (the CLI's `attribute`, the page's download)."""
@@ -138,16 +136,12 @@ def corpus_agreement(
             result = decode(model, tokenizer, sentence)
             steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
             (source, _), _ = _integrated_gradients(model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # a one-token source: no ranking, NaN
-                per_sentence.append(np.nanmean(agreement(result.cross.numpy(), source), axis=-1))
+            per_sentence.append(_nanmean(agreement(result.cross.numpy(), source), axis=-1))
         if progress:
             progress(index + 1)
     if not per_sentence:
         raise ValueError("no non-empty sentence to average over")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(np.stack(per_sentence), axis=0), len(per_sentence)
+    return _nanmean(np.stack(per_sentence), axis=0), len(per_sentence)
 
 
 def contrastive(
@@ -197,6 +191,13 @@ def agreement(cross: np.ndarray, source_attribution: np.ndarray) -> np.ndarray:
     b = attribution_ranks - attribution_ranks.mean(-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return (a * b).sum(-1) / np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+
+
+def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:
+    """The mean of the defined values; NaN, quietly, where none is (a head whose rows never rank anything)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=axis)
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:
