@@ -110,6 +110,14 @@ def make_sentences(count: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(count)]
 
 
+def reversal_corpus(directory: Path, count: int, seed: int) -> tuple[str, str]:
+    """A tiny parallel corpus to train on, each target its source's words reversed: the paths of s.txt and t.txt."""
+    sentences = make_sentences(count, seed=seed)
+    (directory / "s.txt").write_text("\n".join(sentences))
+    (directory / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
+    return str(directory / "s.txt"), str(directory / "t.txt")
+
+
 def tiny_config(tokenizer: Tokenizer, **overrides) -> TransformerConfig:
     values = dict(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2,
                   d_ff=32, n_encoder_layers=2, n_decoder_layers=3, dropout=0.1, max_len=64)  # fmt: skip

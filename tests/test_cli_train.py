@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import sacrebleu
 import torch
-from helpers import REPO, make_sentences, start, upload
+from helpers import REPO, reversal_corpus, start, upload
 
 from transformer.io.checkpoint import load_checkpoint
 from transformer.model.config import TransformerConfig
@@ -81,11 +81,8 @@ def test_evaluate_bleu_equals_sacrebleu():
 
 
 def _settings(tmp_path, **overrides):
-    sentences = make_sentences(300, seed=3)
-    (tmp_path / "s.txt").write_text("\n".join(sentences))
-    (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
-    values = dict(train_src=str(tmp_path / "s.txt"), train_tgt=str(tmp_path / "t.txt"), val_src=str(tmp_path / "s.txt"),
-                  val_tgt=str(tmp_path / "t.txt"), out=str(tmp_path / "m.safetensors"),
+    s, t = reversal_corpus(tmp_path, 300, seed=3)
+    values = dict(train_src=s, train_tgt=t, val_src=s, val_tgt=t, out=str(tmp_path / "m.safetensors"),
                   model=TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
                                           n_decoder_layers=1, max_len=32), epochs=2, max_tokens=400,
                   lr_factor=1.0, warmup=20, val_limit=20, save_dtype="float32")  # fmt: skip
@@ -145,10 +142,7 @@ def test_each_model_variant_trains_from_the_command_line_and_opens_in_the_app(tm
 
 def _train_command(tmp_path) -> list[str]:
     """`train` on a tiny reversal task, as typed on the command line (without --out)."""
-    sentences = make_sentences(120, seed=5)
-    (tmp_path / "s.txt").write_text("\n".join(sentences))
-    (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
-    s, t = str(tmp_path / "s.txt"), str(tmp_path / "t.txt")
+    s, t = reversal_corpus(tmp_path, 120, seed=5)
     data = ["train", "--train-src", s, "--train-tgt", t, "--val-src", s, "--val-tgt", t]
     sizes = ["--vocab-size", "40", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1",
              "--n-decoder-layers", "1", "--max-len", "32", "--epochs", "1", "--val-limit", "10"]  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import make_sentences
+from helpers import reversal_corpus
 
 from transformer.io.checkpoint import load_checkpoint
 from transformer.model.config import TransformerConfig
@@ -42,9 +42,7 @@ def _torchrun(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProc
 
 @pytest.fixture
 def corpus(tmp_path):
-    sentences = make_sentences(300, seed=3)
-    (tmp_path / "s.txt").write_text("\n".join(sentences))
-    (tmp_path / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
+    reversal_corpus(tmp_path, 300, seed=3)
     return tmp_path
 
 
