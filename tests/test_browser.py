@@ -77,16 +77,62 @@ def test_teaching_pages_draw_in_chromium(server, browser, link, figures):
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
-def test_presentation_mode_on_a_projector(server, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 800})
+# What a projector would show wrongly, read from the elements' boxes: figures narrower than half the
+# content, a control's label cut (a word split over two lines, or text past its box), a figure title past
+# its figure's edge.
+PROJECTOR_PROBLEMS = """() => {
+  const main = document.querySelector('[data-testid="stMainBlockContainer"]');
+  const style = getComputedStyle(main);
+  const content = main.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  const cut = (element) => {
+    if (element.scrollWidth > element.clientWidth + 1) return true;
+    const texts = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+      for (const word of node.textContent.matchAll(/\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, word.index);
+        range.setEnd(node, word.index + word[0].length);
+        if (new Set([...range.getClientRects()].map(r => Math.round(r.top))).size > 1) return true;
+      }
+    }
+    return false;
+  };
+  const problems = [];
+  for (const plot of main.querySelectorAll('.js-plotly-plot')) {
+    const box = plot.getBoundingClientRect();
+    if (box.width === 0) continue;  // in a closed expander or another tab
+    if (box.width < content / 2) problems.push(`figure ${Math.round(box.width)} px wide of ${Math.round(content)}`);
+    for (const title of plot.querySelectorAll('.gtitle, .g-xtitle text, .g-ytitle text')) {
+      const r = title.getBoundingClientRect();
+      if (r.width && (r.left < box.left - 1 || r.right > box.right + 1)) problems.push(`title cut: ${title.textContent}`);
+    }
+  }
+  for (const label of main.querySelectorAll('[data-testid="stWidgetLabel"] p, button p')) {
+    if (label.getBoundingClientRect().width > 0 && cut(label)) problems.push(`label cut: ${label.textContent}`);
+  }
+  return problems;
+}"""
+
+
+@pytest.mark.parametrize("size", [(1024, 768), (1280, 720)], ids=["1024x768", "1280x720"])
+def test_presentation_mode_fits_a_projector(server, browser, size):
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     page.goto(server)
     wait_for_heatmaps(page, 2)
-    size = "parseFloat(getComputedStyle(document.querySelector('[data-testid=stMarkdownContainer] p')).fontSize)"
-    before = page.evaluate(size)
+    font = "parseFloat(getComputedStyle(document.querySelector('[data-testid=stMarkdownContainer] p')).fontSize)"
+    before = page.evaluate(font)
     page.get_by_text("Presentation mode").click()
-    page.wait_for_function(f"{size} > {before}")
-    wait_for_heatmaps(page, 2)
-    page.screenshot(path=ARTIFACTS / "presentation.png", full_page=True)
+    page.wait_for_function(f"{font} > {before}")
+    page.locator('[data-testid="stExpandSidebarButton"]').wait_for()  # collapsed, and the way to reopen it shown
+    for path, figures in [("", 2), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3)]:
+        if path:  # the other pages as a shared link opens them
+            page.goto(f"{server}/{path}?presentation=1")
+        wait_for_heatmaps(page, figures)
+        wait_idle(page)
+        page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
+        page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")
+        assert page.evaluate(PROJECTOR_PROBLEMS) == [], path
+        assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
 
 
 def test_play_advances_the_steps_by_itself(server, browser):

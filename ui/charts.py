@@ -2,28 +2,54 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import plotly.graph_objects as go
 import streamlit as st
 
 from transformer.viz.style import FIGURE_CONFIG
 
 PRESENTATION_FONT = 18  # points, for a projector
+PRESENTATION_TITLE_CHARACTERS = 60  # a line of title at that size on a 1024-pixel projector
 
 
 def show(figure: go.Figure, key: str) -> None:
     """Our own styling (theme=None: Streamlit's theme pads heatmaps), and Plotly's toolbar with its PNG download."""
     if st.session_state.get("presentation"):
-        figure.update_layout(font_size=PRESENTATION_FONT, height=int((figure.layout.height or 450) * 1.3))
+        _enlarge(figure)
     st.plotly_chart(figure, theme=None, config=FIGURE_CONFIG, key=key)
+
+
+def _enlarge(figure: go.Figure) -> None:
+    """Bigger text and figures; a title too long for one line is wrapped (Plotly cuts it at the figure's edge)."""
+    lines = textwrap.wrap(figure.layout.title.text or "", PRESENTATION_TITLE_CHARACTERS, break_long_words=False)
+    top = figure.layout.margin.t if figure.layout.margin.t is not None else 80
+    figure.update_layout(font_size=PRESENTATION_FONT, height=int((figure.layout.height or 450) * 1.3))
+    if len(lines) > 1:
+        figure.update_layout(title_text="<br>".join(lines), margin_t=top + 26 * (len(lines) - 1))
 
 
 PRESENTATION_CSS = """
 <style>
 [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li,
 [data-testid="stWidgetLabel"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem !important; }
-header[data-testid="stHeader"], [data-testid="stToolbar"] { display: none; }
+[data-baseweb="select"] div, [data-testid="stTextArea"] textarea { font-size: 1.2rem !important; }
+[data-testid="stMainMenu"], [data-testid="stAppDeployButton"] { display: none; }
+[data-testid="stHorizontalBlock"] { flex-wrap: wrap; }
+[data-testid="stHorizontalBlock"] > [data-testid="stColumn"] { min-width: min(15rem, 100%); }
+[data-testid="stHorizontalBlock"]:has(.js-plotly-plot) > [data-testid="stColumn"] { flex: 1 1 100% !important; }
 </style>
-"""  # text sizes only: changing the root font size would resize the layout under already drawn figures
+"""  # text sizes only: changing the root font size would resize the layout under already drawn figures.
+# Columns too narrow for the big text wrap onto the next line, and columns of figures stack, each the page's width.
+
+
+def sidebar_state() -> str | None:
+    """Collapses the sidebar when presentation mode comes on (once: the visitor may open it again), else leaves it."""
+    from_link = not st.session_state.get("url_read") and st.query_params.get("presentation") == "1"
+    presenting = bool(st.session_state.get("presentation")) or from_link
+    collapse = presenting and not st.session_state.get("sidebar_collapsed")
+    st.session_state.sidebar_collapsed = presenting
+    return "collapsed" if collapse else None
 
 
 def presentation_style() -> None:

@@ -107,6 +107,7 @@ KEYS: dict[str, Key] = {
     "view": Key(str, None, "the Attention maps page's view"),
     "words": Key(bool, None, "pieces merged into words on the Attention maps page"),
     "presentation": Key(bool, None, "presentation mode"),
+    "sidebar_collapsed": Key(bool, None, "presentation mode collapsed the sidebar (once: it may be reopened)"),
     "playing": Key(bool, None, "the explorer is stepping by itself"),
     "target": Key(str, None, "the translation given for teacher forcing"),
     "uploads": Key(dict, None, "this session's uploaded checkpoints by name (KeyedCheckpoint values)"),

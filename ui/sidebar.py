@@ -16,7 +16,7 @@ from transformer.io.metadata import read_metadata
 from ui import keys, models, url
 from ui.text import literal
 
-from .charts import presentation_style
+from .charts import presentation_style, sidebar_state
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,9 @@ def page_frame() -> Explored:
     Each page draws the frame itself (rather than the navigation script) so that a page
     opened directly by its URL is whole however Streamlit reaches it.
     """
-    st.set_page_config(page_title="Transformer Explorer", page_icon=ICON, layout="wide")
+    st.set_page_config(
+        page_title="Transformer Explorer", page_icon=ICON, layout="wide", initial_sidebar_state=sidebar_state()
+    )
     explored = render()
     presentation_style()
     if explored is None:
