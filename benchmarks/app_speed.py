@@ -17,7 +17,7 @@ from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_heatmap, heads_or_means, step_attention
 from transformer.viz.charts import probability_bars
 
-from .browser import ARTIFACTS, app_server, chromium, wait_for_heatmaps, wait_idle
+from .browser import ARTIFACTS, app_server, chromium, pause_playing, wait_for_heatmaps, wait_idle
 from .model_speed import SENTENCE, Row, median_ms, no_eos_chooser
 
 TWENTY_WORDS = [
@@ -48,9 +48,7 @@ def attention_page_figures(result: DecodeResult) -> int:
     for kind in AttentionKind:
         view = attention_view(result, kind)
         rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
-        grid, _ = heads_or_means(
-            view.maps, view.query_pieces, view.key_pieces, rows, kind, view.mask, tick_labels=False
-        )
+        grid, _ = heads_or_means(view.maps, view.query_pieces, view.key_pieces, rows, kind, view.mask)
         head = attention_heatmap(view.maps[0, 0], view.query_pieces, view.key_pieces, kind, view.mask)
         size += len(grid.to_json()) + len(head.to_json())
     return size
@@ -118,6 +116,17 @@ def browser_rows(translations: int = 5, steps: int = 10) -> list[Row]:
             translate_ms.append(page.evaluate(CLICK_UNTIL_DRAWN, ["Translate", sentence.split()[-1], 1]))
         for index in range(steps):
             step_ms.append(page.evaluate(CLICK_UNTIL_DRAWN, ["Next", f"Step {index + 2} of", index + 2]))
+        pause_ms, moved = [], 0
+        for _ in range(3):
+            page.get_by_role("button", name="First").click()
+            page.get_by_text("Step 1 of").wait_for()
+            wait_idle(page)
+            page.get_by_role("button", name="Play").click()
+            page.get_by_role("button", name="Pause").wait_for()
+            page.get_by_text("Step 3 of").wait_for(timeout=60_000)
+            elapsed, at, after = pause_playing(page)
+            pause_ms.append(elapsed)
+            moved += after != at
         memory = server.peak_memory_mb()
     return [
         Row(
@@ -143,6 +152,14 @@ def browser_rows(translations: int = 5, steps: int = 10) -> list[Row]:
             statistics.median(step_ms),
             "≤ 300 ms",
             f"max {max(step_ms):.0f} ms over {len(step_ms)}",
+        ),  # fmt: skip
+        Row(
+            "Pause click to the stepping stopped",
+            "—",
+            None,
+            statistics.median(pause_ms),
+            "≤ 300 ms",
+            f"max {max(pause_ms):.0f} ms over {len(pause_ms)}; moved on after the click {moved} times",
         ),  # fmt: skip
         Row("peak memory of the app process", "—", None, memory, "report", "MiB (VmHWM), not ms"),
     ]

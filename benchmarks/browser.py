@@ -88,3 +88,25 @@ def wait_idle(page: Page, timeout: float = 60_000) -> None:
     """Waits until Streamlit has finished the current run (its status widget gone)."""
     page.wait_for_timeout(150)
     page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
+
+
+# Clicks Pause and resolves, in the page's own clock, once Play is back and Streamlit's run is over; returns the
+# milliseconds and the step shown at the click and after it.
+PAUSE_UNTIL_SETTLED = """
+async () => {
+  const shown = () => Number((document.body.innerText.match(/Step (\\d+) of/) || [])[1]);
+  const button = (label) => [...document.querySelectorAll('button')].find(b => b.innerText.trim().endsWith(label));
+  const settled = () => button('Play') && !document.querySelector('[data-testid="stStatusWidget"]');
+  const at = shown();
+  const start = performance.now();
+  button('Pause').click();
+  await new Promise(resolve => { const check = () => settled() ? resolve() : requestAnimationFrame(check); requestAnimationFrame(check); });
+  return [performance.now() - start, at, shown()];
+}
+"""
+
+
+def pause_playing(page: Page) -> tuple[float, int, int]:
+    """Pause pressed while playing: (milliseconds until stepping stopped, step shown at the click, step after)."""
+    elapsed, at, after = page.evaluate(PAUSE_UNTIL_SETTLED)
+    return elapsed, at, after

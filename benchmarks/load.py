@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import html
 import statistics
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ from playwright.async_api import async_playwright
 
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.viz.style import axis_labels
 
 from .app_speed import CLICK_UNTIL_DRAWN
 from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server
@@ -62,7 +62,9 @@ async def one_session(browser, url: str, sentence: str, expected: str, source_pi
     text = await page.inner_text("body")
     labels = await page.evaluate(SOURCE_LABELS)
     await context.close()
-    own = [label.replace("\u200b", "") for label in labels or []] == [html.escape(p) for p in source_pieces]
+    own = [label.replace("\u200b", "") for label in labels or []] == [
+        label.replace("\u200b", "") for label in axis_labels(source_pieces)
+    ]  # the labels as the figures write them
     return SessionReport(sentence, expected, translate_ms, step_ms, expected in text, own)
 
 

@@ -11,7 +11,7 @@ from transformer.viz.attention import attention_grid, attention_heatmap, heads_o
 from transformer.viz.report import html_report
 from ui import keys, url
 from ui.charts import show
-from ui.controls import kind_layer_head
+from ui.controls import kind_layer_head, words_toggle
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
 
@@ -28,11 +28,7 @@ views = [v for v in VIEWS if v != "rollout" or kind is AttentionKind.ENCODER]
 if session.get("view") not in views:
     session.view = "head"
 view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **keys.shared("view"))
-words = controls[4].toggle(
-    "Merge pieces into words",
-    help="Sum over the pieces of a key word, mean over those of a query word.",
-    **keys.shared("words"),
-)
+words = words_toggle(controls[4])
 step = None
 if not kind.queries_from_source:
     chosen = controls_step(result, "Rows up to decoding step (the whole decode until you step)")
@@ -56,8 +52,7 @@ elif view_name in ("layer", "model"):
     maps, rows, name = (
         (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, kind.title)
     )
-    figure, fell_back = heads_or_means(maps, view.query_pieces, view.key_pieces, rows, name, view.mask,
-                                       tick_labels=view_name == "layer")  # fmt: skip
+    figure, fell_back = heads_or_means(maps, view.query_pieces, view.key_pieces, rows, name, view.mask)
     if fell_back:
         st.info(
             f"This input gives {view.maps[0, 0].size:,} cells per map, too many to draw every head at once without "

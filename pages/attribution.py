@@ -5,8 +5,9 @@ import pandas as pd
 import streamlit as st
 
 from transformer.analysis.attribution import DEFAULT_STEPS
-from transformer.io.export import npz_bytes
+from transformer.io.export import npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind
+from transformer.text.pieces import readable
 from transformer.viz.attribution import measures_over_tokens
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
@@ -58,7 +59,7 @@ cross = result.cross.numpy()[layer]
 weighted = found.value_weighted[AttentionKind.CROSS][layer]
 cross_rows, weighted_rows = (cross.mean(0), weighted.mean(0)) if mean else (cross[head], weighted[head])
 which = f"layer {layer + 1}, {'mean over heads' if mean else f'head {head + 1}'}"
-piece = result.tgt_pieces[step]
+piece = readable(result.tgt_pieces[step])
 st.subheader(f"Step {step + 1}: {literal(piece)}")
 measures = {
     f"cross-attention ({which})": cross_rows[step],
@@ -119,7 +120,7 @@ st.dataframe(agreement.style.format("{:.2f}", na_rep="—"), width="stretch", he
 
 st.subheader("Contrastive: why this token rather than another")
 candidates = [int(i) for i in result.topk_ids[step].tolist() if int(i) != result.tgt_ids[step]]
-foil = st.selectbox("Rather than", candidates, format_func=lambda i: checkpoint.tokenizer.id_to_piece(i),
+foil = st.selectbox("Rather than", candidates, format_func=lambda i: readable(checkpoint.tokenizer.id_to_piece(i)),
                     key=f"attribution_foil_{step}")  # fmt: skip
 if foil is not None:
     with st.spinner("Integrated gradients of the difference ..."):
@@ -127,7 +128,7 @@ if foil is not None:
             checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), step, foil, n_steps,
             _result=result,
         )  # fmt: skip
-    foil_piece = checkpoint.tokenizer.id_to_piece(foil)
+    foil_piece = readable(checkpoint.tokenizer.id_to_piece(foil))
     show(measures_over_tokens({"source": source}, result.src_pieces,
                               f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
                               "gradients of the difference"),
@@ -144,7 +145,7 @@ downloads = st.columns(2)
 downloads[0].download_button("Every attribution as .npz", lambda: npz_bytes(found.arrays()), file_name="attribution.npz",
                              mime="application/octet-stream", on_click="ignore", key="attribution_npz")  # fmt: skip
 step_table = pd.DataFrame({name: values for name, values in measures.items()},
-                          index=pd.Index([f"{i}:{p}" for i, p in enumerate(result.src_pieces)], name="source token"))  # fmt: skip
+                          index=pd.Index(position_labels(result.src_pieces), name="source token"))  # fmt: skip
 downloads[1].download_button("This step as CSV", step_table.to_csv(float_format="%.6g"),
                              file_name=f"attribution-step{step + 1}.csv", mime="text/csv", on_click="ignore",
                              key="attribution_csv")  # fmt: skip

@@ -9,7 +9,7 @@ from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
 from ui import models, url
 from ui.charts import show
-from ui.controls import kind_layer_head
+from ui.controls import kind_layer_head, words_toggle
 from ui.sidebar import page_frame
 from ui.text import literal
 
@@ -45,20 +45,22 @@ st.caption(
     "(teacher forcing), so both maps have the same rows and columns."
 )
 kind, layer, head = kind_layer_head(first)
-view_a, view_b = attention_view(first, kind), attention_view(second, kind)
+words = words_toggle()
+view_a, view_b = attention_view(first, kind, words=words), attention_view(second, kind, words=words)
 layers = min(view_a.maps.shape[0], view_b.maps.shape[0])
 heads = min(view_a.maps.shape[1], view_b.maps.shape[1])
 if (view_a.maps.shape[:2]) != (view_b.maps.shape[:2]):
     st.info(f"Different sizes: comparing the first {layers} layers and {heads} heads they share.")
 layer, head = min(layer, layers - 1), min(head, heads - 1)
-columns = st.columns(3)
+columns = st.columns(2)  # two to a row: three left too little width for a sentence's token labels
 with columns[0]:
     show(attention_heatmap(view_a.maps[layer, head], view_a.query_pieces, view_a.key_pieces,
                            f"{explored.checkpoint_name}: layer {layer + 1}, head {head + 1}", view_a.mask), key="cmp_a")  # fmt: skip
 with columns[1]:
     show(attention_heatmap(view_b.maps[layer, head], view_b.query_pieces, view_b.key_pieces,
                            f"{other_name}: layer {layer + 1}, head {head + 1}", view_b.mask), key="cmp_b")  # fmt: skip
-with columns[2]:
+columns = st.columns(2)
+with columns[0]:
     difference = view_a.maps[layer, head] - view_b.maps[layer, head]
     show(
         matrix_heatmap(difference, "difference (first − second)", view_a.query_pieces, view_a.key_pieces),
@@ -68,7 +70,8 @@ divergence = js_divergence(view_a.maps[:layers, :heads], view_b.maps[:layers, :h
 figure = matrix_heatmap(divergence, f"Jensen-Shannon divergence per head, {kind.title} (0 = same, {np.log(2):.2f} = disjoint)",
                         [f"layer {i + 1}" for i in range(layers)], [f"head {h + 1}" for h in range(heads)],
                         probabilities=True)  # fmt: skip
-show(figure, key="cmp_js")
+with columns[1]:
+    show(figure, key="cmp_js")
 top = np.unravel_index(np.argmax(divergence), divergence.shape)
 st.markdown(f"They differ most at layer {top[0] + 1}, head {top[1] + 1} (divergence {divergence[top]:.3f}).")
 url.write_url()

@@ -6,6 +6,7 @@ import torch
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages
 from transformer.model.kinds import AttentionKind
+from transformer.text.pieces import readable_label
 from transformer.viz.matrices import matrix_heatmap
 from ui import keys as session_keys
 from ui import models, url
@@ -36,12 +37,12 @@ kind, layer, head = kind_layer_head(result)
 view = attention_view(result, kind)
 queries, keys = view.query_pieces, view.key_pieces
 if kind.queries_from_source:
-    row = st.selectbox("Follow the query token", range(len(queries)), format_func=lambda i: f"{i + 1}: {queries[i]}",
+    row = st.selectbox("Follow the query token", range(len(queries)), format_func=lambda i: f"{i + 1}: {readable_label(queries[i])}",
                        key=f"query_row_{kind}")  # fmt: skip
 else:  # a decoder row is a decoding step: the shared one, so the explorer, the other pages and a link follow it
     session_keys.clamp_index("step", len(queries))
     row = st.selectbox("Follow the query token (the decoding step)", range(len(queries)),
-                       format_func=lambda i: f"{i + 1}: {queries[i]}", **session_keys.shared("step"))  # fmt: skip
+                       format_func=lambda i: f"{i + 1}: {readable_label(queries[i])}", **session_keys.shared("step"))  # fmt: skip
 
 inputs = models.sublayer_inputs_cached(
     checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer
@@ -89,8 +90,10 @@ with columns[0]:
     draw(stages.masked, "masked (grey: −∞)", queries, keys)
 with columns[1]:
     draw(stages.p_attn, "softmax = p_attn", queries, keys, probabilities=True)
-weights = ", ".join(f"{literal(keys[k])} {float(w):.3f}" for k, w in enumerate(stages.p_attn[row]) if w >= 0.05)
-st.markdown(f"Query **{literal(queries[row])}** puts its weight on: {weights or 'no key above 0.05'}")
+weights = ", ".join(
+    f"{literal(readable_label(keys[k]))} {float(w):.3f}" for k, w in enumerate(stages.p_attn[row]) if w >= 0.05
+)
+st.markdown(f"Query **{literal(readable_label(queries[row]))}** puts its weight on: {weights or 'no key above 0.05'}")
 
 st.subheader("3 · Weighted values, all heads, output projection")
 columns = st.columns(3)

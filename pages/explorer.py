@@ -1,15 +1,19 @@
 """The decode explorer: step through the output token by token, branch with "what if", teacher-force a target."""
 
+import numpy as np
 import streamlit as st
 
 from transformer.analysis.views import attention_view
+from transformer.analysis.words import keys_as_words, word_labels, word_spans
 from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.text.pieces import readable
 from transformer.viz.attention import attention_heatmap, step_attention
 from transformer.viz.charts import probability_bars, token_probabilities
 from ui import keys, models, url
 from ui.charts import show
 from ui.controls import step as step_slider
+from ui.controls import words_toggle
 from ui.sidebar import Explored, page_frame
 from ui.text import literal
 
@@ -61,9 +65,7 @@ def _navigation(result: DecodeResult, step: int) -> None:
         "Last", icon=":material/last_page:", on_click=_go, args=(steps - 1,), disabled=step == steps - 1, key="last"
     )
     if session.get("playing"):
-        if row.button("Pause", icon=":material/pause:", key="pause"):
-            session.playing = False
-            st.rerun()
+        row.button("Pause", icon=":material/pause:", on_click=_go, args=(step,), key="pause")
     elif row.button("Play", icon=":material/play_arrow:", disabled=step == steps - 1, key="play"):
         session.playing = session.stepped = True
         st.rerun()
@@ -76,7 +78,10 @@ def _what_if(explored: Explored, step: int) -> None:
     candidates = [i for i in result.topk_ids[step].tolist() if i != result.tgt_ids[step]]
     with st.form("what_if", border=False):
         token = st.selectbox(
-            "What if the model had taken", candidates, format_func=tokenizer.id_to_piece, key="what_if_token"
+            "What if the model had taken",
+            candidates,
+            format_func=lambda i: readable(tokenizer.id_to_piece(i)),
+            key="what_if_token",
         )
         if st.form_submit_button("Continue from this token"):
             with st.spinner("Decoding the branch ..."):
@@ -85,9 +90,22 @@ def _what_if(explored: Explored, step: int) -> None:
             st.rerun(scope="app")
 
 
-@st.fragment(run_every=PLAY_SECONDS if session.get("playing") else None)
+def _over_words(rows: np.ndarray, pieces: list[str], words: bool) -> tuple[np.ndarray, list[str]]:
+    """One step's weights (L, H, K) and key labels, over words when asked (a word's weight: its pieces' sum)."""
+    if not words:
+        return rows, pieces
+    spans = word_spans(pieces)
+    return keys_as_words(rows, spans), word_labels(pieces, spans)
+
+
+TICKING = bool(session.get("playing"))  # this run of the page started the step view's timer
+
+
+@st.fragment(run_every=PLAY_SECONDS if TICKING else None)
 def step_view(explored: Explored) -> None:
     """Redrawn alone on a step click: reads the kept result, never runs the model."""
+    if TICKING and not session.get("playing"):
+        st.rerun(scope="app")  # paused: only a run of the whole page stops the timer, so draw nothing before it
     result = explored.result
     steps = result.steps
     reached_end = False
@@ -101,7 +119,7 @@ def step_view(explored: Explored) -> None:
     so_far = explored.checkpoint.tokenizer.decode(result.tgt_ids[:step])
     st.markdown(
         f"**Step {step + 1} of {steps}** · so far: {literal(so_far) or '(nothing yet)'} → next token "
-        f"**{literal(piece)}** (probability {float(result.token_probs[step]):.3f})"
+        f"**{literal(readable(piece))}** (probability {float(result.token_probs[step]):.3f})"
     )
     left, right = st.columns([2, 3])
     with left:
@@ -113,11 +131,14 @@ def step_view(explored: Explored) -> None:
         show(probability_bars(pieces, result.topk_probs[step].numpy(), chosen, title), key="topk_chart")
         _what_if(explored, step)
     with right:
+        words = words_toggle()
         title = f"encoder-decoder attention of step {step + 1} over the source"
-        show(step_attention(result.cross[:, :, step].numpy(), result.src_pieces, title), key="cross_step_chart")
+        cross = _over_words(result.cross[:, :, step].numpy(), result.src_pieces, words)
+        show(step_attention(*cross, title), key="cross_step_chart")
         rows = result.decoder_self[:, :, step, : step + 1].numpy()
         title = f"masked self-attention of step {step + 1} over the output so far"
-        show(step_attention(rows, result.decoder_input_pieces[: step + 1], title), key="self_step_chart")
+        show(step_attention(*_over_words(rows, result.decoder_input_pieces[: step + 1], words), title),
+             key="self_step_chart")  # fmt: skip
     url.write_url()
     if reached_end:
         st.rerun(scope="app")  # a full run redefines the fragment without its timer
@@ -147,7 +168,7 @@ with st.expander("Teacher forcing: run the model on a translation you give", exp
                     probabilities = result.token_probs.numpy()
                     show(token_probabilities(result.tgt_pieces, probabilities, f"{name}: probability of each token"),
                          key=f"tf_probs_{name}")  # fmt: skip
-                    view = attention_view(result, "cross")
+                    view = attention_view(result, "cross", words=session.get("words", False))
                     title = f"{name}: cross-attention, layer {layer + 1}, mean over heads"
                     show(attention_heatmap(view.mean_over_heads()[layer], view.query_pieces, view.key_pieces, title),
                          key=f"tf_cross_{name}")  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import array, figure, markdown, start, translate
@@ -81,7 +83,7 @@ def test_teacher_forcing_scores_the_given_target(explorer):
     assert not explorer.exception
     forced = figure(explorer, 5)  # after the step view and the free decoding's two figures
     assert "teacher forcing" in forced["layout"]["title"]["text"]
-    assert "▁dorment" in forced["data"][0]["x"]
+    assert "dorment" in forced["data"][0]["x"]
 
 
 def test_bad_sentences_get_a_message_never_a_traceback(explorer):
@@ -288,3 +290,33 @@ def test_the_step_by_step_page_follows_and_sets_the_shared_step():
     assert not at.exception and at.query_params["step"] == "4"  # the link names the row followed
     at = at.switch_page("pages/explorer.py").run()
     assert "Step 4 of" in markdown(at)
+
+
+@pytest.mark.parametrize("page", ["explorer", "attention", "attribution", "positional", "masks", "computation",
+                                  "compare", "heads"])  # fmt: skip
+def test_no_page_shows_the_word_start_marker(page):
+    at = start({"text": 'Two dogs play in the "snow".'})
+    at.switch_page(f"pages/{page}.py").run()
+    assert not at.exception
+    drawn = [json.dumps(json.loads(element.proto.spec), ensure_ascii=False) for element in at.get("plotly_chart")]
+    assert drawn, "the page drew no figure"
+    shown = [*drawn, markdown(at), *(header.value for header in at.subheader)]
+    assert not [text for text in shown if "\u2581" in text]  # SentencePiece's ▁, shown as the reader reads it
+
+
+def _titled(at: AppTest, words: str) -> dict:
+    drawn = [json.loads(element.proto.spec) for element in at.get("plotly_chart")]
+    return next(spec for spec in drawn if words in spec["layout"]["title"]["text"])
+
+
+@pytest.mark.parametrize("page", ["explorer", "compare"])
+def test_the_words_toggle_merges_pieces_on_every_page_with_maps(page):
+    at = start({"text": "Sunbathers relax on the beach."})
+    at.switch_page(f"pages/{page}.py").run()
+    title = "over the source" if page == "explorer" else "en-fr: layer"
+    pieces = _titled(at, title)["data"][0]["x"]
+    at.toggle(key="widget_words").set_value(True).run()
+    assert not at.exception
+    words = _titled(at, title)["data"][0]["x"]
+    assert len(words) < len(pieces) and "Sunbathers" in words  # "▁Sun" "bath" "ers" read as one word
+    assert at.session_state["words"]

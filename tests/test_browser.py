@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.browser import ARTIFACTS, app_server, chromium, wait_for_heatmaps, wait_idle
+from benchmarks.browser import ARTIFACTS, app_server, chromium, pause_playing, wait_for_heatmaps, wait_idle
 
 pytestmark = pytest.mark.browser
 
@@ -142,7 +142,10 @@ def test_play_advances_the_steps_by_itself(server, browser):
     wait_idle(page)
     page.get_by_role("button", name="Play").click()
     page.get_by_text("Step 3 of").wait_for(timeout=60_000)  # two steps on, with no click (slow under load)
-    page.get_by_role("button", name="Pause").click()
+    _, at, after = pause_playing(page)
+    assert after == at  # Pause stops on the step on screen, never on a later one
+    page.wait_for_timeout(2000)
+    assert page.get_by_text(f"Step {at} of").count() == 1  # and it stays there
     assert page.locator('[data-testid="stException"]').count() == 0
 
 

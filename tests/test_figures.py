@@ -16,7 +16,25 @@ def test_repeated_tokens_keep_their_own_cells_and_html_is_escaped():
     assert labels[1] == "&lt;script&gt;"
     assert labels[0].strip("\u200b") == labels[2].strip("\u200b")
     # Plotly shows &quot; as typed: quotes stay quotes, only its tags are made inert (and & itself)
-    assert axis_labels(['▁"', "'", "&"]) == ['▁"', "'", "&amp;"]
+    assert axis_labels(['▁"', "'", "&"]) == ['"', "'", "&amp;"]
+
+
+def test_pieces_read_as_words_with_the_rest_of_a_word_marked():
+    pieces = ["<s>", "▁Deux", "▁chiens", "▁jou", "ent", "▁dans", "▁la", "▁neige", ".", "▁", "</s>"]
+    assert axis_labels(pieces) == ["&lt;s&gt;", "Deux", "chiens", "jou", "·ent", "dans", "la", "neige", ".", "␣",
+                                   "&lt;/s&gt;"]  # fmt: skip
+    assert axis_labels(["▁en → ▁robe", "▁jou → ent", "any query"]) == ["en → robe", "jou → ·ent", "any query"]
+    assert axis_labels(["▁.", "."]) == [".", ".\u200b"]  # the same reading, still two cells
+
+
+def test_every_token_keeps_its_label_however_many():
+    pieces = [f"▁w{i}" for i in range(120)]
+    figure = attention_heatmap(np.full((120, 120), 1 / 120), pieces, pieces).to_plotly_json()["layout"]
+    for axis in (figure["xaxis"], figure["yaxis"]):
+        assert (axis["tickmode"], axis["dtick"]) == ("linear", 1)  # Plotly would thin them otherwise
+        assert 7 <= axis["tickfont"]["size"] < 12  # smaller, to keep them apart
+    few = attention_heatmap(np.eye(3), pieces[:3], pieces[:3]).to_plotly_json()["layout"]
+    assert few["xaxis"]["dtick"] == 1 and "tickfont" not in few["xaxis"]
 
 
 def test_heatmap_draws_the_weights_and_greys_masked_cells():
@@ -54,7 +72,7 @@ def test_probability_bars_highlight_the_chosen_token():
 
 def test_csv_has_a_row_per_query_and_a_column_per_key():
     csv = attention_csv(np.array([[0.25, 0.75]]), ["▁a"], ["▁b", ","])
-    assert csv.splitlines() == ['query,0:▁b,"1:,"', "0:▁a,0.25,0.75"]
+    assert csv.splitlines() == ['query,0:b,"1:,"', "0:a,0.25,0.75"]  # tokens as the figures show them
 
 
 def test_report_is_self_contained_and_escapes_user_text(model, tokenizer):

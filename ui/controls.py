@@ -18,6 +18,15 @@ def attention_kind(container=st, horizontal: bool = False) -> AttentionKind:
     return AttentionKind(choice)
 
 
+def words_toggle(container=st) -> bool:
+    """The shared choice, on every page that draws attention maps, of pieces merged into words."""
+    return container.toggle(
+        "Merge pieces into words",
+        help="Sum over the pieces of a key word, mean over those of a query word.",
+        **keys.shared("words"),
+    )
+
+
 def kind_layer_head(result: DecodeResult, columns: list | None = None) -> tuple[AttentionKind, int, int]:
     """Attention kind, layer and head (0-based) as radio + two selects, in the given columns or side by side."""
     kind_column, layer_column, head_column = columns or st.columns([3, 1, 1])

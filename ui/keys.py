@@ -105,7 +105,7 @@ KEYS: dict[str, Key] = {
     },  # fmt: skip
     "url_read": Key(bool, None, "whether this visit's link has been read"),
     "view": Key(str, None, "the Attention maps page's view"),
-    "words": Key(bool, None, "pieces merged into words on the Attention maps page"),
+    "words": Key(bool, None, "pieces merged into words wherever attention maps are drawn"),
     "presentation": Key(bool, None, "presentation mode"),
     "sidebar_collapsed": Key(bool, None, "presentation mode collapsed the sidebar (once: it may be reopened)"),
     "playing": Key(bool, None, "the explorer is stepping by itself"),

@@ -13,6 +13,7 @@ import numpy as np
 from transformer.analysis.words import merge_words, word_labels, word_spans
 from transformer.decoding.result import DecodeResult
 from transformer.model.kinds import AttentionKind
+from transformer.text.pieces import produced_label
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,6 @@ def attention_view(
 
 
 def _query_labels(queries: list[str], produced: list[str] | None) -> list[str]:
-    """A decoder row is labelled by its input and the token it produces ("▁en → ▁robe"): read by its input
-    alone, row "▁en" looking at "dress" seems shifted by one, though it is producing "robe"."""
-    return queries if produced is None else [f"{query} → {output}" for query, output in zip(queries, produced)]
+    """A decoder row is labelled by its input and the token it produces ("en → robe"): read by its input
+    alone, row "en" looking at "dress" seems shifted by one, though it is producing "robe"."""
+    return queries if produced is None else [produced_label(query, output) for query, output in zip(queries, produced)]

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from transformer.decoding.result import DecodeResult
+from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import Tokenizer
 
 
@@ -23,6 +24,10 @@ def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.nd
         "tgt_ids": np.array(result.tgt_ids),
         "tgt_pieces": np.array(result.tgt_pieces),
         "decoder_input_pieces": np.array(result.decoder_input_pieces),
+        **{
+            f"{name}_labels": np.array([readable(p) for p in getattr(result, f"{name}_pieces")])
+            for name in ("src", "tgt", "decoder_input")
+        },  # as the figures show them  # fmt: skip
         "token_probs": result.token_probs.numpy(),
         "topk_ids": result.topk_ids.numpy(),
         "topk_pieces": np.array([[tokenizer.id_to_piece(i) for i in row] for row in result.topk_ids.tolist()]),
@@ -57,11 +62,17 @@ def _nan_to_none(value):
     return None if isinstance(value, float) and value != value else value
 
 
+def position_labels(pieces: list[str]) -> list[str]:
+    """'position:token' with the token as figures show it: a table's row and column names, unique though tokens repeat."""
+    return [f"{i}:{readable_label(p)}" for i, p in enumerate(pieces)]
+
+
 def attention_csv(weights: np.ndarray, query_pieces: list[str], key_pieces: list[str]) -> str:
-    """One map (Q, K) as CSV: a row per query, a column per key, labelled 'position:token' so repeats stay apart."""
+    """One map (Q, K) as CSV: a row per query, a column per key, labelled 'position:token' (as the figures show
+    the token) so repeats stay apart."""
     frame = pd.DataFrame(
         np.asarray(weights),
-        index=pd.Index([f"{i}:{p}" for i, p in enumerate(query_pieces)], name="query"),
-        columns=[f"{i}:{p}" for i, p in enumerate(key_pieces)],
+        index=pd.Index(position_labels(query_pieces), name="query"),
+        columns=position_labels(key_pieces),
     )
     return frame.to_csv(float_format="%.6g")

@@ -74,7 +74,6 @@ def attention_grid(
     column_titles: list[str],
     title: str | None = None,
     mask: np.ndarray | None = None,
-    tick_labels: bool = True,
 ) -> go.Figure:
     """A grid of maps (R, C, Q, K) in one figure with one colour scale: all heads of a layer, or the whole model."""
     rows, columns = maps.shape[:2]
@@ -84,7 +83,7 @@ def attention_grid(
         row_titles=row_titles,
         column_titles=column_titles,
         horizontal_spacing=0.015,
-        vertical_spacing=0.04 / rows if tick_labels else 0.02,
+        vertical_spacing=0.04 / rows,
     )
     query_labels, key_labels = axis_labels(query_pieces), axis_labels(key_pieces)
     for r in range(rows):
@@ -94,11 +93,10 @@ def attention_grid(
     # Token labels on the grid's outer edges only (queries left, keys below): labels between the maps
     # covered the neighbouring map, or were cut by the next row.
     for r in range(rows):
-        fig.update_xaxes(showticklabels=tick_labels and r == rows - 1, row=r + 1)
+        fig.update_xaxes(showticklabels=r == rows - 1, row=r + 1)
     for c in range(columns):
-        fig.update_yaxes(showticklabels=tick_labels and c == 0, col=c + 1)
-    cell = 18 if tick_labels else 6
-    height = 80 + rows * max(120 if tick_labels else 60, cell * len(query_pieces) + (60 if tick_labels else 8))
+        fig.update_yaxes(showticklabels=c == 0, col=c + 1)
+    height = 80 + rows * max(120, 18 * len(query_pieces) + 60)
     return _attention_layout(fig, height=height, title=title)
 
 
@@ -109,7 +107,6 @@ def heads_or_means(
     row_titles: list[str],
     title: str | None = None,
     mask: np.ndarray | None = None,
-    tick_labels: bool = True,
 ) -> tuple[go.Figure, bool]:
     """Every head of the given layers (L, H, Q, K) in one grid, or, past CELL_BUDGET cells, each layer's mean.
 
@@ -118,11 +115,9 @@ def heads_or_means(
     layers, heads = maps.shape[:2]
     if maps[0, 0].size * layers * heads <= CELL_BUDGET:
         columns = [f"head {h + 1}" for h in range(heads)]
-        return attention_grid(maps, query_pieces, key_pieces, row_titles, columns, title, mask, tick_labels), False
+        return attention_grid(maps, query_pieces, key_pieces, row_titles, columns, title, mask), False
     means = maps.mean(axis=1, keepdims=True)
-    return attention_grid(
-        means, query_pieces, key_pieces, row_titles, ["mean over heads"], title, mask, tick_labels
-    ), True
+    return attention_grid(means, query_pieces, key_pieces, row_titles, ["mean over heads"], title, mask), True
 
 
 def step_attention(

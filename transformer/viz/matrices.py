@@ -13,8 +13,9 @@ from transformer.viz.style import MASKED_COLOR, axis_labels, fit_labels
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 
 
-def _labels(pieces: list[str] | None, size: int) -> list[str]:
-    return axis_labels(pieces) if pieces is not None else [str(i) for i in range(size)]
+def _labels(pieces: list[str] | None) -> list[str] | None:
+    """Token labels, or None: Plotly numbers the rows or dimensions itself, and thins those numbers as it likes."""
+    return axis_labels(pieces) if pieces is not None else None
 
 
 def matrix_heatmap(
@@ -48,8 +49,8 @@ def matrix_heatmap(
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=_labels(column_pieces, columns),
-            y=_labels(row_pieces, rows),
+            x=_labels(column_pieces),
+            y=_labels(row_pieces),
             hoverongaps=False,
             hovertemplate="row %{y}<br>column %{x}<br>%{z:.4f}<extra></extra>",
             colorbar=dict(thickness=10),
@@ -62,8 +63,11 @@ def matrix_heatmap(
         margin=dict(l=10, r=10, t=50, b=10),
         plot_bgcolor=MASKED_COLOR,
     )
-    fig.update_xaxes(type="category", title=x_title, showgrid=False, range=[-0.5, columns - 0.5])
-    fig.update_yaxes(type="category", title=y_title, showgrid=False, range=[rows - 0.5, -0.5])
+    numbered = "linear"  # an axis without tokens: positions or dimensions, numbered from 0
+    fig.update_xaxes(type="category" if column_pieces else numbered, title=x_title, showgrid=False,
+                     range=[-0.5, columns - 0.5])  # fmt: skip
+    fig.update_yaxes(type="category" if row_pieces else numbered, title=y_title, showgrid=False,
+                     range=[rows - 0.5, -0.5])  # fmt: skip
     if highlight_row is not None:
         fig.add_shape(type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5,
                       line=dict(color="#e4572e", width=3))  # fmt: skip

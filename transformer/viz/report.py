@@ -11,6 +11,7 @@ from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
 from transformer.decoding.result import DecodeResult
 from transformer.model.kinds import AttentionKind
+from transformer.text.pieces import readable
 from transformer.viz.attention import attention_heatmap, heads_or_means
 from transformer.viz.charts import token_probabilities
 
@@ -46,7 +47,7 @@ def html_report(result: DecodeResult, source_text: str, checkpoint_name: str) ->
         for title, figure in report_figures(result)
     )
     rows = "\n".join(
-        f"<tr><td>{t + 1}</td><td>{html.escape(piece)}</td><td>{float(p):.3f}</td></tr>"
+        f"<tr><td>{t + 1}</td><td>{html.escape(readable(piece))}</td><td>{float(p):.3f}</td></tr>"
         for t, (piece, p) in enumerate(zip(result.tgt_pieces, result.token_probs.tolist()))
     )
     return f"""<!DOCTYPE html>

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from transformer.text.pieces import readable_label
+
 COLORSCALE = "Blues"
 
 
@@ -17,10 +19,27 @@ LEGEND_ABOVE = dict(orientation="h", yanchor="bottom", y=1.02, xanchor="left", x
 FIGURE_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
 
+LABELS_AT_FULL_SIZE = 40  # token labels on one axis before their font shrinks to keep them apart
+SMALLEST_LABEL = 7  # points
+
+
 def fit_labels(fig: go.Figure) -> go.Figure:
-    """Margins that grow to fit the tick labels (tokens can be long), whatever the font size."""
+    """Margins that grow to fit the tick labels (tokens can be long), and every token labelled.
+
+    Plotly thins crowded category labels by itself, so a label would vanish with no word; here each
+    token axis gets a tick per category, with a smaller font where there are many.
+    """
     fig.update_xaxes(automargin=True)
     fig.update_yaxes(automargin=True)
+    for trace in fig.data:
+        for letter in ("x", "y"):
+            values = getattr(trace, letter, None)
+            if values is None or not len(values) or not isinstance(values[0], str):
+                continue
+            name = (getattr(trace, f"{letter}axis", None) or letter).replace(letter, f"{letter}axis", 1)
+            fig.layout[name].update(tickmode="linear", tick0=0, dtick=1)
+            if len(values) > LABELS_AT_FULL_SIZE:
+                fig.layout[name].tickfont.size = max(SMALLEST_LABEL, round(12 * LABELS_AT_FULL_SIZE / len(values)))
     return fig
 
 
@@ -33,11 +52,13 @@ def plotly_text(text: str) -> str:
 
 
 def axis_labels(pieces: list[str]) -> list[str]:
-    """Escaped token labels, made distinct by invisible zero-width spaces so repeats keep their own cell."""
+    """Pieces as readers read them ("▁chiens" as "chiens"), escaped, and made distinct by invisible zero-width
+    spaces so repeats keep their own cell."""
     seen: dict[str, int] = {}
     labels = []
     for piece in pieces:
-        count = seen.get(piece, 0)
-        seen[piece] = count + 1
-        labels.append(plotly_text(piece) + "\u200b" * count)
+        label = readable_label(piece)
+        count = seen.get(label, 0)
+        seen[label] = count + 1
+        labels.append(plotly_text(label) + "\u200b" * count)
     return labels
