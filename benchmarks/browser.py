@@ -1,8 +1,12 @@
-"""A real `streamlit run app.py` server on a free loopback port, and Debian's Chromium driven by Playwright."""
+"""A real `streamlit run app.py` server (or scripts/serve.sh's replicas behind nginx) on loopback, and Debian's
+Chromium driven by Playwright."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import random
+import signal
 import socket
 import subprocess
 import sys
@@ -27,16 +31,28 @@ class Server:
 
     def peak_memory_mb(self) -> float:
         """The server process's peak resident memory (VmHWM), Linux only."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmHWM in /proc status")
+        return _peak_mb(self.process.pid)
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_port_block(count: int) -> int:
+    """The first of `count` consecutive free ports, below Linux's ephemeral range (where outgoing
+    connections would take the ports next to a free one)."""
+    for first in random.Random().sample(range(20_000, 32_000, 16), 50):
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(first, first + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 @contextlib.contextmanager
@@ -63,6 +79,58 @@ def app_server(log_path: Path, timeout: float = 60.0) -> Iterator[Server]:
         finally:
             server.terminate()
             server.wait(timeout=20)
+
+
+@dataclass(frozen=True)
+class Proxy:
+    """scripts/serve.sh running: nginx's URL and the replicas' loopback ports."""
+
+    url: str
+    replica_ports: list[int]
+
+    def replica_pid(self, port: int) -> int | None:
+        """The process of the replica on `port`, found by its command line (None once it has stopped)."""
+        for status in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                words = status.read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"streamlit" in b" ".join(words) and f"{port}".encode() in words and b"--server.port" in words:
+                return int(status.parent.name)
+        return None
+
+    def peak_memory_mb(self) -> list[float]:
+        """Each replica's peak resident memory (VmHWM), Linux only."""
+        return [_peak_mb(pid) for port in self.replica_ports if (pid := self.replica_pid(port))]
+
+
+def _peak_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc status")
+
+
+@contextlib.contextmanager
+def proxy_server(replicas: int, run_dir: Path, timeout: float = 240.0) -> Iterator[Proxy]:
+    """`bash scripts/serve.sh --replicas N` on loopback, as the README starts a classroom; stopped after."""
+    port = free_port_block(replicas + 1)
+    command = ["bash", str(REPO / "scripts" / "serve.sh"), "--replicas", str(replicas), "--port", str(port),
+               "--address", "127.0.0.1", "--run-dir", str(run_dir)]  # fmt: skip
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "serve.log", "w") as log:
+        serve = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + timeout
+            while "Serving" not in (run_dir / "serve.log").read_text():
+                if serve.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"serve.sh did not start; see {run_dir / 'serve.log'}")
+                time.sleep(0.3)
+            yield Proxy(f"http://127.0.0.1:{port}", [port + k for k in range(1, replicas + 1)])
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(serve.pid, signal.SIGTERM)
+            serve.wait(timeout=30)
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.viz.style import axis_labels
 
 from .app_speed import CLICK_UNTIL_DRAWN
-from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server
+from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server, proxy_server
 
 SENTENCES = [
     "Two dogs are playing in the snow.",
@@ -88,27 +88,36 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
-def load_test(sessions: int = 10) -> tuple[list[SessionReport], str, float]:
-    """Runs the sessions against a fresh server; returns their reports, the server log and its peak memory (MiB)."""
-    log_path = ARTIFACTS / "load-server.log"
-    with app_server(log_path) as server:
-        reports = asyncio.run(run_sessions(server.url, sessions))
-        memory = server.peak_memory_mb()
-    return reports, log_path.read_text(), memory
+def load_test(sessions: int = 10, replicas: int | None = None) -> tuple[list[SessionReport], str, list[float]]:
+    """Runs the sessions against a fresh server, or `replicas` behind nginx (scripts/serve.sh); returns their
+    reports, the servers' logs and each one's peak memory (MiB)."""
+    if replicas is None:
+        log_path = ARTIFACTS / "load-server.log"
+        with app_server(log_path) as server:
+            reports = asyncio.run(run_sessions(server.url, sessions))
+            memory = [server.peak_memory_mb()]
+        return reports, log_path.read_text(), memory
+    run_dir = ARTIFACTS / f"load-proxy-{replicas}"
+    with proxy_server(replicas, run_dir) as proxy:
+        reports = asyncio.run(run_sessions(proxy.url, sessions))
+        memory = proxy.peak_memory_mb()
+    logs = "\n".join(path.read_text() for path in sorted(run_dir.glob("replica-*.log")))
+    return reports, logs, memory
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__)
     parser.add_argument("--sessions", type=int, default=10)
+    parser.add_argument("--replicas", type=int, help="through nginx to this many replicas (scripts/serve.sh)")
     args = parser.parse_args()
-    reports, log, memory = load_test(args.sessions)
+    reports, log, memory = load_test(args.sessions, args.replicas)
     translate = [r.translate_ms for r in reports]
     steps = [ms for r in reports for ms in r.step_ms]
     print(f"sessions: {len(reports)}, correct translations: {sum(r.correct for r in reports)}, "
           f"own attention: {sum(r.own_attention for r in reports)}, server errors: {log.count('Traceback')}")  # fmt: skip
     print(f"translate ms: p50 {statistics.median(translate):.0f}, p95 {percentile(translate, 0.95):.0f}")
     print(f"step ms: p50 {statistics.median(steps):.0f}, p95 {percentile(steps, 0.95):.0f} ({len(steps)} clicks)")
-    print(f"server peak memory: {memory:.0f} MiB")
+    print(f"peak memory per server: {', '.join(f'{mb:.0f}' for mb in memory)} MiB")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 import torch
+from streamlit.runtime.pages_manager import PagesManager
 
 from transformer.analysis.degenerate import decode_notes
 from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
@@ -17,6 +18,7 @@ from ui import keys, models, url
 from ui.text import literal
 
 from .charts import presentation_style, sidebar_state
+from .replica import say_if_moved
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ def render() -> Explored | None:
     files = models.checkpoint_files()
     session = st.session_state
     uploads = session.get("uploads", {})
+    if not session.get("url_read"):  # a session's first run
+        say_if_moved()
     url.read_url_once(files)
     keys.set_defaults()
     choices = [*files, *uploads]
@@ -131,6 +135,11 @@ def page_frame() -> Explored:
     Each page draws the frame itself (rather than the navigation script) so that a page
     opened directly by its URL is whole however Streamlit reaches it.
     """
+    if PagesManager.uses_pages_directory:
+        # A server's first visitor opened a page by its URL: Streamlit ran the page alone, as its old
+        # pages/-folder apps, with file names for a menu. Run app.py's navigation instead.
+        PagesManager.uses_pages_directory = False
+        st.rerun()
     st.set_page_config(
         page_title="Transformer Explorer", page_icon=ICON, layout="wide", initial_sidebar_state=sidebar_state()
     )

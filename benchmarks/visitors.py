@@ -1,0 +1,179 @@
+"""A classroom of simulated visitors that speak Streamlit's own websocket protocol, no browser.
+
+python -m benchmarks.visitors [--visitors 100] [--replicas 1 2 4]: for each replica count,
+`scripts/serve.sh` starts the replicas behind nginx on loopback; each visitor opens the app,
+types its sentence, translates and steps through the output, as the page's own messages
+(streamlit's BackMsg and ForwardMsg protobufs) ask. A visitor costs a websocket and a few
+parsed messages, so a hundred fit beside the servers on one machine. Prints sessions served,
+errors (wrong or missing translation, an exception on the page, a dropped connection, a
+timeout), p50 and p95 of a translate and of a step, and each replica's peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import websockets
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+from transformer.decoding.greedy import decode
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+from .browser import ARTIFACTS, proxy_server
+from .load import SENTENCES, percentile
+
+STEPS = 5  # Next clicks per visitor
+RUN_TIMEOUT = 120.0  # seconds for one run of the page before the visitor counts an error
+DONE = {ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY}
+
+
+@dataclass
+class Page:
+    """What one run of the page drew, as far as a visitor needs it: widget ids, the text, any exception."""
+
+    widgets: dict[str, tuple[str, str]] = field(default_factory=dict)  # label -> (widget id, fragment id)
+    text: list[str] = field(default_factory=list)
+    exceptions: list[str] = field(default_factory=list)
+
+    def read(self, message: ForwardMsg) -> None:
+        if message.WhichOneof("type") != "delta" or message.delta.WhichOneof("type") != "new_element":
+            return
+        element = message.delta.new_element
+        kind = element.WhichOneof("type")
+        if kind == "markdown":
+            self.text.append(element.markdown.body.replace("\\", ""))
+        elif kind == "exception":
+            self.exceptions.append(element.exception.message)
+        elif kind in ("button", "text_area"):
+            widget = getattr(element, kind)
+            self.widgets[widget.label] = (widget.id, message.delta.fragment_id)
+
+
+@dataclass
+class Visit:
+    sentence: str
+    translate_ms: float | None = None
+    step_ms: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+class Visitor:
+    """One browser tab's side of the conversation: rerun requests out, the page's messages in."""
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.page = Page()
+
+    async def run(self, widgets: list[WidgetState], fragment_id: str = "") -> float:
+        """Asks for a run (a click, a typed value) and reads until it finishes; returns its milliseconds."""
+        message = BackMsg()
+        message.rerun_script.widget_states.widgets.extend(widgets)
+        message.rerun_script.fragment_id = fragment_id
+        started = time.perf_counter()
+        await self.connection.send(message.SerializeToString())
+        page = Page(widgets=dict(self.page.widgets)) if fragment_id else Page()
+        while True:
+            reply = ForwardMsg()
+            reply.ParseFromString(await asyncio.wait_for(self.connection.recv(), RUN_TIMEOUT))
+            page.read(reply)
+            if reply.WhichOneof("type") == "script_finished" and reply.script_finished in DONE:
+                break
+        self.page = page
+        if page.exceptions:
+            raise RuntimeError(f"the page raised: {page.exceptions[0]}")
+        return (time.perf_counter() - started) * 1000
+
+    def widget(self, label: str) -> tuple[str, str]:
+        if label not in self.page.widgets:
+            raise RuntimeError(f"no {label!r} on the page")
+        return self.page.widgets[label]
+
+
+async def visit(url: str, sentence: str, expected: str, delay: float) -> Visit:
+    """Opens the app, types the sentence, translates, steps STEPS times; the outcome and timings."""
+    await asyncio.sleep(delay)
+    result = Visit(sentence)
+    try:
+        async with websockets.connect(f"{url.replace('http', 'ws', 1)}/_stcore/stream", subprotocols=["streamlit"],
+                                      max_size=None, open_timeout=RUN_TIMEOUT) as connection:  # fmt: skip
+            visitor = Visitor(connection)
+            await visitor.run([])  # the first page, as the browser asks for it on opening
+            text_id, _ = visitor.widget("Sentence")
+            translate_id, _ = visitor.widget("Translate")
+            typed = WidgetState(id=text_id, string_value=sentence)
+            result.translate_ms = await visitor.run([typed, WidgetState(id=translate_id, trigger_value=True)])
+            if not any(expected in text for text in visitor.page.text):
+                raise RuntimeError("the translation on the page is not the model's")
+            for _ in range(STEPS):
+                next_id, fragment = visitor.widget("Next")
+                result.step_ms.append(await visitor.run([WidgetState(id=next_id, trigger_value=True)], fragment))
+    except Exception as error:  # every failure is a finding to count, not a crash of the generator
+        result.error = f"{type(error).__name__}: {error}"
+    return result
+
+
+async def classroom(url: str, visitors: int, ramp_seconds: float, seed: int = 0) -> list[Visit]:
+    """`visitors` visits arriving at random over ramp_seconds, each with a sentence and its expected translation."""
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    chosen = [SENTENCES[i % len(SENTENCES)] for i in range(visitors)]
+    expected = {s: decode(checkpoint.model, checkpoint.tokenizer, s).text for s in set(chosen)}
+    arrivals = random.Random(seed)
+    return await asyncio.gather(*(visit(url, s, expected[s], arrivals.uniform(0, ramp_seconds)) for s in chosen))
+
+
+@dataclass(frozen=True)
+class Report:
+    replicas: int
+    visits: list[Visit]
+    memory_mb: list[float]
+    seconds: float
+
+    def line(self) -> str:
+        served = [v for v in self.visits if v.error is None]
+        translate = [v.translate_ms for v in served]
+        steps = [ms for v in served for ms in v.step_ms]
+        figures = (
+            f"translate p50 {statistics.median(translate):.0f} ms, p95 {percentile(translate, 0.95):.0f} ms; "
+            f"step p50 {statistics.median(steps):.0f} ms, p95 {percentile(steps, 0.95):.0f} ms"
+            if served
+            else "nothing served"
+        )
+        memory = ", ".join(f"{mb:.0f}" for mb in self.memory_mb)
+        return (f"| {self.replicas} | {len(served)}/{len(self.visits)} | {len(self.visits) - len(served)} | "
+                f"{figures} | {memory} | {self.seconds:.0f} s |")  # fmt: skip
+
+
+def run(replicas: int, visitors: int, ramp_seconds: float) -> Report:
+    with proxy_server(replicas, ARTIFACTS / f"visitors-{replicas}") as proxy:
+        started = time.perf_counter()
+        visits = asyncio.run(classroom(proxy.url, visitors, ramp_seconds))
+        seconds = time.perf_counter() - started
+        memory = proxy.peak_memory_mb()
+    return Report(replicas, visits, memory, seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.visitors", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--visitors", type=int, default=100)
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--ramp", type=float, default=20.0, help="seconds over which the visitors arrive")
+    args = parser.parse_args()
+    print("| replicas | sessions served | errors | latency | peak MiB per replica | wall time |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for replicas in args.replicas:
+        report = run(replicas, args.visitors, args.ramp)
+        print(report.line(), flush=True)
+        for error in sorted({v.error for v in report.visits if v.error})[:5]:
+            print(f"  error: {error}")
+
+
+if __name__ == "__main__":
+    main()

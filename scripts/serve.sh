@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Serves a classroom: N replicas of the app behind Debian's nginx, on one port.
+#
+#   bash scripts/serve.sh [--replicas N] [--port PORT] [--address ADDRESS] [--run-dir DIR]
+#
+# Each replica is a `streamlit run app.py` on loopback (ports PORT+1 .. PORT+N); nginx listens
+# on ADDRESS:PORT (default 0.0.0.0:8500, the room's network), proxies the websocket, and keeps
+# each visitor on one replica by a cookie (a room behind one NAT address shares an IP, so an IP
+# hash would put everyone on one replica). A replica that stops loses only its own visitors'
+# sessions: nginx sends them to another, where the page says their view was reset.
+# Ctrl-C stops everything. Logs and the generated nginx.conf are in DIR (default .serve/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+replicas=2
+port=8500
+address=0.0.0.0
+run="$PWD/.serve"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --replicas) replicas="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    --address) address="$2"; shift 2 ;;
+    --run-dir) run="$(realpath -m "$2")"; shift 2 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$replicas" in ''|*[!0-9]*|0) echo "--replicas takes a whole number from 1" >&2; exit 2 ;; esac
+
+if ! command -v nginx >/dev/null && [ -x /usr/sbin/nginx ]; then PATH="$PATH:/usr/sbin"; fi
+if ! command -v nginx >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get install -y -q nginx-light >/dev/null
+  else
+    echo "nginx is missing: install it with 'sudo apt-get install -y nginx-light'" >&2; exit 1
+  fi
+fi
+python3 -m venv .venv
+.venv/bin/pip install -q -r requirements.txt
+.venv/bin/pip install -q -e .
+
+healthy() { .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$1" 2>/dev/null; }
+
+mkdir -p "$run/tmp"
+pids=()
+stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap stop EXIT
+trap 'exit 130' INT TERM
+
+servers=""
+for k in $(seq 1 "$replicas"); do
+  replica_port=$((port + k))
+  .venv/bin/streamlit run app.py --server.port "$replica_port" --server.address 127.0.0.1 \
+    >"$run/replica-$k.log" 2>&1 &
+  pids+=($!)
+  servers="$servers    server 127.0.0.1:$replica_port max_fails=1 fail_timeout=10s;
+"
+done
+for k in $(seq 1 "$replicas"); do
+  for _ in $(seq 1 240); do
+    healthy "http://127.0.0.1:$((port + k))/_stcore/health" && break
+    kill -0 "${pids[$((k - 1))]}" 2>/dev/null || { echo "replica $k did not start: see $run/replica-$k.log" >&2; exit 1; }
+    sleep 0.5
+  done
+done
+
+# Streamlit's page tries <page>/_stcore/health before /_stcore/health when opened by a page's URL
+# (streamlit/streamlit#7074); naming the app's root in the page spares those 404s.
+root_script='<head><script>window.__streamlit={BACKEND_BASE_URL:location.origin+"/",MAIN_PAGE_BASE_URL:location.origin+"/"}</script>'
+cat >"$run/nginx.conf" <<EOF
+worker_processes auto;
+pid $run/nginx.pid;
+error_log $run/nginx-error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $run/tmp/body;
+  proxy_temp_path $run/tmp/proxy;
+  fastcgi_temp_path $run/tmp/fastcgi;
+  uwsgi_temp_path $run/tmp/uwsgi;
+  scgi_temp_path $run/tmp/scgi;
+  client_max_body_size 200m;  # the app's largest upload (server.maxUploadSize)
+  proxy_buffers 64 16k;  # the app's largest script (Plotly, about 1 MB) in memory, not a temporary file
+
+  map \$http_upgrade \$connection_upgrade { default upgrade; "" close; }
+  # A visitor's key: their te_visitor cookie, or, on a first request, a fresh one that is set.
+  map \$cookie_te_visitor \$visitor { "" \$request_id; default \$cookie_te_visitor; }
+  map \$cookie_te_visitor \$new_visitor { "" "te_visitor=\$request_id; Path=/; HttpOnly; SameSite=Lax"; default ""; }
+
+  upstream replicas {
+    hash \$visitor consistent;  # the same visitor, the same replica, while it is up
+$servers  }
+
+  server {
+    listen $address:$port;
+    add_header Set-Cookie \$new_visitor always;
+    proxy_http_version 1.1;
+    proxy_set_header Host \$host;
+    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    proxy_next_upstream error timeout http_502 http_503;  # a stopped replica: try the next one
+
+    location / {
+      proxy_pass http://replicas;
+      proxy_set_header Accept-Encoding "";  # plain HTML, so that sub_filter can name the root
+      sub_filter '<head>' '$root_script';
+      sub_filter_once on;
+    }
+    location = /_stcore/stream {
+      proxy_pass http://replicas;
+      proxy_set_header Upgrade \$http_upgrade;
+      proxy_set_header Connection \$connection_upgrade;
+      proxy_read_timeout 1h;
+      # The replica that holds this session: a new session elsewhere reads it and says the view was reset.
+      add_header Set-Cookie "te_replica=\$upstream_addr; Path=/; SameSite=Lax" always;
+    }
+  }
+}
+EOF
+nginx -p "$run" -c "$run/nginx.conf" -g 'daemon off;' &
+nginx_pid=$!
+pids+=("$nginx_pid")
+for _ in $(seq 1 40); do healthy "http://127.0.0.1:$port/_stcore/health" && break; sleep 0.25; done
+shown=$([ "$address" = 0.0.0.0 ] && hostname -I 2>/dev/null | awk '{print $1}' || echo "$address")
+echo "Serving $replicas replicas at http://${shown:-localhost}:$port (Ctrl-C stops them)"
+
+declare -A reported
+while kill -0 "$nginx_pid" 2>/dev/null; do
+  for k in $(seq 1 "$replicas"); do
+    if [ -z "${reported[$k]:-}" ] && ! kill -0 "${pids[$((k - 1))]}" 2>/dev/null; then
+      reported[$k]=1
+      echo "replica $k (port $((port + k))) stopped: its visitors move to the others; see $run/replica-$k.log" >&2
+    fi
+  done
+  sleep 2
+done

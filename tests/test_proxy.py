@@ -1,0 +1,75 @@
+"""A classroom's setup, `bash scripts/serve.sh --replicas 2`: simulated visitors and Chromium through nginx,
+sticky sessions, and a replica lost (last: it stops one of the two)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from benchmarks.browser import ARTIFACTS, chromium, proxy_server, wait_for_heatmaps, wait_idle
+from benchmarks.load import run_sessions
+from benchmarks.visitors import STEPS, classroom, visit
+
+pytestmark = pytest.mark.browser
+RUN_DIR = ARTIFACTS / "proxy"
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    with proxy_server(2, RUN_DIR) as running:
+        yield running
+
+
+def replica_logs() -> str:
+    return "\n".join(path.read_text() for path in sorted(RUN_DIR.glob("replica-*.log")))
+
+
+def test_simulated_visitors_speaking_streamlits_protocol_are_all_served_and_checked(proxy):
+    visits = asyncio.run(classroom(proxy.url, visitors=12, ramp_seconds=3))
+    assert [v.error for v in visits] == [None] * 12
+    assert all(v.translate_ms and len(v.step_ms) == STEPS for v in visits)
+    wrong = asyncio.run(visit(proxy.url, "Two dogs play in the snow.", "Un chat dort.", delay=0))
+    assert "not the model's" in wrong.error  # the generator reads the page: a wrong translation is an error
+
+
+def test_ten_browsers_at_once_each_get_their_own_result(proxy):
+    reports = asyncio.run(run_sessions(proxy.url, 10))
+    assert all(report.correct for report in reports), [r.sentence for r in reports if not r.correct]
+    assert all(report.own_attention for report in reports), [r.sentence for r in reports if not r.own_attention]
+    assert "Traceback" not in replica_logs()
+
+
+def test_a_stopped_replica_moves_only_its_visitors_who_are_told_their_view_was_reset(proxy):
+    with chromium() as browser:
+        visitors = []
+        for sentence in ("Two dogs play in the snow.", "A man rides a bicycle.", "A girl reads a book.",
+                         "Three boys swim in the lake."):  # fmt: skip
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = context.new_page()
+            failed = []
+            page.on("response", lambda response, failed=failed: failed.append(response.url) if response.status >= 400 else None)  # fmt: skip
+            page.goto(f"{proxy.url}/attention?text={sentence.replace(' ', '%20')}")
+            wait_for_heatmaps(page, 1)
+            wait_idle(page)
+            assert failed == []  # nor a page's own /attention/_stcore/health, which Streamlit alone answers 404
+            replica = {c["name"]: c["value"] for c in context.cookies()}["te_replica"]
+            visitors.append((page, replica, sentence))
+        held = {replica for _, replica, _ in visitors}
+        assert len(held) == 2, "four visitors, every one on the same replica: not spread by their cookies"
+        stopped = visitors[0][1]
+        os.kill(proxy.replica_pid(int(stopped.rpartition(":")[2])), signal.SIGKILL)
+        for page, replica, sentence in visitors:
+            page.get_by_text("decoder masked self-attention").click()  # the next thing a visitor does
+            wait_for_heatmaps(page, 1)
+            wait_idle(page)
+            notice = page.get_by_text("The server that held your session stopped")
+            if replica == stopped:
+                notice.wait_for(timeout=30_000)
+                assert page.get_by_label("Sentence").input_value() == sentence  # the link brought it back
+            else:
+                page.wait_for_timeout(500)
+                assert notice.count() == 0  # the other replica's visitors lost nothing
+            assert page.locator('[data-testid="stException"]').count() == 0
