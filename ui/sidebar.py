@@ -135,9 +135,10 @@ def page_frame() -> Explored:
     Each page draws the frame itself (rather than the navigation script) so that a page
     opened directly by its URL is whole however Streamlit reaches it.
     """
-    if PagesManager.uses_pages_directory:
+    if PagesManager.uses_pages_directory and not st.session_state.get("url_read"):
         # A server's first visitor opened a page by its URL: Streamlit ran the page alone, as its old
-        # pages/-folder apps, with file names for a menu. Run app.py's navigation instead.
+        # pages/-folder apps, with file names for a menu. Run app.py's navigation instead (on a
+        # session's first run only, where a rerun loses no click).
         PagesManager.uses_pages_directory = False
         st.rerun()
     st.set_page_config(
