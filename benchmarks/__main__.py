@@ -1,14 +1,20 @@
-"""python -m benchmarks [--quick] [--no-browser]: every figure of the performance table, with its baseline."""
+"""python -m benchmarks [--quick] [--no-browser] [--sentences FILE]: every figure of the performance table, with
+its baseline."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.text.files import read_lines
 
 from .app_speed import browser_rows, long_input_row, machine, server_step_row
 from .attribution_speed import attribution_row
-from .model_speed import Row, decode_rows, lower_bound_row, training_row
+from .model_speed import Row, batched_beam_row, decode_rows, lower_bound_row, training_row
+
+MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
+BEAM_SENTENCES = 200
 
 
 def table(rows: list[Row]) -> str:
@@ -27,12 +33,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium timings")
+    parser.add_argument("--sentences", type=Path, default=MULTI30K_VALIDATION,
+                        help="English sentences, one a line (plain or gzip), for the batched beam row")  # fmt: skip
     args = parser.parse_args()
     repeats = 3 if args.quick else 9
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
     print(f"machine: {machine()}\ncheckpoint: {DEFAULT_CHECKPOINT.name}\n", flush=True)
     rows = decode_rows(checkpoint, repeats)
     rows.append(lower_bound_row(checkpoint, repeats))
+    if args.sentences.exists():
+        rows.append(batched_beam_row(checkpoint, read_lines(args.sentences)[:BEAM_SENTENCES]))
+    else:
+        print(f"{args.sentences} is missing: no batched beam row", flush=True)
     rows.append(training_row(checkpoint, max(3, repeats // 2)))
     rows.append(server_step_row(checkpoint, repeats))
     rows.append(long_input_row(checkpoint))

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from transformer.decoding.beam import beam_search
+from transformer.decoding.beam import beam_search, beam_search_ids
 from transformer.decoding.greedy import decode, generate
 from transformer.decoding.result import source_ids
+from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.layers import sinusoidal_table
@@ -75,6 +77,23 @@ def decode_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
         Row("recording every attention map", "same decode recording nothing", silent, cached, "≤ 1.25"),
         Row("beam search, width 5", "greedy, same sentence", greedy, beam, "report"),
     ]
+
+
+def batched_beam_row(checkpoint: Checkpoint, sentences: list[str]) -> Row:
+    """Beam 5 over many sentences: translate_texts' batches against one beam search per sentence (what
+    translate_texts did before, recording no attention either)."""
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    settings = DecodeSettings(strategy="beam", beam_width=5)
+    started = time.perf_counter()
+    sources = [source_ids(tokenizer, text, model.config.max_len)[0] for text in sentences]
+    alone = [tokenizer.decode(beam_search_ids(model, ids, 5, settings.length_penalty).tokens) for ids in sources]
+    alone_ms = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    batched = translate_texts(model, tokenizer, sentences, settings)
+    batched_ms = (time.perf_counter() - started) * 1000
+    same = sum(a == b for a, b in zip(alone, batched))
+    return Row(f"beam 5 over {len(sentences)} sentences, batched", "one beam search per sentence", alone_ms,
+               batched_ms, "≤ 1/3", f"same output for {same}/{len(sentences)}")  # fmt: skip
 
 
 def lower_bound_row(checkpoint: Checkpoint, repeats: int) -> Row:

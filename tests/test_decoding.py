@@ -3,15 +3,16 @@ import threading
 
 import pytest
 import torch
+from helpers import make_sentences
 
 from benchmarks.baselines import recompute_greedy
-from transformer.decoding.beam import beam_search
+from transformer.decoding.beam import beam_search, beam_search_batch, beam_search_ids
 from transformer.decoding.forcing import branch, teacher_force_ids
 from transformer.decoding.greedy import decode, decode_ids, sampling_chooser
 from transformer.decoding.result import DecodeInputError, source_ids
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
-from transformer.io.checkpoint import load_checkpoint
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 SENTENCE = "the big dog runs in the park"
 
@@ -106,6 +107,30 @@ def test_batched_translation_equals_one_at_a_time(model, tokenizer):
     batched = translate_texts(model, tokenizer, texts, batch_size=3)
     single = [decode(model, tokenizer, t).text if t else "" for t in texts]
     assert batched == single
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_checkpoint(DEFAULT_CHECKPOINT)
+
+
+@pytest.mark.parametrize("width", [1, 3, 5])
+def test_batched_beam_finds_what_one_sentence_at_a_time_finds(model, tokenizer, width):
+    # The random tiny model rarely ends a sentence: limits, hypotheses alive at the limit and early ends all occur.
+    sources = [source_ids(tokenizer, text, model.config.max_len)[0] for text in make_sentences(24, seed=3)]
+    limits = [3 + i % 11 for i in range(len(sources))]
+    batched = beam_search_batch(model, sources, width, 0.6, limits)
+    alone = [beam_search_ids(model, ids, width, 0.6, limit).tokens for ids, limit in zip(sources, limits)]
+    assert batched == alone
+
+
+def test_batched_beam_on_the_shipped_model_matches_and_translate_uses_it(shipped):
+    texts = ["Two dogs are playing in the snow.", "", "A man in a red shirt is riding a bicycle down the street.",
+             "A little girl climbs the stairs.", "Three people sit on a bench near the water while a dog sleeps."]  # fmt: skip
+    settings = DecodeSettings(strategy="beam", beam_width=5)
+    batched = translate_texts(shipped.model, shipped.tokenizer, texts, settings, batch_size=2)
+    alone = [beam_search(shipped.model, shipped.tokenizer, t, width=5).text if t else "" for t in texts]
+    assert batched == alone
 
 
 def test_threads_sharing_one_model_get_their_sequential_results(model, tokenizer):

@@ -38,13 +38,60 @@ class BeamTrace:
     encoder_attentions: torch.Tensor | None  # (L, H, S, S) when recorded
 
 
-def _trace(steps: list[_Step], last_step: int, beam: int, final_token: int) -> tuple[list[int], list[int]]:
-    """Tokens and per-step hypothesis indices of the hypothesis that is `beam` at `last_step`."""
+def _trace(origins: list, added: list, last_step: int, beam: int, final_token: int) -> tuple[list[int], list[int]]:
+    """Tokens and per-step hypothesis indices of the hypothesis that is `beam` at `last_step`, from each
+    step's origins (which hypothesis each new one extends) and added tokens."""
     indices, tokens = [beam], [final_token]
     for step in range(last_step - 1, -1, -1):
-        tokens.append(int(steps[step].token[indices[-1]]))
-        indices.append(int(steps[step].origin[indices[-1]]))
+        tokens.append(int(added[step][indices[-1]]))
+        indices.append(int(origins[step][indices[-1]]))
     return tokens[::-1], indices[::-1]
+
+
+@dataclass
+class _Search:
+    """One sentence's beam: its finished hypotheses and each step's choices (plain lists, to trace back)."""
+
+    limit: int
+    width: int
+    alpha: float
+    finished: list[tuple[float, int, int, int]]  # (normalised score, step, hypothesis, token)
+    origins: list[list[int]]
+    added: list[list[int]]
+    done: bool = False
+
+    def extend(self, step: int, candidates: list[tuple[float, int]], vocab: int, eos: int) -> tuple[list, list, list]:
+        """Takes this step's best candidates (score, flat index) in order: hypotheses that end are finished,
+        the best `width` others live on. Returns their origins, tokens and scores; sets `done`."""
+        origins, new_tokens, new_scores = [], [], []
+        for score, flat in candidates:
+            hypothesis, token = divmod(flat, vocab)
+            if score == float("-inf"):
+                break
+            if token == eos:
+                self.finished.append((score / length_penalty(step + 1, self.alpha), step, hypothesis, token))
+            elif len(origins) < self.width:
+                origins.append(hypothesis)
+                new_tokens.append(token)
+                new_scores.append(score)
+        self.origins.append(origins)
+        self.added.append(new_tokens)
+        alive_best = max(new_scores) / length_penalty(self.limit, self.alpha) if new_scores else float("-inf")
+        self.done = (
+            len(self.finished) >= self.width
+            or not new_scores
+            or bool(self.finished and max(self.finished)[0] >= alive_best)
+            or step + 1 >= self.limit
+        )
+        return origins, new_tokens, new_scores
+
+    def best(self) -> tuple[list[int], list[int]]:
+        """The winner's tokens and hypothesis per step: the best finished one, else the best alive at the limit."""
+        if self.finished:
+            _, step, hypothesis, token = max(self.finished)
+            return _trace(self.origins, self.added, step, hypothesis, token)
+        last = len(self.origins) - 1
+        return _trace(self.origins, self.added, last, self.origins[-1][0], self.added[-1][0])
 
 
 @torch.inference_mode()
@@ -66,50 +113,84 @@ def beam_search_ids(
     last = torch.full((width, 1), config.start_id, dtype=torch.long, device=device)
     scores = torch.full((width,), float("-inf"), device=device)
     scores[0] = 0.0  # all hypotheses start identical: let only one of them extend at first
-    finished: list[tuple[float, int, int, int]] = []  # (normalised score, step, hypothesis, token)
-    steps: list[_Step] = []
     limit = min(max_new_tokens or default_max_new_tokens(model, len(src_ids)), config.max_len)
+    search = _Search(limit, width, alpha, [], [], [])
+    steps: list[_Step] = []
     for step in range(limit):
         decoded = model.decode(last, memory, src_mask, None, need_weights, cache)
-        cache = decoded.cache
         log_probs = model.log_probs(decoded.hidden[:, -1])  # (W, V)
-        record = _Step(
-            log_probs,
-            torch.stack([m[:, :, 0] for m in decoded.self_attentions], 1) if need_weights else None,
-            torch.stack([m[:, :, 0] for m in decoded.cross_attentions], 1) if need_weights else None,
+        best = (scores[:, None] + log_probs).view(-1).topk(2 * width)
+        origins, new_tokens, new_scores = search.extend(
+            step, list(zip(best.values.tolist(), best.indices.tolist())), log_probs.size(-1), config.eos_id
         )
-        vocab = log_probs.size(-1)
-        totals = (scores[:, None] + log_probs).view(-1)
-        best = totals.topk(2 * width)
-        origins, new_tokens, new_scores = [], [], []
-        for score, flat in zip(best.values.tolist(), best.indices.tolist()):
-            hypothesis, token = divmod(flat, vocab)
-            if score == float("-inf"):
-                break
-            if token == config.eos_id:
-                finished.append((score / length_penalty(step + 1, alpha), step, hypothesis, token))
-            elif len(origins) < width:
-                origins.append(hypothesis)
-                new_tokens.append(token)
-                new_scores.append(score)
-        origin = torch.tensor(origins, device=device)
-        steps.append(_Step(record.log_probs, record.self_rows, record.cross_rows, origin, torch.tensor(new_tokens)))
-        alive_best = max(new_scores) / length_penalty(limit, alpha) if new_scores else float("-inf")
-        if len(finished) >= width or not new_scores or (finished and max(finished)[0] >= alive_best):
+        steps.append(
+            _Step(
+                log_probs,
+                torch.stack([m[:, :, 0] for m in decoded.self_attentions], 1) if need_weights else None,
+                torch.stack([m[:, :, 0] for m in decoded.cross_attentions], 1) if need_weights else None,
+            )
+        )
+        if search.done:
             break
         padding = width - len(origins)  # fewer live hypotheses than the width: repeat the last, never chosen
-        origin = torch.cat([origin, origin[-1:].expand(padding)]) if padding else origin
+        origin = torch.tensor(origins + origins[-1:] * padding, device=device)
         scores = torch.tensor(new_scores + [float("-inf")] * padding, device=device)
-        cache = [layer.select(origin) for layer in cache]
+        cache = [layer.select(origin) for layer in decoded.cache]
         last = torch.tensor(new_tokens + new_tokens[-1:] * padding, device=device)[:, None]
-    if finished:
-        _, step, hypothesis, token = max(finished)
-        tokens, indices = _trace(steps, step, hypothesis, token)
-    else:  # no hypothesis ended: take the best one alive at the limit
-        last_step = len(steps) - 1
-        tokens, indices = _trace(steps, last_step, int(steps[-1].origin[0]), int(steps[-1].token[0]))
+    tokens, indices = search.best()
     encoder = torch.cat([m[:1] for m in encoded.attentions]) if need_weights else None
     return BeamTrace(tokens, indices, steps, encoder)
+
+
+@torch.inference_mode()
+def beam_search_batch(
+    model: Transformer, sources: list[list[int]], width: int, alpha: float, limits: list[int]
+) -> list[list[int]]:
+    """Beam search over several sentences at once, each with its own beam and length limit: the tokens of
+    each one's best hypothesis, as `beam_search_ids` finds them one by one (no attention kept).
+
+    Every live hypothesis of every unfinished sentence is one row of one decoder call per step, so the
+    per-step cost (many small operations) is paid once for the batch; a finished sentence leaves it.
+    """
+    config = model.config
+    device = model_device(model)
+    src = torch.full((len(sources), max(map(len, sources))), config.pad_id, dtype=torch.long, device=device)
+    for row, ids in enumerate(sources):
+        src[row, : len(ids)] = torch.tensor(ids, device=device)
+    encoded, src_mask = encode_source(model, src, need_weights=False)
+    memory = encoded.memory.repeat_interleave(width, 0)  # rows b*W .. b*W+W-1 are sentence b's hypotheses
+    src_mask = src_mask.repeat_interleave(width, 0)
+    cache = model.start_cache(memory)
+    searches = [_Search(min(limit, config.max_len), width, alpha, [], [], []) for limit in limits]
+    active = list(range(len(sources)))  # sentences still searching, in row-block order
+    last = torch.full((len(active) * width, 1), config.start_id, dtype=torch.long, device=device)
+    scores = torch.full((len(active), width), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # all hypotheses start identical: let only one of them extend at first
+    for step in range(max(search.limit for search in searches)):
+        decoded = model.decode(last, memory, src_mask, None, False, cache)
+        log_probs = model.log_probs(decoded.hidden[:, -1])  # (A*W, V)
+        vocab = log_probs.size(-1)
+        best = (scores[:, :, None] + log_probs.view(len(active), width, vocab)).view(len(active), -1).topk(2 * width)
+        rows, next_active, next_tokens, next_scores = [], [], [], []
+        for block, (sentence, values, indices) in enumerate(zip(active, best.values.tolist(), best.indices.tolist())):
+            search = searches[sentence]
+            origins, new_tokens, new_scores = search.extend(step, list(zip(values, indices)), vocab, config.eos_id)
+            if search.done:
+                continue
+            padding = width - len(origins)  # repeat the last live hypothesis, never chosen
+            rows += [block * width + origin for origin in origins + origins[-1:] * padding]
+            next_tokens += new_tokens + new_tokens[-1:] * padding
+            next_scores.append(new_scores + [float("-inf")] * padding)
+            next_active.append(sentence)
+        if not next_active:
+            break
+        index = torch.tensor(rows, device=device)
+        cache = [layer.select(index) for layer in decoded.cache]
+        memory, src_mask = memory.index_select(0, index), src_mask.index_select(0, index)
+        last = torch.tensor(next_tokens, device=device)[:, None]
+        scores = torch.tensor(next_scores, device=device)
+        active = next_active
+    return [search.best()[0] for search in searches]
 
 
 def beam_search(

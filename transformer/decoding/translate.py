@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from transformer.decoding.beam import beam_search_ids
+from transformer.decoding.beam import beam_search_batch
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser, sampling_chooser
 from transformer.decoding.result import model_device, source_ids
 from transformer.decoding.settings import DecodeSettings
@@ -24,8 +24,8 @@ def translate_texts(
 ) -> list[str]:
     """Translations in input order; an empty line translates to an empty line.
 
-    Greedy and sampling decode batches of similar lengths (sampling draws from one seeded generator
-    for the batch); beam search takes one sentence at a time.
+    Sentences are decoded in batches of similar lengths: greedy, sampling (one seeded generator for the
+    batch) or beam search (each sentence its own beam).
     """
     device = model_device(model)
     pad = model.config.pad_id
@@ -37,12 +37,14 @@ def translate_texts(
         return settings.max_new_tokens or default_max_new_tokens(model, source_length)
 
     if settings.strategy == "beam":
-        for i in order:
-            width, alpha = settings.beam_width, settings.length_penalty
-            tokens = beam_search_ids(model, sources[i], width, alpha, limit(len(sources[i]))).tokens
-            outputs[i] = tokenizer.decode(tokens)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            found = beam_search_batch(model, [sources[i] for i in chunk], settings.beam_width,
+                                      settings.length_penalty, [limit(len(sources[i])) for i in chunk])  # fmt: skip
+            for i, tokens in zip(chunk, found):
+                outputs[i] = tokenizer.decode(tokens)
             if progress:
-                progress(1)
+                progress(len(chunk))
         return outputs
     choose = (
         sampling_chooser(settings.temperature, settings.top_k, settings.seed)
