@@ -43,6 +43,22 @@ def test_ten_browsers_at_once_each_get_their_own_result(proxy):
     assert "Traceback" not in replica_logs()
 
 
+def test_an_upload_through_nginx_reaches_the_visitors_own_replica(proxy, tmp_path):
+    source = tmp_path / "two.en"
+    source.write_text("Two dogs are playing in the snow.\nA man is riding a bicycle.\n")
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{proxy.url}/corpus")
+        wait_idle(page)
+        page.locator('[data-testid="stFileUploaderDropzoneInput"]').first.set_input_files(source)
+        page.get_by_text("two.en").wait_for()
+        page.get_by_role("button", name="Translate the file").click()
+        page.get_by_text("Click a column header to sort").wait_for(timeout=60_000)  # the table of translations
+        page.locator('[data-testid="stDataFrame"]').first.wait_for()
+        assert "Deux chiens jouent dans la neige" in page.content()  # the grid's accessible copy of its cells
+        assert page.locator('[data-testid="stException"]').count() == 0
+
+
 def test_a_stopped_replica_moves_only_its_visitors_who_are_told_their_view_was_reset(proxy):
     with chromium() as browser:
         visitors = []
