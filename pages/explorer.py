@@ -121,6 +121,7 @@ def step_view(explored: Explored) -> None:
         f"**Step {step + 1} of {steps}** · so far: {literal(so_far) or '(nothing yet)'} → next token "
         f"**{literal(readable(piece))}** (probability {float(result.token_probs[step]):.3f})"
     )
+    words = words_toggle()
     left, right = st.columns([2, 3])
     with left:
         tokenizer = explored.checkpoint.tokenizer
@@ -131,7 +132,6 @@ def step_view(explored: Explored) -> None:
         show(probability_bars(pieces, result.topk_probs[step].numpy(), chosen, title), key="topk_chart")
         _what_if(explored, step)
     with right:
-        words = words_toggle()
         title = f"encoder-decoder attention of step {step + 1} over the source"
         cross = _over_words(result.cross[:, :, step].numpy(), result.src_pieces, words)
         show(step_attention(*cross, title), key="cross_step_chart")
