@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from transformer.analysis.attribution import DEFAULT_STEPS
+from transformer.analysis.words import keys_as_words, word_labels, word_spans
 from transformer.io.export import npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
@@ -14,7 +15,7 @@ from transformer.viz.matrices import matrix_heatmap
 from transformer.viz.style import plotly_text
 from ui import models, url
 from ui.charts import show
-from ui.controls import layer_head
+from ui.controls import layer_head, words_toggle
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -49,11 +50,22 @@ with st.spinner("Computing gradients for every output token ..."):
                                       tuple(result.tgt_ids), n_steps, _result=result)  # fmt: skip
 
 layers, heads = result.cross.shape[:2]
-controls = st.columns([1, 1, 2, 4])
+controls = st.columns([1, 1, 2, 2, 4])
 layer, head = layer_head(result, AttentionKind.CROSS, controls[0], controls[1])
 mean = controls[2].toggle("Mean over heads", key="attribution_mean")
-with controls[3]:
+words = words_toggle(controls[3])
+with controls[4]:
     step = controls_step(result) or 0
+
+
+def over_words(values: np.ndarray, pieces: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Values over tokens (..., K) and their labels, over words when asked: attributions add up, so a word's
+    is the sum over its pieces (rows stay decoding steps)."""
+    if not words:
+        return values, list(pieces)
+    spans = word_spans(list(pieces))
+    return keys_as_words(values, spans), word_labels(list(pieces), spans)
+
 
 cross = result.cross.numpy()[layer]
 weighted = found.value_weighted[AttentionKind.CROSS][layer]
@@ -67,7 +79,9 @@ measures = {
     "gradient × input": found.gradient_x_input[step],
     "integrated gradients": found.integrated_gradients[step],
 }
-show(measures_over_tokens(measures, result.src_pieces, f"what produced '{plotly_text(piece)}': four measures over the source"),
+measures = {name: over_words(values, result.src_pieces)[0] for name, values in measures.items()}
+_, source_labels = over_words(cross_rows, result.src_pieces)
+show(measures_over_tokens(measures, source_labels, f"what produced '{plotly_text(piece)}': four measures over the source"),
      key="attribution_step")  # fmt: skip
 share = float(found.source_share[step])
 difference = float(found.log_probs[step] - found.baseline_log_probs[step])
@@ -80,30 +94,33 @@ st.markdown(
 if abs(delta) > 0.1 * max(abs(difference), 1e-6):
     st.warning("At this step the path integral is coarse (the delta is over a tenth of the change): read the "
                "integrated gradients as approximate.")  # fmt: skip
-prefix = found.integrated_gradients_target[step, : step + 1]
-show(measures_over_tokens({"integrated gradients": prefix}, found.decoder_input_pieces[: step + 1],
+prefix, prefix_labels = over_words(found.integrated_gradients_target[step, : step + 1],
+                                   found.decoder_input_pieces[: step + 1])  # fmt: skip
+show(measures_over_tokens({"integrated gradients": prefix}, prefix_labels,
                           "...and over the output so far (the decoder's input)"), key="attribution_prefix")  # fmt: skip
 
 st.subheader("Over every step")
 tabs = st.tabs(["cross-attention", "value-weighted", "gradient × input", "integrated gradients", "output so far",
                 "source share"])  # fmt: skip
-source_axes = dict(row_pieces=result.tgt_pieces, column_pieces=result.src_pieces, highlight_row=step,
+source_axes = dict(row_pieces=result.tgt_pieces, column_pieces=source_labels, highlight_row=step,
                    x_title="source token", y_title="output token")  # fmt: skip
 with tabs[0]:
-    show(matrix_heatmap(cross_rows, f"cross-attention, {which}", probabilities=True, **source_axes), key="all_cross")
+    show(matrix_heatmap(over_words(cross_rows, result.src_pieces)[0], f"cross-attention, {which}", probabilities=True,
+                        **source_axes), key="all_cross")  # fmt: skip
 with tabs[1]:
-    show(matrix_heatmap(weighted_rows, f"value-weighted cross-attention, {which}", probabilities=True, **source_axes),
-         key="all_weighted")  # fmt: skip
+    show(matrix_heatmap(over_words(weighted_rows, result.src_pieces)[0], f"value-weighted cross-attention, {which}",
+                        probabilities=True, **source_axes), key="all_weighted")  # fmt: skip
 with tabs[2]:
-    show(matrix_heatmap(found.gradient_x_input, "gradient × input (red raises the token's probability)",
-                        **source_axes), key="all_gradient")  # fmt: skip
+    show(matrix_heatmap(over_words(found.gradient_x_input, result.src_pieces)[0],
+                        "gradient × input (red raises the token's probability)", **source_axes), key="all_gradient")  # fmt: skip
 with tabs[3]:
-    show(matrix_heatmap(found.integrated_gradients, "integrated gradients (red raises the token's probability)",
-                        **source_axes), key="all_integrated")  # fmt: skip
+    show(matrix_heatmap(over_words(found.integrated_gradients, result.src_pieces)[0],
+                        "integrated gradients (red raises the token's probability)", **source_axes),
+         key="all_integrated")  # fmt: skip
 with tabs[4]:
-    show(matrix_heatmap(found.integrated_gradients_target, "integrated gradients over the output so far",
-                        result.tgt_pieces, found.decoder_input_pieces, step, "decoder input token", "output token"),
-         key="all_prefix")  # fmt: skip
+    target_matrix, target_labels = over_words(found.integrated_gradients_target, found.decoder_input_pieces)
+    show(matrix_heatmap(target_matrix, "integrated gradients over the output so far", result.tgt_pieces,
+                        target_labels, step, "decoder input token", "output token"), key="all_prefix")  # fmt: skip
 with tabs[5]:
     show(lines({"source share": (list(range(1, result.steps + 1)), found.source_share.tolist())},
                "share of integrated gradients on the source, per step", "step", "share"), key="all_share")  # fmt: skip
@@ -129,7 +146,7 @@ if foil is not None:
             _result=result,
         )  # fmt: skip
     foil_piece = readable(checkpoint.tokenizer.id_to_piece(foil))
-    show(measures_over_tokens({"source": source}, result.src_pieces,
+    show(measures_over_tokens({"source": over_words(source, result.src_pieces)[0]}, source_labels,
                               f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
                               "gradients of the difference"),
          key="attribution_contrast")  # fmt: skip
@@ -145,7 +162,7 @@ downloads = st.columns(2)
 downloads[0].download_button("Every attribution as .npz", lambda: npz_bytes(found.arrays()), file_name="attribution.npz",
                              mime="application/octet-stream", on_click="ignore", key="attribution_npz")  # fmt: skip
 step_table = pd.DataFrame({name: values for name, values in measures.items()},
-                          index=pd.Index(position_labels(result.src_pieces), name="source token"))  # fmt: skip
+                          index=pd.Index(position_labels(source_labels), name="source token"))  # fmt: skip
 downloads[1].download_button("This step as CSV", step_table.to_csv(float_format="%.6g"),
                              file_name=f"attribution-step{step + 1}.csv", mime="text/csv", on_click="ignore",
                              key="attribution_csv")  # fmt: skip

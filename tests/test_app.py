@@ -309,11 +309,11 @@ def _titled(at: AppTest, words: str) -> dict:
     return next(spec for spec in drawn if words in spec["layout"]["title"]["text"])
 
 
-@pytest.mark.parametrize("page", ["explorer", "compare"])
+@pytest.mark.parametrize("page", ["explorer", "compare", "attribution"])
 def test_the_words_toggle_merges_pieces_on_every_page_with_maps(page):
     at = start({"text": "Sunbathers relax on the beach."})
     at.switch_page(f"pages/{page}.py").run()
-    title = "over the source" if page == "explorer" else "en-fr: layer"
+    title = {"explorer": "over the source", "compare": "en-fr: layer", "attribution": "four measures"}[page]
     pieces = _titled(at, title)["data"][0]["x"]
     at.toggle(key="widget_words").set_value(True).run()
     assert not at.exception
