@@ -31,7 +31,7 @@ case "$replicas" in ''|*[!0-9]*|0) echo "--replicas takes a whole number from 1"
 if ! command -v nginx >/dev/null && [ -x /usr/sbin/nginx ]; then PATH="$PATH:/usr/sbin"; fi
 if ! command -v nginx >/dev/null; then
   if [ "$(id -u)" = 0 ]; then
-    apt-get install -y -q nginx-light >/dev/null
+    apt-get update -qq && apt-get install -y -q nginx-light >/dev/null
   else
     echo "nginx is missing: install it with 'sudo apt-get install -y nginx-light'" >&2; exit 1
   fi
