@@ -55,7 +55,8 @@ def test_an_upload_through_nginx_reaches_the_visitors_own_replica(proxy, tmp_pat
         page.get_by_role("button", name="Translate the file").click()
         page.get_by_text("Click a column header to sort").wait_for(timeout=60_000)  # the table of translations
         page.locator('[data-testid="stDataFrame"]').first.wait_for()
-        assert "Deux chiens jouent dans la neige" in page.content()  # the grid's accessible copy of its cells
+        page.wait_for_function("document.documentElement.innerHTML.includes('Deux chiens jouent dans la neige')",
+                               timeout=30_000)  # the grid's accessible copy of its cells, drawn after the canvas  # fmt: skip
         assert page.locator('[data-testid="stException"]').count() == 0
 
 
