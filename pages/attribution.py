@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from transformer.analysis.attribution import DEFAULT_STEPS
-from transformer.analysis.words import keys_as_words, word_labels, word_spans
+from transformer.analysis.words import over_words
 from transformer.io.export import npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
@@ -58,15 +58,6 @@ with controls[4]:
     step = controls_step(result) or 0
 
 
-def over_words(values: np.ndarray, pieces: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Values over tokens (..., K) and their labels, over words when asked: attributions add up, so a word's
-    is the sum over its pieces (rows stay decoding steps)."""
-    if not words:
-        return values, list(pieces)
-    spans = word_spans(list(pieces))
-    return keys_as_words(values, spans), word_labels(list(pieces), spans)
-
-
 cross = result.cross.numpy()[layer]
 weighted = found.value_weighted[AttentionKind.CROSS][layer]
 cross_rows, weighted_rows = (cross.mean(0), weighted.mean(0)) if mean else (cross[head], weighted[head])
@@ -79,8 +70,8 @@ measures = {
     "gradient × input": found.gradient_x_input[step],
     "integrated gradients": found.integrated_gradients[step],
 }
-measures = {name: over_words(values, result.src_pieces)[0] for name, values in measures.items()}
-_, source_labels = over_words(cross_rows, result.src_pieces)
+measures = {name: over_words(values, result.src_pieces, words)[0] for name, values in measures.items()}
+_, source_labels = over_words(cross_rows, result.src_pieces, words)
 show(measures_over_tokens(measures, source_labels, f"what produced '{plotly_text(piece)}': four measures over the source"),
      key="attribution_step")  # fmt: skip
 share = float(found.source_share[step])
@@ -95,7 +86,7 @@ if abs(delta) > 0.1 * max(abs(difference), 1e-6):
     st.warning("At this step the path integral is coarse (the delta is over a tenth of the change): read the "
                "integrated gradients as approximate.")  # fmt: skip
 prefix, prefix_labels = over_words(found.integrated_gradients_target[step, : step + 1],
-                                   found.decoder_input_pieces[: step + 1])  # fmt: skip
+                                   found.decoder_input_pieces[: step + 1], words)  # fmt: skip
 show(measures_over_tokens({"integrated gradients": prefix}, prefix_labels,
                           "...and over the output so far (the decoder's input)"), key="attribution_prefix")  # fmt: skip
 
@@ -105,20 +96,20 @@ tabs = st.tabs(["cross-attention", "value-weighted", "gradient × input", "integ
 source_axes = dict(row_pieces=result.tgt_pieces, column_pieces=source_labels, highlight_row=step,
                    x_title="source token", y_title="output token")  # fmt: skip
 with tabs[0]:
-    show(matrix_heatmap(over_words(cross_rows, result.src_pieces)[0], f"cross-attention, {which}", probabilities=True,
+    show(matrix_heatmap(over_words(cross_rows, result.src_pieces, words)[0], f"cross-attention, {which}", probabilities=True,
                         **source_axes), key="all_cross")  # fmt: skip
 with tabs[1]:
-    show(matrix_heatmap(over_words(weighted_rows, result.src_pieces)[0], f"value-weighted cross-attention, {which}",
+    show(matrix_heatmap(over_words(weighted_rows, result.src_pieces, words)[0], f"value-weighted cross-attention, {which}",
                         probabilities=True, **source_axes), key="all_weighted")  # fmt: skip
 with tabs[2]:
-    show(matrix_heatmap(over_words(found.gradient_x_input, result.src_pieces)[0],
+    show(matrix_heatmap(over_words(found.gradient_x_input, result.src_pieces, words)[0],
                         "gradient × input (red raises the token's probability)", **source_axes), key="all_gradient")  # fmt: skip
 with tabs[3]:
-    show(matrix_heatmap(over_words(found.integrated_gradients, result.src_pieces)[0],
+    show(matrix_heatmap(over_words(found.integrated_gradients, result.src_pieces, words)[0],
                         "integrated gradients (red raises the token's probability)", **source_axes),
          key="all_integrated")  # fmt: skip
 with tabs[4]:
-    target_matrix, target_labels = over_words(found.integrated_gradients_target, found.decoder_input_pieces)
+    target_matrix, target_labels = over_words(found.integrated_gradients_target, found.decoder_input_pieces, words)
     show(matrix_heatmap(target_matrix, "integrated gradients over the output so far", result.tgt_pieces,
                         target_labels, step, "decoder input token", "output token"), key="all_prefix")  # fmt: skip
 with tabs[5]:
@@ -146,7 +137,7 @@ if foil is not None:
             _result=result,
         )  # fmt: skip
     foil_piece = readable(checkpoint.tokenizer.id_to_piece(foil))
-    show(measures_over_tokens({"source": over_words(source, result.src_pieces)[0]}, source_labels,
+    show(measures_over_tokens({"source": over_words(source, result.src_pieces, words)[0]}, source_labels,
                               f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
                               "gradients of the difference"),
          key="attribution_contrast")  # fmt: skip

@@ -1,10 +1,9 @@
 """The decode explorer: step through the output token by token, branch with "what if", teacher-force a target."""
 
-import numpy as np
 import streamlit as st
 
 from transformer.analysis.views import attention_view
-from transformer.analysis.words import keys_as_words, word_labels, word_spans
+from transformer.analysis.words import over_words
 from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError, DecodeResult
 from transformer.text.pieces import readable
@@ -90,14 +89,6 @@ def _what_if(explored: Explored, step: int) -> None:
             st.rerun(scope="app")
 
 
-def _over_words(rows: np.ndarray, pieces: list[str], words: bool) -> tuple[np.ndarray, list[str]]:
-    """One step's weights (L, H, K) and key labels, over words when asked (a word's weight: its pieces' sum)."""
-    if not words:
-        return rows, pieces
-    spans = word_spans(pieces)
-    return keys_as_words(rows, spans), word_labels(pieces, spans)
-
-
 TICKING = bool(session.get("playing"))  # this run of the page started the step view's timer
 
 
@@ -133,11 +124,11 @@ def step_view(explored: Explored) -> None:
         _what_if(explored, step)
     with right:
         title = f"encoder-decoder attention of step {step + 1} over the source"
-        cross = _over_words(result.cross[:, :, step].numpy(), result.src_pieces, words)
+        cross = over_words(result.cross[:, :, step].numpy(), result.src_pieces, words)
         show(step_attention(*cross, title), key="cross_step_chart")
         rows = result.decoder_self[:, :, step, : step + 1].numpy()
         title = f"masked self-attention of step {step + 1} over the output so far"
-        show(step_attention(*_over_words(rows, result.decoder_input_pieces[: step + 1], words), title),
+        show(step_attention(*over_words(rows, result.decoder_input_pieces[: step + 1], words), title),
              key="self_step_chart")  # fmt: skip
     url.write_url()
     if reached_end:

@@ -4,7 +4,7 @@ import torch
 
 from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
-from transformer.analysis.words import merge_words, word_labels, word_spans
+from transformer.analysis.words import merge_words, over_words, word_labels, word_spans
 from transformer.decoding.greedy import decode
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
@@ -90,3 +90,12 @@ def test_each_attention_kind_names_its_maps_pieces_and_module(model, tokenizer):
         view = attention_view(result, kind.value, step=1)
         assert view.kind is kind and (view.mask is not None) == kind.masked
         assert view.maps.shape[-2] == (S if kind.queries_from_source else 2)  # decoder rows up to step 2
+
+
+def test_over_words_sums_a_words_pieces_and_leaves_pieces_alone_when_not_asked():
+    pieces = ["▁Sun", "bath", "ers", "▁relax", "."]
+    values = np.array([[0.1, 0.2, 0.3, 0.25, 0.15]])
+    merged, labels = over_words(values, pieces, words=True)
+    assert labels == ["▁Sunbathers", "▁relax."] and np.allclose(merged, [[0.6, 0.4]])
+    same, names = over_words(values, pieces, words=False)
+    assert same is values and names == pieces

@@ -39,3 +39,12 @@ def merge_words(
 def keys_as_words(weights: np.ndarray, key_spans: list[tuple[int, int]]) -> np.ndarray:
     """Weights over pieces (..., K) -> over words (..., Kw): a word gets the sum over its pieces."""
     return np.stack([weights[..., start:end].sum(axis=-1) for start, end in key_spans], axis=-1)
+
+
+def over_words(values: np.ndarray, pieces: list[str], words: bool) -> tuple[np.ndarray, list[str]]:
+    """Values over tokens (..., K) and the tokens' labels, merged into words when asked: a word's value is the
+    sum over its pieces (attention weights and attributions both add up)."""
+    if not words:
+        return values, list(pieces)
+    spans = word_spans(list(pieces))
+    return keys_as_words(values, spans), word_labels(list(pieces), spans)

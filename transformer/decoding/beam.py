@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,13 +19,11 @@ def length_penalty(length: int, alpha: float) -> float:
 
 @dataclass(frozen=True)
 class _Step:
-    """What one step computed for every live hypothesis, kept to trace the winner back."""
+    """What one step computed for every live hypothesis, kept to rebuild the winner's record."""
 
     log_probs: torch.Tensor  # (W, V)
     self_rows: torch.Tensor | None  # (W, L, H, t+1)
     cross_rows: torch.Tensor | None  # (W, L, H, S)
-    origin: torch.Tensor | None = None  # (W,) which hypothesis each new one extends
-    token: torch.Tensor | None = None  # (W,) the token it added
 
 
 @dataclass(frozen=True)
@@ -55,9 +53,11 @@ class _Search:
     limit: int
     width: int
     alpha: float
-    finished: list[tuple[float, int, int, int]]  # (normalised score, step, hypothesis, token)
-    origins: list[list[int]]
-    added: list[list[int]]
+    finished: list[tuple[float, int, int, int]] = field(
+        default_factory=list
+    )  # (normalised score, step, hypothesis, token)
+    origins: list[list[int]] = field(default_factory=list)  # per step: which hypothesis each new one extends
+    added: list[list[int]] = field(default_factory=list)  # per step: the token each new one adds
     done: bool = False
 
     def extend(self, step: int, candidates: list[tuple[float, int]], vocab: int, eos: int) -> tuple[list, list, list]:
@@ -114,7 +114,7 @@ def beam_search_ids(
     scores = torch.full((width,), float("-inf"), device=device)
     scores[0] = 0.0  # all hypotheses start identical: let only one of them extend at first
     limit = min(max_new_tokens or default_max_new_tokens(model, len(src_ids)), config.max_len)
-    search = _Search(limit, width, alpha, [], [], [])
+    search = _Search(limit, width, alpha)
     steps: list[_Step] = []
     for step in range(limit):
         decoded = model.decode(last, memory, src_mask, None, need_weights, cache)
@@ -161,7 +161,7 @@ def beam_search_batch(
     memory = encoded.memory.repeat_interleave(width, 0)  # rows b*W .. b*W+W-1 are sentence b's hypotheses
     src_mask = src_mask.repeat_interleave(width, 0)
     cache = model.start_cache(memory)
-    searches = [_Search(min(limit, config.max_len), width, alpha, [], [], []) for limit in limits]
+    searches = [_Search(min(limit, config.max_len), width, alpha) for limit in limits]
     active = list(range(len(sources)))  # sentences still searching, in row-block order
     last = torch.full((len(active) * width, 1), config.start_id, dtype=torch.long, device=device)
     scores = torch.full((len(active), width), float("-inf"), device=device)
