@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from transformer.viz.style import FIGURE_CONFIG
+from ui.url import link_flag
 
 PRESENTATION_FONT = 18  # points, for a projector
 PRESENTATION_TITLE_CHARACTERS = 60  # a line of title at that size on a 1024-pixel projector
@@ -45,7 +46,9 @@ PRESENTATION_CSS = """
 
 def sidebar_state() -> str | None:
     """Collapses the sidebar when presentation mode comes on (once: the visitor may open it again), else leaves it."""
-    from_link = not st.session_state.get("url_read") and st.query_params.get("presentation") == "1"
+    from_link = (
+        not st.session_state.get("url_read") and link_flag("presentation") is True
+    )  # asked before render() reads the link
     presenting = bool(st.session_state.get("presentation")) or from_link
     collapse = presenting and not st.session_state.get("sidebar_collapsed")
     st.session_state.sidebar_collapsed = presenting

@@ -40,8 +40,15 @@ def read_url_once(checkpoints: dict) -> None:
     if params.get("view") in ATTENTION_VIEWS:
         st.session_state.view = params["view"]
     for name in ("words", "presentation"):
-        if params.get(name) in ("0", "1"):
-            st.session_state[name] = params[name] == "1"
+        flag = link_flag(name)
+        if flag is not None:
+            st.session_state[name] = flag
+
+
+def link_flag(name: str) -> bool | None:
+    """A yes/no the link sets ("1" or "0"), or None when it says nothing of it."""
+    value = st.query_params.get(name)
+    return value == "1" if value in ("0", "1") else None
 
 
 # Links stay under the length every browser, proxy and server takes (nginx's default line buffer is 8 KB).
