@@ -50,7 +50,7 @@ with st.spinner("Computing gradients for every output token ..."):
                                       tuple(result.tgt_ids), n_steps, _result=result)  # fmt: skip
 
 layers, heads = result.cross.shape[:2]
-controls = st.columns([1, 1, 2, 2, 4])
+controls = st.columns([1, 1, 2, 3, 4])  # the words toggle's label whole at 1440 px
 layer, head = layer_head(result, AttentionKind.CROSS, controls[0], controls[1])
 mean = controls[2].toggle("Mean over heads", key="attribution_mean")
 words = words_toggle(controls[3])
