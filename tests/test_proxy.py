@@ -24,10 +24,20 @@ def proxy():
         yield running
 
 
-VISITOR_SENTENCES = ("Two dogs play in the snow.", "A man rides a bicycle.", "A girl reads a book.",
-                     "Three boys swim in the lake.", "A woman sings on a stage.", "Two men play chess.",
-                     "A child eats an apple.", "A dog runs on the beach.", "An old man reads a newspaper.",
-                     "Four girls dance in a park.", "A cat sleeps on a chair.", "A boy kicks a ball.")
+VISITOR_SENTENCES = (
+    "Two dogs play in the snow.",
+    "A man rides a bicycle.",
+    "A girl reads a book.",
+    "Three boys swim in the lake.",
+    "A woman sings on a stage.",
+    "Two men play chess.",
+    "A child eats an apple.",
+    "A dog runs on the beach.",
+    "An old man reads a newspaper.",
+    "Four girls dance in a park.",
+    "A cat sleeps on a chair.",
+    "A boy kicks a ball.",
+)
 
 
 def replica_logs() -> str:
