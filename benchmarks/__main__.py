@@ -9,7 +9,7 @@ from pathlib import Path
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 
-from .app_speed import browser_rows, long_input_row, machine, server_step_row
+from .app_speed import browser_rows, long_input_row, machine, step_view_row
 from .attribution_speed import attribution_row
 from .model_speed import Row, batched_beam_row, decode_rows, lower_bound_row, training_row
 
@@ -46,7 +46,7 @@ def main() -> None:
     else:
         print(f"{args.sentences} is missing: no batched beam row", flush=True)
     rows.append(training_row(checkpoint, max(3, repeats // 2)))
-    rows.append(server_step_row(checkpoint, repeats))
+    rows.append(step_view_row(checkpoint, repeats))
     rows.append(long_input_row(checkpoint))
     rows.append(attribution_row(checkpoint, repeats))
     if not args.no_browser:

@@ -158,23 +158,45 @@ def wait_idle(page: Page, timeout: float = 60_000) -> None:
     page.wait_for_function("!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout)
 
 
-# Clicks Pause and resolves, in the page's own clock, once Play is back and Streamlit's run is over; returns the
-# milliseconds and the step shown at the click and after it.
-PAUSE_UNTIL_SETTLED = """
-async () => {
-  const shown = () => Number((document.body.innerText.match(/Step (\\d+) of/) || [])[1]);
-  const button = (label) => [...document.querySelectorAll('button')].find(b => b.innerText.trim().endsWith(label));
-  const settled = () => button('Play') && !document.querySelector('[data-testid="stStatusWidget"]');
-  const at = shown();
+# The explorer's step view (ui/step_player.js), drawn inside its own shadow root.
+PLAYER = "document.querySelector('[data-testid=\"stBidiComponentIsolated\"]')?.shadowRoot"
+
+# Clicks a button (of the page or of the step view, by a part of its text) and resolves, in the page's own clock,
+# once `text` is on the page, the step view's two maps are those of `step`, Streamlit's run (if any) is over,
+# and the browser has painted the frame that shows them.
+CLICK_UNTIL_DRAWN = f"""
+async ([label, text, step]) => {{
+  const player = () => {PLAYER};
+  const buttons = [...document.querySelectorAll('button'), ...(player()?.querySelectorAll('button') ?? [])];
+  const button = buttons.find(b => b.textContent.includes(label));
+  const before = player()?.querySelector('.player');
+  const rerun = !player()?.contains(button);  // a button of the page: the step view is drawn anew with new data
+  const drawn = () => {{
+    const root = player();
+    if (!root || (rerun && root.querySelector('.player') === before)) return false;
+    const titles = [...root.querySelectorAll('.map-title')].map(t => t.textContent);
+    return (document.body.innerText.includes(text) || root.textContent.includes(text))
+      && titles.filter(t => t.includes(`of step ${{step}} over`)).length >= 2
+      && !document.querySelector('[data-testid="stStatusWidget"]');
+  }};
   const start = performance.now();
-  button('Pause').click();
-  await new Promise(resolve => { const check = () => settled() ? resolve() : requestAnimationFrame(check); requestAnimationFrame(check); });
-  return [performance.now() - start, at, shown()];
-}
+  button.click();
+  await new Promise(resolve => {{ const check = () => drawn() ? resolve() : requestAnimationFrame(check); check(); }});
+  await new Promise(painted => requestAnimationFrame(() => setTimeout(painted, 0)));  // the frame that shows it
+  return performance.now() - start;
+}}
 """
 
 
-def pause_playing(page: Page) -> tuple[float, int, int]:
-    """Pause pressed while playing: (milliseconds until stepping stopped, step shown at the click, step after)."""
-    elapsed, at, after = page.evaluate(PAUSE_UNTIL_SETTLED)
-    return elapsed, at, after
+def wait_for_step_view(page: Page, step: int | None = None, timeout: float = 60_000) -> None:
+    """Waits until the explorer's step view has drawn its two maps (those of `step`, 1-based, when given)."""
+    title = f"of step {step} over" if step else "of step "
+    page.wait_for_function(f"[...({PLAYER})?.querySelectorAll('.map-title') ?? []]"
+                           f".filter(t => t.textContent.includes('{title}')).length >= 2", timeout=timeout)  # fmt: skip
+
+
+def count_frames_sent(page: Page) -> list[str]:
+    """A list that grows with every websocket frame the page sends to the server from now on."""
+    sent: list[str] = []
+    page.on("websocket", lambda socket: socket.on("framesent", lambda payload: sent.append(payload)))
+    return sent

@@ -16,10 +16,9 @@ from playwright.async_api import async_playwright
 
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from transformer.viz.style import axis_labels
+from transformer.text.pieces import readable_label
 
-from .app_speed import CLICK_UNTIL_DRAWN
-from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, app_server, proxy_server
+from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL_DRAWN, PLAYER, app_server, proxy_server
 
 SENTENCES = [
     "Two dogs are playing in the snow.",
@@ -36,7 +35,7 @@ SENTENCES = [
     "Four men are playing football on the grass.",
 ]
 STEPS = 3
-SOURCE_LABELS = "[...document.querySelectorAll('.js-plotly-plot')].map(g => g._fullLayout?.title?.text?.includes('over the source') ? g.data[0].x : null).find(x => x)"
+SOURCE_LABELS = f"[...({PLAYER}).querySelector('.map').querySelectorAll('.key-label')].map(label => label.textContent)"
 
 
 @dataclass
@@ -53,18 +52,14 @@ async def one_session(browser, url: str, sentence: str, expected: str, source_pi
     context = await browser.new_context(viewport={"width": 1400, "height": 1000})
     page = await context.new_page()
     await page.goto(url)
-    await page.wait_for_function(
-        "document.querySelectorAll('.js-plotly-plot .heatmaplayer image').length >= 2", timeout=120_000
-    )
+    await page.wait_for_function(f"({PLAYER})?.querySelectorAll('.map-title').length >= 2", timeout=120_000)
     await page.get_by_label("Sentence").fill(sentence)
     translate_ms = await page.evaluate(CLICK_UNTIL_DRAWN, ["Translate", expected, 1])
     step_ms = [await page.evaluate(CLICK_UNTIL_DRAWN, ["Next", f"Step {i + 2} of", i + 2]) for i in range(STEPS)]
     text = await page.inner_text("body")
     labels = await page.evaluate(SOURCE_LABELS)
     await context.close()
-    own = [label.replace("\u200b", "") for label in labels or []] == [
-        label.replace("\u200b", "") for label in axis_labels(source_pieces)
-    ]  # the labels as the figures write them
+    own = labels == [readable_label(piece) for piece in source_pieces]  # the step view's source labels
     return SessionReport(sentence, expected, translate_ms, step_ms, expected in text, own)
 
 

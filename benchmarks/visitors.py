@@ -2,17 +2,19 @@
 
 python -m benchmarks.visitors [--visitors 100] [--replicas 1 2 4]: for each replica count,
 `scripts/serve.sh` starts the replicas behind nginx on loopback; each visitor opens the app,
-types its sentence, translates and steps through the output, as the page's own messages
-(streamlit's BackMsg and ForwardMsg protobufs) ask. A visitor costs a websocket and a few
+types its sentence, translates, checks the step view's data (stepping through it is the
+browser's own work, no message), then opens Attention maps at a step, as the page's own
+messages (streamlit's BackMsg and ForwardMsg protobufs) ask. A visitor costs a websocket and a few
 parsed messages, so a hundred fit beside the servers on one machine. Prints sessions served,
 errors (wrong or missing translation, an exception on the page, a dropped connection, a
-timeout), p50 and p95 of a translate and of a step, and each replica's peak memory.
+timeout), p50 and p95 of a translate and of opening a step's maps, and each replica's peak memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import time
@@ -29,7 +31,9 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from .browser import ARTIFACTS, proxy_server
 from .load import SENTENCES, percentile
 
-STEPS = 5  # Next clicks per visitor
+OPEN_STEP = 2  # the step (0-based) whose Attention maps each visitor opens
+# The widget a component's triggers arrive on: Streamlit's internal key prefix, the component's id, "__events".
+TRIGGERS = "$$STREAMLIT_INTERNAL_KEY_{}__events"
 RUN_TIMEOUT = 120.0  # seconds for one run of the page before the visitor counts an error
 DONE = {ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY}
 
@@ -41,6 +45,8 @@ class Page:
     widgets: dict[str, tuple[str, str]] = field(default_factory=dict)  # label -> (widget id, fragment id)
     text: list[str] = field(default_factory=list)
     exceptions: list[str] = field(default_factory=list)
+    step_view: tuple[str, dict] | None = None  # the explorer's step view: its id and the data it was sent
+    charts: int = 0
 
     def read(self, message: ForwardMsg) -> None:
         if message.WhichOneof("type") != "delta" or message.delta.WhichOneof("type") != "new_element":
@@ -51,6 +57,10 @@ class Page:
             self.text.append(element.markdown.body.replace("\\", ""))
         elif kind == "exception":
             self.exceptions.append(element.exception.message)
+        elif kind == "bidi_component":
+            self.step_view = (element.bidi_component.id, json.loads(element.bidi_component.json))
+        elif kind == "plotly_chart":
+            self.charts += 1
         elif kind in ("button", "text_area"):
             widget = getattr(element, kind)
             self.widgets[widget.label] = (widget.id, message.delta.fragment_id)
@@ -60,7 +70,7 @@ class Page:
 class Visit:
     sentence: str
     translate_ms: float | None = None
-    step_ms: list[float] = field(default_factory=list)
+    open_ms: float | None = None
     error: str | None = None
 
 
@@ -97,7 +107,7 @@ class Visitor:
 
 
 async def visit(url: str, sentence: str, expected: str, delay: float) -> Visit:
-    """Opens the app, types the sentence, translates, steps STEPS times; the outcome and timings."""
+    """Opens the app, types the sentence, translates, opens Attention maps at OPEN_STEP; outcome and timings."""
     await asyncio.sleep(delay)
     result = Visit(sentence)
     try:
@@ -111,9 +121,16 @@ async def visit(url: str, sentence: str, expected: str, delay: float) -> Visit:
             result.translate_ms = await visitor.run([typed, WidgetState(id=translate_id, trigger_value=True)])
             if not any(expected in text for text in visitor.page.text):
                 raise RuntimeError("the translation on the page is not the model's")
-            for _ in range(STEPS):
-                next_id, fragment = visitor.widget("Next")
-                result.step_ms.append(await visitor.run([WidgetState(id=next_id, trigger_value=True)], fragment))
+            if visitor.page.step_view is None or not expected.startswith(visitor.page.step_view[1]["so_far"][-1]):
+                raise RuntimeError("the step view did not get this translation's steps")
+            view_id, _ = visitor.page.step_view
+            action = WidgetState(id=TRIGGERS.format(view_id))
+            action.json_trigger_value = json.dumps(
+                [{"event": "action", "value": {"name": "attention", "step": OPEN_STEP}}]
+            )
+            result.open_ms = await visitor.run([action])
+            if not visitor.page.charts:
+                raise RuntimeError("Attention maps drew no map")
     except Exception as error:  # every failure is a finding to count, not a crash of the generator
         result.error = f"{type(error).__name__}: {error}"
     return result
@@ -138,10 +155,10 @@ class Report:
     def line(self) -> str:
         served = [v for v in self.visits if v.error is None]
         translate = [v.translate_ms for v in served]
-        steps = [ms for v in served for ms in v.step_ms]
+        opened = [v.open_ms for v in served]
         figures = (
             f"translate p50 {statistics.median(translate):.0f} ms, p95 {percentile(translate, 0.95):.0f} ms; "
-            f"step p50 {statistics.median(steps):.0f} ms, p95 {percentile(steps, 0.95):.0f} ms"
+            f"a step's maps p50 {statistics.median(opened):.0f} ms, p95 {percentile(opened, 0.95):.0f} ms"
             if served
             else "nothing served"
         )

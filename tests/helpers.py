@@ -87,6 +87,28 @@ def array(value) -> np.ndarray:
     return np.array(value, dtype=float)
 
 
+def step_view(at: AppTest) -> dict:
+    """What the explorer sent its step view (which steps through it in the browser), held to strict JSON:
+    a browser's JSON.parse refuses NaN and Infinity."""
+
+    def refuse(constant: str):
+        raise ValueError(f"{constant} in the step view's data: the browser could not read it")
+
+    return json.loads(at.get("bidi_component")[0].proto.json, parse_constant=refuse)
+
+
+def step_action(at: AppTest, **action) -> AppTest:
+    """Runs the page as a button of the step view does: one trigger that carries the step shown."""
+    from streamlit.components.v2.bidi_component.main import _make_trigger_id
+    from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+    states = at._tree.get_widget_states()
+    trigger = WidgetState(id=_make_trigger_id(at.get("bidi_component")[0].proto.id, "events"))
+    trigger.json_trigger_value = json.dumps([{"event": "action", "value": action}])
+    states.widgets.append(trigger)
+    return at._run(states)
+
+
 def markdown(at: AppTest) -> str:
     return "\n".join(element.value for element in at.markdown)
 

@@ -6,11 +6,12 @@ import json
 
 import numpy as np
 import pytest
-from helpers import array, figure, markdown, start, translate
+from helpers import array, figure, markdown, start, step_action, step_view, translate
 from streamlit.testing.v1 import AppTest
 
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from ui.step_player import unpacked
 
 SENTENCE = "Two dogs are playing in the snow."
 
@@ -28,60 +29,71 @@ def explorer(reference) -> AppTest:
     return at
 
 
-def test_explorer_shows_the_models_translation_and_step_one(explorer, reference):
+def test_explorer_sends_every_step_to_the_browser_once(explorer, reference):
     assert reference.text.replace(".", "\\.") in markdown(explorer)
-    assert f"Step 1 of {reference.steps}" in markdown(explorer)
-    topk = figure(explorer, 0)["data"][0]
-    assert np.allclose(array(topk["x"]), reference.topk_probs[0].numpy(), atol=1e-6)
-    cross = array(figure(explorer, 1)["data"][0]["z"])
-    assert np.allclose(cross[0], reference.cross[0, 0, 0].numpy(), atol=1e-6)  # layer 1 head 1, step 1
+    view = step_view(explorer)
+    steps, (layers, heads, sources) = reference.steps, (reference.cross.shape[0], reference.cross.shape[1],
+                                                        reference.cross.shape[3])  # fmt: skip
+    assert (view["step"], view["steps"]) == (0, steps)
+    assert view["topk_ids"] == reference.topk_ids.tolist()
+    np.testing.assert_allclose(view["topk_probs"], reference.topk_probs.numpy(), atol=1e-4)
+    cross = unpacked(view["cross"]).reshape(steps, layers, heads + 1, sources)
+    np.testing.assert_allclose(cross[:, :, :heads], reference.cross.numpy().transpose(2, 0, 1, 3), atol=1e-5)
+    np.testing.assert_allclose(cross[:, :, heads], reference.cross.numpy().mean(1).transpose(1, 0, 2), atol=1e-5)
+    rows, offset = unpacked(view["self"]), 0
+    for step in range(steps):  # step t's masked self-attention: every layer and head over t + 1 keys
+        size = layers * (heads + 1) * (step + 1)
+        block = rows[offset : offset + size].reshape(layers, heads + 1, step + 1)
+        np.testing.assert_allclose(block[:, :heads], reference.decoder_self[:, :, step, : step + 1], atol=1e-5)
+        offset += size
+    assert offset == len(rows) and len(view["self_labels"][1]) == 2
+    assert view["so_far"][1] == "Deux" and view["next"][0] == "Deux"  # no word-start marker
+    assert len(view["rows"]) == layers * (heads + 1) and view["rows"][heads] == "layer 1 · mean"
 
 
-def test_stepping_reveals_the_next_step_without_decoding_again(explorer, reference, monkeypatch):
+def test_the_words_toggle_merges_the_step_views_keys_and_keeps_the_step(explorer, reference):
+    explorer = step_action(explorer, name="nothing", step=3)  # an unknown action is ignored
+    assert not explorer.exception and step_view(explorer)["step"] == 0
+    explorer.toggle(key="widget_words").set_value(True).run()
+    view = step_view(explorer)
+    assert "playing" in view["cross_labels"] and len(view["cross_labels"]) < reference.cross.shape[-1]
+    layers, heads = reference.cross.shape[:2]
+    cross = unpacked(view["cross"]).reshape(reference.steps, layers, heads + 1, -1)
+    np.testing.assert_allclose(cross.sum(-1), 1, atol=1e-3)  # a word's weight is the sum over its pieces
+
+
+def test_what_if_branch_from_the_browsers_step_changes_the_output(explorer, reference):
+    runner_up = int(reference.topk_ids[1, 1])
+    explorer = step_action(explorer, name="what_if", step=1, token=runner_up)
+    assert not explorer.exception
+    branch = explorer.session_state["branch"]
+    assert branch.tgt_ids[:2] == [reference.tgt_ids[0], runner_up] and branch.text != reference.text
+    assert "what\\-if" in markdown(explorer)
+    assert step_view(explorer)["step"] == 1 and explorer.query_params["step"] == "2"  # still at the branch's step
+    explorer.radio(key="widget_show_branch").set_value(False).run()
+    assert reference.text.replace(".", "\\.") in markdown(explorer)
+    step_action(explorer, name="what_if", step=1, token=10**6)  # not a candidate of that step: ignored
+    assert not explorer.exception and explorer.session_state["branch"] is branch
+
+
+def test_attention_maps_open_at_the_browsers_step(explorer, reference, monkeypatch):
     import transformer.decoding.greedy
 
     def no_model(*args, **kwargs):
-        raise AssertionError("a step click must not run the model")
+        raise AssertionError("opening a step must not run the model")
 
     monkeypatch.setattr(transformer.decoding.greedy, "generate", no_model)
-    explorer.button(key="next").click().run()
-    assert not explorer.exception
-    assert f"Step 2 of {reference.steps}" in markdown(explorer)
-    cross = array(figure(explorer, 1)["data"][0]["z"])
-    assert np.allclose(cross[0], reference.cross[0, 0, 1].numpy(), atol=1e-6)
-    self_rows = array(figure(explorer, 2)["data"][0]["z"])
-    assert self_rows.shape[1] == 2  # the query sees <s> and the first output token
-    explorer.button(key="last").click().run()
-    assert f"Step {reference.steps} of {reference.steps}" in markdown(explorer)
-    explorer.select_slider(key="widget_step").set_value(2).run()
-    assert f"Step 3 of {reference.steps}" in markdown(explorer)
-    explorer.button(key="first").click().run()
-    assert f"Step 1 of {reference.steps}" in markdown(explorer)
-
-
-def test_play_starts_and_pause_stops(explorer):
-    explorer.button(key="play").click().run()
-    assert explorer.session_state["playing"] and not explorer.exception
-    explorer.button(key="pause").click().run()
-    assert not explorer.session_state["playing"]
-
-
-def test_what_if_branch_changes_the_output(explorer, reference):
-    explorer.selectbox(key="what_if_token").set_value(int(reference.topk_ids[0, 1]))  # the runner-up at step 1
-    explorer.button(key="FormSubmitter:what_if-Continue from this token").click().run()
-    assert not explorer.exception
-    branch = explorer.session_state["branch"]
-    assert branch.tgt_ids[0] == int(reference.topk_ids[0, 1]) and branch.text != reference.text
-    assert "what\\-if" in markdown(explorer)
-    explorer.radio(key="widget_show_branch").set_value(False).run()
-    assert reference.text.replace(".", "\\.") in markdown(explorer)
+    at = step_action(explorer, name="attention", step=2)
+    assert not at.exception and at.session_state["step"] == 2
+    at.radio(key="widget_kind").set_value("decoder").run()
+    assert array(figure(at, 0)["data"][0]["z"]).shape == (3, 3) and at.query_params["step"] == "3"
 
 
 def test_teacher_forcing_scores_the_given_target(explorer):
     explorer.text_input(key="target").input("Deux chats dorment sur le canapé.")
     explorer.button(key="FormSubmitter:teacher_forcing-Run on this target").click().run()
     assert not explorer.exception
-    forced = figure(explorer, 5)  # after the step view and the free decoding's two figures
+    forced = figure(explorer, 2)  # after the free decoding's two figures
     assert "teacher forcing" in forced["layout"]["title"]["text"]
     assert "dorment" in forced["data"][0]["x"]
 
@@ -124,9 +136,7 @@ def test_attention_page_views(explorer, reference):
 
 
 def test_attention_page_follows_the_step_and_merges_words(explorer, reference):
-    explorer.button(key="next").click().run()
-    explorer.button(key="next").click().run()
-    at = explorer.switch_page("pages/attention.py").run()
+    at = step_action(explorer, name="attention", step=2)
     at.radio(key="widget_kind").set_value("decoder").run()
     z = array(figure(at, 0)["data"][0]["z"])
     assert z.shape == (3, 3) and np.isnan(z[0, 1]) and not np.isnan(z[2, 2])  # masked cells are NaN (grey)
@@ -150,7 +160,7 @@ def test_long_input_draws_a_cheaper_model_view_and_says_so(explorer):
 def test_the_url_holds_the_view_and_opens_it(reference):
     at = start({"text": SENTENCE, "step": "3", "kind": "cross", "layer": "2", "head": "4"})
     assert not at.exception
-    assert f"Step 3 of {reference.steps}" in markdown(at)
+    assert step_view(at)["step"] == 2
     assert at.query_params["step"] == "3" and at.query_params["text"] == SENTENCE
     at = at.switch_page("pages/attention.py").run()
     assert at.selectbox(key="widget_layer").value == 1 and at.selectbox(key="widget_head").value == 3
@@ -205,7 +215,7 @@ def test_computation_page_matches_the_model_for_every_layer_and_head(explorer):
 
 def test_presentation_mode_enlarges_figures(explorer):
     explorer.toggle(key="widget_presentation").set_value(True).run()
-    assert figure(explorer, 0)["layout"]["font"]["size"] == 18
+    assert step_view(explorer)["presentation"]
     at = explorer.switch_page("pages/attention.py").run()
     assert figure(at, 0)["layout"]["font"]["size"] == 18  # kept across pages
 
@@ -218,6 +228,8 @@ def test_quotes_in_a_sentence_show_as_quotes_in_every_figure():
             for axis in ("x", "y"):
                 values = trace.get(axis)
                 labels += [str(v) for v in values] if isinstance(values, list) else []
+    view = step_view(at)  # the step view, drawn as text in the browser, has no HTML to decode either
+    labels += view["cross_labels"] + [label for labels in view["topk_labels"] for label in labels]
     assert any('"' in label for label in labels)  # the quote piece is there, as a quote
     assert not any("&quot;" in label or "&#x27;" in label for label in labels)
 
@@ -229,9 +241,7 @@ def test_attention_maps_open_on_the_whole_decode_until_the_visitor_steps():
     at.radio(key="widget_kind").set_value("decoder").run()
     assert array(figure(at, 0)["data"][0]["z"]).shape == (steps, steps)  # every row, not the first step's one
     assert "step" not in at.query_params  # a link made now opens on the whole decode too
-    at = at.switch_page("pages/explorer.py").run()
-    at.button(key="next").click().run()
-    at = at.switch_page("pages/attention.py").run()
+    at = step_action(at.switch_page("pages/explorer.py").run(), name="attention", step=1)
     assert array(figure(at, 0)["data"][0]["z"]).shape == (2, 2)  # rows up to the step taken
     assert at.query_params["step"] == "2"
 
@@ -244,7 +254,7 @@ def test_a_link_holds_the_decoding_settings_view_and_modes():
     settings = at.session_state["applied_settings"]
     assert (settings.strategy, settings.beam_width, settings.length_penalty) == ("beam", 3, 0.3)
     assert at.session_state["result"].strategy.startswith("beam")
-    assert figure(at, 0)["layout"]["font"]["size"] == 18  # presentation mode
+    assert step_view(at)["presentation"]
     at = at.switch_page("pages/attention.py").run()
     assert at.radio(key="widget_view").value == "model" and at.toggle(key="widget_words").value
     assert {name: at.query_params[name] for name in link if name != "text"} == {
@@ -257,7 +267,7 @@ def test_a_link_holds_the_decoding_settings_view_and_modes():
 
 def test_a_sentence_outside_what_the_model_knows_gets_notes_not_a_refusal():
     at = translate(start(), "Zwei junge Männer spielen Fußball im Park, während ihre Freunde zuschauen.")
-    assert not at.exception and "Step 1 of" in markdown(at)
+    assert not at.exception and step_view(at)["step"] == 0
     notes = " ".join(element.value for element in [*at.warning, *at.info]).replace("\\", "")
     assert "falls apart into short pieces" in notes and "repeats itself" in notes and "length limit" in notes
     assert "Trained to translate en→fr, 29,000 sentence pairs (train.en.gz)." in " ".join(
@@ -282,14 +292,13 @@ def test_the_positional_page_says_what_its_own_norms_show(explorer):
 
 def test_the_step_by_step_page_follows_and_sets_the_shared_step():
     at = translate(start(), "Two dogs are playing in the snow.")
-    at.button(key="next").click().run()
-    at = at.switch_page("pages/computation.py").run()
+    at = step_action(at, name="attention", step=1).switch_page("pages/computation.py").run()
     at.radio(key="widget_kind").set_value("cross").run()
     assert at.selectbox(key="widget_step").value == 1  # the explorer's step 2
     at.selectbox(key="widget_step").set_value(3).run()
     assert not at.exception and at.query_params["step"] == "4"  # the link names the row followed
     at = at.switch_page("pages/explorer.py").run()
-    assert "Step 4 of" in markdown(at)
+    assert step_view(at)["step"] == 3
 
 
 @pytest.mark.parametrize("page", ["explorer", "attention", "attribution", "positional", "masks", "computation",
@@ -299,6 +308,7 @@ def test_no_page_shows_the_word_start_marker(page):
     at.switch_page(f"pages/{page}.py").run()
     assert not at.exception
     drawn = [json.dumps(json.loads(element.proto.spec), ensure_ascii=False) for element in at.get("plotly_chart")]
+    drawn += [json.dumps(json.loads(element.proto.json), ensure_ascii=False) for element in at.get("bidi_component")]
     assert drawn, "the page drew no figure"
     shown = [*drawn, markdown(at), *(header.value for header in at.subheader)]
     assert not [text for text in shown if "\u2581" in text]  # SentencePiece's ▁, shown as the reader reads it
@@ -309,11 +319,11 @@ def _titled(at: AppTest, words: str) -> dict:
     return next(spec for spec in drawn if words in spec["layout"]["title"]["text"])
 
 
-@pytest.mark.parametrize("page", ["explorer", "compare", "attribution"])
+@pytest.mark.parametrize("page", ["compare", "attribution"])  # the explorer's step view: its own test
 def test_the_words_toggle_merges_pieces_on_every_page_with_maps(page):
     at = start({"text": "Sunbathers relax on the beach."})
     at.switch_page(f"pages/{page}.py").run()
-    title = {"explorer": "over the source", "compare": "en-fr: layer", "attribution": "four measures"}[page]
+    title = {"compare": "en-fr: layer", "attribution": "four measures"}[page]
     pieces = _titled(at, title)["data"][0]["x"]
     at.toggle(key="widget_words").set_value(True).run()
     assert not at.exception

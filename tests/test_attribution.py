@@ -116,11 +116,10 @@ def test_the_cli_writes_every_array_with_its_shape(tmp_path):
 
 
 def test_the_attribution_page_draws_the_four_measures_of_the_explorers_step():
-    from helpers import array, figure, markdown, start, translate
+    from helpers import array, figure, markdown, start, step_action, translate
 
     at = translate(start(), "Two dogs are playing in the snow.")
-    at.button(key="next").click().run()  # step 2 in the explorer
-    at = at.switch_page("pages/attribution.py").run()
+    at = step_action(at, name="attention", step=1).switch_page("pages/attribution.py").run()  # step 2
     assert not at.exception
     assert "Step 2: " in markdown(at) or any("Step 2" in h.value for h in at.subheader)
     step_figure = figure(at, 0)

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.browser import ARTIFACTS, app_server, chromium, pause_playing, wait_for_heatmaps, wait_idle
+from benchmarks.browser import (
+    ARTIFACTS,
+    PLAYER,
+    app_server,
+    chromium,
+    count_frames_sent,
+    wait_for_heatmaps,
+    wait_for_step_view,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +33,7 @@ def browser():
 def test_type_translate_step_and_see_every_head(server, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(server)
-    wait_for_heatmaps(page, 2)  # the step's cross- and self-attention
+    wait_for_step_view(page)  # the step's cross- and self-attention, drawn in the browser
     page.get_by_text("Step 1 of").wait_for()
 
     page.get_by_label("Sentence").fill("Two dogs are playing in the snow.")
@@ -33,7 +42,7 @@ def test_type_translate_step_and_see_every_head(server, browser):
     wait_idle(page)
     page.get_by_role("button", name="Next").click()
     page.get_by_text("Step 2 of 8").wait_for()
-    wait_for_heatmaps(page, 2)
+    wait_for_step_view(page, 2)
     page.screenshot(path=ARTIFACTS / "explorer.png", full_page=True)
 
     page.get_by_role("link", name="Attention maps").click()
@@ -52,11 +61,11 @@ def test_script_in_the_sentence_is_shown_as_text_never_run(server, browser):
     dialogs = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.goto(server)
-    wait_for_heatmaps(page, 2)
+    wait_for_step_view(page)
     page.get_by_label("Sentence").fill("<script>alert('x')</script><img src=x onerror=alert('y')> a dog")
     page.get_by_role("button", name="Translate").click()
     page.get_by_text("<script>alert('x')</script>", exact=False).first.wait_for()
-    wait_for_heatmaps(page, 2)
+    wait_for_step_view(page)
     page.wait_for_timeout(500)
     assert dialogs == []
     assert page.locator("img[src=x]").count() == 0
@@ -69,7 +78,7 @@ def test_script_in_the_sentence_is_shown_as_text_never_run(server, browser):
 def test_teaching_pages_draw_in_chromium(server, browser, link, figures):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(server)
-    wait_for_heatmaps(page, 2)
+    wait_for_step_view(page)
     page.get_by_role("link", name=link).click()
     wait_for_heatmaps(page, figures)
     wait_idle(page)
@@ -118,16 +127,19 @@ PROJECTOR_PROBLEMS = """() => {
 def test_presentation_mode_fits_a_projector(server, browser, size):
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     page.goto(server)
-    wait_for_heatmaps(page, 2)
+    wait_for_step_view(page)
     font = "parseFloat(getComputedStyle(document.querySelector('[data-testid=stMarkdownContainer] p')).fontSize)"
     before = page.evaluate(font)
     page.get_by_text("Presentation mode").click()
     page.wait_for_function(f"{font} > {before}")
     page.locator('[data-testid="stExpandSidebarButton"]').wait_for()  # collapsed, and the way to reopen it shown
-    for path, figures in [("", 2), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3)]:
+    for path, figures in [("", 0), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3)]:
         if path:  # the other pages as a shared link opens them
             page.goto(f"{server}/{path}?presentation=1")
-        wait_for_heatmaps(page, figures)
+            wait_for_heatmaps(page, figures)
+        else:
+            stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"  # fmt: skip
+            page.wait_for_function(stacked)  # the step view's maps take the whole width, as the figures do
         wait_idle(page)
         page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
         page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")
@@ -135,17 +147,48 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
 
 
-def test_play_advances_the_steps_by_itself(server, browser):
+def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_step(server, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    sent = count_frames_sent(page)
     page.goto(server)
-    wait_for_heatmaps(page, 2)
+    wait_for_step_view(page, 1)
     wait_idle(page)
+    steps = int(page.evaluate(f"{PLAYER}.querySelector('.slider').max"))
+    assert steps > 10, "the default sentence is too short to step ten times"
+    page.wait_for_timeout(500)
+    before = len(sent)
+    for step in range(2, 12):
+        page.get_by_role("button", name="Next").click()
+        wait_for_step_view(page, step)
+    assert "step=11" in page.url  # the address bar names the step, for a copied link
+    page.get_by_role("button", name="First").click()
+    page.get_by_label("Steps a second when playing").select_option("10")
     page.get_by_role("button", name="Play").click()
-    page.get_by_text("Step 3 of").wait_for(timeout=60_000)  # two steps on, with no click (slow under load)
-    _, at, after = pause_playing(page)
-    assert after == at  # Pause stops on the step on screen, never on a later one
-    page.wait_for_timeout(2000)
-    assert page.get_by_text(f"Step {at} of").count() == 1  # and it stays there
+    wait_for_step_view(page, steps, timeout=30_000)  # played to the end by itself
+    page.get_by_role("button", name="Play").wait_for()  # and stopped there
+    page.wait_for_timeout(500)
+    assert sent[before:] == []  # not one websocket frame: every step was drawn in the browser
+
+    page.get_by_role("button", name="First").click()
+    page.get_by_role("button", name="Play").click()
+    page.get_by_text("Step 3 of").wait_for()
+    page.get_by_role("button", name="Pause").click()
+    held = page.evaluate(f"{PLAYER}.querySelector('.slider').value")
+    page.wait_for_timeout(1500)
+    assert page.evaluate(f"{PLAYER}.querySelector('.slider').value") == held  # Pause stops where it is
+
+    page.get_by_role("button", name="First").click()
+    page.get_by_role("button", name="Next").click()
+    page.get_by_role("button", name="Next").click()  # step 3, known only to the browser until an action asks
+    wait_for_step_view(page, 3)
+    page.get_by_role("button", name="Continue from this token").click()
+    page.get_by_text("what-if branch").wait_for(timeout=60_000)
+    wait_idle(page)
+    wait_for_step_view(page, 3)  # the branch opens at the step it was taken from
+    page.get_by_role("button", name="Open Attention maps at this step").click()
+    page.get_by_role("heading", name="Attention maps").wait_for(timeout=60_000)
+    wait_for_heatmaps(page, 1)
+    assert "step=3" in page.url
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
@@ -154,9 +197,9 @@ def test_every_page_loads_nothing_from_outside_the_app(server, browser):
 
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     outside = []
-    page.on("request", lambda request: outside.append(request.url) if urlparse(request.url).netloc != urlparse(server).netloc and not request.url.startswith("data:") else None)  # fmt: skip
+    page.on("request", lambda request: outside.append(request.url) if urlparse(request.url).netloc != urlparse(server).netloc and not request.url.startswith(("data:", f"blob:{server}")) else None)  # fmt: skip
     page.goto(server)
-    wait_for_heatmaps(page, 2)
+    wait_for_step_view(page)
     for link in page.locator('[data-testid="stSidebarNavLink"]').all():
         link.click()
         wait_idle(page)

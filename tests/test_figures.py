@@ -5,7 +5,6 @@ import numpy as np
 from transformer.decoding.greedy import decode
 from transformer.io.export import attention_csv
 from transformer.viz.attention import attention_grid, attention_heatmap, step_attention
-from transformer.viz.charts import probability_bars
 from transformer.viz.report import html_report
 from transformer.viz.style import axis_labels
 
@@ -63,11 +62,6 @@ def test_step_attention_has_a_row_per_head_and_a_mean_per_layer():
     assert z.shape == (8, 4)
     assert np.allclose(z[3], rows[0].mean(0)) and np.allclose(z[4], rows[1, 0])
     assert fig.data[0].y[3] == "layer 1 · mean"
-
-
-def test_probability_bars_highlight_the_chosen_token():
-    fig = probability_bars(["▁chat", "▁chien"], np.array([0.6, 0.3]), highlight=0)
-    assert fig.data[0].marker.color[0] != fig.data[0].marker.color[1]
 
 
 def test_csv_has_a_row_per_query_and_a_column_per_key():

@@ -20,12 +20,14 @@ from helpers import (
     markdown,
     measured,
     start,
+    step_view,
     upload,
     with_config,
     with_metadata,
 )
 
 from transformer.io.checkpoint import load_checkpoint_bytes
+from ui.step_player import unpacked
 
 
 class RunsCode:
@@ -178,7 +180,7 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
     at.number_input(key="corpus_row_[]").set_value(2).run()
     at.button(key="corpus_open").click().run()
     assert not at.exception
-    assert "A man is riding a bicycle\\." in markdown(at) and "Step 1 of" in markdown(at)
+    assert "A man is riding a bicycle\\." in markdown(at) and step_view(at)["step"] == 0
 
 
 def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypatch):
@@ -307,6 +309,8 @@ def test_nan_weights_are_shown_with_the_checkpoint_on_every_page(model, tokenize
     for page in ("pages/explorer.py", "pages/checkpoints.py"):
         at = at.switch_page(page).run()
         assert any("NaN or infinite weights" in w.value for w in at.sidebar.warning), page
+    view = step_view(at.switch_page("pages/explorer.py").run())  # strict JSON, which a browser can read
+    assert view["prob"][0] is None and np.isnan(unpacked(view["cross"])).all()
 
 
 def test_parallel_corpus_names_such_as_test_en_are_accepted_and_checked_by_content():

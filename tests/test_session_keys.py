@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from helpers import REPO, start, translate
+from helpers import REPO, start, step_action, translate
 
 from ui.keys import KEYS
 
@@ -33,7 +33,7 @@ def test_defaults_have_their_declared_types_and_a_visit_keeps_to_them():
     for name, key in KEYS.items():
         assert key.default is None or isinstance(key.default, key.type), name
     at = translate(start(), "Two dogs play.")
-    at.button(key="next").click().run()
+    at = step_action(at, name="attention", step=1)
     present = [name for name in KEYS if name in at.session_state]
     assert {"text", "result", "result_request", "applied_settings", "step"} <= set(present)
     for name in present:

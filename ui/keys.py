@@ -108,7 +108,6 @@ KEYS: dict[str, Key] = {
     "words": Key(bool, None, "pieces merged into words wherever attention maps are drawn"),
     "presentation": Key(bool, None, "presentation mode"),
     "sidebar_collapsed": Key(bool, None, "presentation mode collapsed the sidebar (once: it may be reopened)"),
-    "playing": Key(bool, None, "the explorer is stepping by itself"),
     "target": Key(str, None, "the translation given for teacher forcing"),
     "uploads": Key(dict, None, "this session's uploaded checkpoints by name (KeyedCheckpoint values)"),
     "upload_done": Key(str, None, "the last upload handled, so a rerun does not load it again"),

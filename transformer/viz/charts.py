@@ -8,28 +8,6 @@ import plotly.graph_objects as go
 from transformer.viz.style import LEGEND_ABOVE, axis_labels, fit_labels
 
 
-def probability_bars(
-    pieces: list[str], probabilities: np.ndarray, highlight: int | None = None, title: str | None = None
-) -> go.Figure:
-    """Horizontal bars, most probable first; the highlighted bar (the chosen token) in a darker colour."""
-    colors = ["#1f4e9c" if i == highlight else "#8fb3e0" for i in range(len(pieces))]
-    fig = go.Figure(
-        go.Bar(
-            x=np.asarray(probabilities, dtype=np.float32),
-            y=axis_labels(pieces),
-            orientation="h",
-            marker_color=colors,
-            hovertemplate="%{y}: %{x:.3f}<extra></extra>",
-        )
-    )
-    fig.update_layout(
-        title=title, height=max(220, 60 + 24 * len(pieces)), margin=dict(l=10, r=10, t=50 if title else 20, b=10)
-    )
-    fig.update_xaxes(range=[0, 1], title="probability")
-    fig.update_yaxes(autorange="reversed", type="category")
-    return fit_labels(fig)
-
-
 def token_probabilities(pieces: list[str], probabilities: np.ndarray, title: str | None = None) -> go.Figure:
     """The probability the model gave each token of an output, in order (a column per token)."""
     fig = go.Figure(

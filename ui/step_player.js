@@ -1,0 +1,240 @@
+// The explorer's step view in the browser: every step's data arrives once; stepping and Play draw it
+// here and send nothing. Only an action (what-if, Attention maps at this step) goes to the server.
+
+const held = new Map(); // component key -> {id, serverStep, step, rate}: the visitor's step across redraws
+const timers = new Map(); // component key -> Play's interval (Streamlit keeps no cleanup between redraws)
+
+function decoded(text) {
+  const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+  return new Uint16Array(bytes.buffer); // little-endian, as every browser's typed arrays are
+}
+
+function colorOf(stops, value) {
+  const at = Math.min(Math.max(value, 0), 1) * (stops.length - 1);
+  const low = Math.floor(at);
+  const high = Math.min(low + 1, stops.length - 1);
+  const part = at - low;
+  const mix = [0, 1, 2].map((i) => Math.round(stops[low][i] + (stops[high][i] - stops[low][i]) * part));
+  return `rgb(${mix.join(",")})`;
+}
+
+function number(value) {
+  return value === null ? "not a number" : value.toFixed(3);
+}
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text; // text, never HTML: tokens can hold anything
+  return node;
+}
+
+function button(label, title) {
+  const node = element("button", "nav", label);
+  node.type = "button";
+  if (title) node.title = title;
+  return node;
+}
+
+// A heatmap as a CSS grid: a row per layer and head (each layer's mean last), a column per key.
+function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum) {
+  box.replaceChildren();
+  const heading = element("div", "map-title", title);
+  const legend = element("span", "legend");
+  const scale = element("span", "scale");
+  scale.style.background = `linear-gradient(to right, ${stops.map((c) => `rgb(${c.join(",")})`).join(", ")})`;
+  legend.append("weight 0 ", scale, " 1");
+  heading.append(legend);
+  box.append(heading);
+  const grid = element("div", "grid");
+  grid.style.gridTemplateColumns = `max-content repeat(${labels.length}, minmax(0.9rem, 1fr))`;
+  rows.forEach((row, r) => {
+    const isMean = r % (heads + 1) === heads;
+    grid.append(element("div", isMean ? "row-label mean" : "row-label", row));
+    labels.forEach((label, k) => {
+      const stored = values[offset + r * labels.length + k];
+      const weight = stored > quantum ? NaN : stored / quantum; // past the quantum: the model gave NaN
+      const cell = element("div", isMean ? "cell mean" : "cell");
+      cell.style.background = Number.isNaN(weight) ? "#d5d7de" : colorOf(stops, weight);
+      cell.title = `${row}\nkey ${label}\nweight ${Number.isNaN(weight) ? "not a number" : weight.toFixed(3)}`;
+      grid.append(cell);
+    });
+  });
+  grid.append(element("div"));
+  labels.forEach((label) => {
+    const name = element("div", "key-label", label);
+    name.title = label;
+    grid.append(name);
+  });
+  box.append(grid);
+}
+
+function drawBars(box, title, labels, probs, chosenIndex) {
+  box.replaceChildren();
+  box.append(element("div", "map-title", title));
+  labels.forEach((label, i) => {
+    const line = element("div", "bar-line");
+    line.append(element("span", "bar-label", label));
+    const track = element("span", "bar-track");
+    const bar = element("span", i === chosenIndex ? "bar chosen" : "bar");
+    bar.style.width = `${((probs[i] ?? 0) * 100).toFixed(1)}%`;
+    track.append(bar);
+    line.append(track, element("span", "bar-value", number(probs[i])));
+    line.title = `${label}: ${number(probs[i])}`;
+    box.append(line);
+  });
+}
+
+function writeStepToAddress(step) {
+  const url = new URL(window.location.href);
+  if (url.searchParams.get("step") === String(step + 1)) return;
+  url.searchParams.set("step", String(step + 1));
+  window.history.replaceState(window.history.state, "", url);
+}
+
+export default function (component) {
+  const { parentElement, data, key, setTriggerValue } = component;
+  clearInterval(timers.get(key));
+  const cross = decoded(data.cross);
+  const selfValues = decoded(data.self);
+  const selfOffsets = [0];
+  data.self_labels.forEach((labels) => selfOffsets.push(selfOffsets.at(-1) + data.rows.length * labels.length));
+  const last = data.steps - 1;
+  const before = held.get(key);
+  const kept = before && before.id === data.id && before.serverStep === data.step;
+  const state = {
+    id: data.id,
+    serverStep: data.step,
+    step: Math.min(kept ? before.step : data.step, last),
+    rate: before ? before.rate : data.rates[1],
+  };
+  held.set(key, state);
+
+  const root = element("div", data.presentation ? "player presentation" : "player");
+  root.tabIndex = 0;
+  const controls = element("div", "controls");
+  const first = button("« First");
+  const previous = button("‹ Previous");
+  const next = button("Next ›");
+  const lastButton = button("Last »");
+  const play = button("▶ Play");
+  const rate = element("select", "rate");
+  rate.setAttribute("aria-label", "Steps a second when playing");
+  data.rates.forEach((value) => {
+    const option = element("option", "", `${value} a second`);
+    option.value = String(value);
+    rate.append(option);
+  });
+  rate.value = String(state.rate);
+  controls.append(first, previous, next, lastButton, play, rate);
+  const slider = element("input", "slider");
+  slider.type = "range";
+  slider.min = "1";
+  slider.max = String(data.steps);
+  slider.setAttribute("aria-label", "Step");
+  const caption = element("p", "caption");
+  const body = element("div", "body");
+  const left = element("div", "left");
+  const bars = element("div", "bars");
+  const whatIf = element("div", "what-if");
+  const candidate = element("select", "candidate");
+  candidate.setAttribute("aria-label", "What if the model had taken");
+  const branch = button("Continue from this token", "Decode again from this step with the token picked");
+  whatIf.append(element("label", "what-if-label", "What if the model had taken"), candidate, branch);
+  left.append(bars, whatIf);
+  const right = element("div", "right");
+  const crossBox = element("div", "map");
+  const selfBox = element("div", "map");
+  right.append(crossBox, selfBox);
+  body.append(left, right);
+  const open = button("Open Attention maps at this step", "The full maps, rows up to this step");
+  root.append(controls, slider, caption, body, open);
+  parentElement.querySelector(".player")?.remove();
+  parentElement.append(root);
+
+  function draw() {
+    const step = state.step;
+    first.disabled = previous.disabled = step === 0;
+    next.disabled = lastButton.disabled = step === last;
+    slider.value = String(step + 1);
+    caption.replaceChildren(
+      element("b", "", `Step ${step + 1} of ${data.steps}`),
+      ` · so far: ${data.so_far[step] || "(nothing yet)"} → next token `,
+      element("b", "", data.next[step]),
+      ` (probability ${number(data.prob[step])})`,
+    );
+    const ids = data.topk_ids[step];
+    const labels = data.topk_labels[step];
+    drawBars(bars, `top ${ids.length} candidates for step ${step + 1}`, labels, data.topk_probs[step],
+      ids.indexOf(data.chosen[step]));
+    candidate.replaceChildren();
+    ids.forEach((id, i) => {
+      if (id === data.chosen[step]) return;
+      const option = element("option", "", labels[i]);
+      option.value = String(id);
+      candidate.append(option);
+    });
+    const crossSize = data.rows.length * data.cross_labels.length;
+    drawMap(crossBox, `encoder-decoder attention of step ${step + 1} over the source`, data.rows,
+      data.cross_labels, cross, step * crossSize, data.colors, data.heads, data.quantum);
+    drawMap(selfBox, `masked self-attention of step ${step + 1} over the output so far`, data.rows,
+      data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.heads, data.quantum);
+  }
+
+  function go(step, byVisitor = true) {
+    state.step = Math.min(Math.max(step, 0), last);
+    if (byVisitor) stop();
+    draw();
+    writeStepToAddress(state.step);
+  }
+
+  function stop() {
+    clearInterval(timers.get(key));
+    timers.delete(key);
+    play.textContent = "▶ Play";
+    play.disabled = state.step === last;
+  }
+
+  function start() {
+    if (state.step === last) state.step = 0; // Play at the end starts over
+    play.textContent = "⏸ Pause";
+    timers.set(key, setInterval(() => {
+      go(state.step + 1, false);
+      if (state.step === last) stop();
+    }, 1000 / state.rate));
+    go(state.step, false);
+  }
+
+  first.onclick = () => go(0);
+  previous.onclick = () => go(state.step - 1);
+  next.onclick = () => go(state.step + 1);
+  lastButton.onclick = () => go(last);
+  slider.oninput = () => go(Number(slider.value) - 1);
+  play.onclick = () => (timers.has(key) ? stop() : start());
+  rate.onchange = () => {
+    state.rate = Number(rate.value);
+    if (timers.has(key)) {
+      clearInterval(timers.get(key));
+      start();
+    }
+  };
+  root.onkeydown = (event) => {
+    if (event.target !== root) return;
+    if (event.key === "ArrowRight") go(state.step + 1);
+    else if (event.key === "ArrowLeft") go(state.step - 1);
+    else return;
+    event.preventDefault();
+  };
+  branch.onclick = () => {
+    if (!candidate.value) return;
+    stop();
+    setTriggerValue("action", { name: "what_if", step: state.step, token: Number(candidate.value) });
+  };
+  open.onclick = () => {
+    stop();
+    setTriggerValue("action", { name: "attention", step: state.step });
+  };
+  draw();
+  stop();
+  if (state.step !== data.step) writeStepToAddress(state.step); // the server's redraw wrote its own step
+}

@@ -1,0 +1,133 @@
+"""The explorer's step view, stepped in the browser.
+
+A decode's every step (top-k candidates, the text so far, the cross-attention and masked
+self-attention rows of every layer and head) is sent once, packed; First, Previous, Next,
+Last, the slider and Play then never ask the server. What does need it (a what-if branch,
+Attention maps at this step) comes back as one action that carries the step the visitor is on.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import streamlit as st
+from plotly.colors import sequential
+
+from transformer.analysis.words import over_words
+from transformer.decoding.result import DecodeResult
+from transformer.text.pieces import readable, readable_label
+from transformer.text.tokenizer import Tokenizer
+from transformer.viz.style import COLORSCALE
+
+HERE = Path(__file__).parent
+PLAYER = st.components.v2.component(
+    "step_player", css=(HERE / "step_player.css").read_text(), js=(HERE / "step_player.js").read_text()
+)
+QUANTUM = 65534  # weights travel as uint16 fractions of 1: within 8e-6 of the model's own, 2 bytes each
+NOT_A_NUMBER = 65535  # a weight that is NaN (a broken checkpoint's), drawn as such
+PLAY_RATES = (1, 2, 5, 10)  # steps a second Play offers
+
+
+@dataclass(frozen=True)
+class StepAction:
+    """What the visitor asked of the server from the step view, at the step shown."""
+
+    name: str  # "what_if": branch from this step with token; "attention": open Attention maps at this step
+    step: int
+    token: int | None = None
+
+
+def packed(values: np.ndarray) -> str:
+    """Weights in [0, 1] as base64 little-endian uint16 (JSON of float64 would be ~9x bigger); NaN kept."""
+    values = np.asarray(values, dtype=np.float64)
+    fractions = np.rint(np.clip(np.nan_to_num(values), 0.0, 1.0) * QUANTUM)
+    quantized = np.where(np.isnan(values), NOT_A_NUMBER, fractions).astype("<u2")
+    return base64.b64encode(quantized.tobytes()).decode("ascii")
+
+
+def unpacked(text: str) -> np.ndarray:
+    """The inverse of `packed` (what the browser does), for tests."""
+    quantized = np.frombuffer(base64.b64decode(text), dtype="<u2")
+    return np.where(quantized == NOT_A_NUMBER, np.nan, quantized / QUANTUM)
+
+
+def _rounded(values: np.ndarray) -> list:
+    """Probabilities as JSON numbers to 4 places; NaN (a broken checkpoint's) as null, which JSON can hold."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.where(np.isnan(values), None, np.round(values, 4)).tolist()
+
+
+def _with_means(rows: np.ndarray) -> np.ndarray:
+    """(L, H, ...) -> (L, H + 1, ...): each layer's heads and then their mean, the rows the view draws."""
+    return np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)
+
+
+def _colors() -> list[list[int]]:
+    """The app's attention colour scale as evenly spaced RGB stops, so the browser's maps match Plotly's."""
+    scale = getattr(sequential, COLORSCALE)
+    return [[int(part) for part in color.strip("rgb()").split(",")] for color in scale]
+
+
+def result_identity(result: DecodeResult, checkpoint_key: str) -> str:
+    """Names one decode: the browser keeps its step across redraws of the same one, and starts over on another."""
+    name = f"{checkpoint_key}\n{result.strategy}\n{result.src_ids}\n{result.tgt_ids}"
+    return hashlib.sha1(name.encode()).hexdigest()[:16]
+
+
+def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool, identity: str) -> dict:
+    """Everything the step view shows, for every step, as JSON-ready values."""
+    layers, heads = result.cross.shape[:2]
+    steps = result.steps
+    cross, cross_labels = over_words(result.cross.numpy(), result.src_pieces, words)  # (L, H, T, S)
+    self_labels, self_rows = [], []
+    for t in range(steps):
+        rows, labels = over_words(result.decoder_self[:, :, t, : t + 1].numpy(), result.decoder_input_pieces[: t + 1],
+                                  words)  # fmt: skip
+        self_labels.append([readable_label(label) for label in labels])
+        self_rows.append(_with_means(rows).reshape(-1))
+    topk_ids = result.topk_ids.tolist()
+    return {
+        "id": identity,
+        "step": step,
+        "steps": steps,
+        "rows": [
+            f"layer {layer + 1} · {f'head {h + 1}' if h < heads else 'mean'}"
+            for layer in range(layers)
+            for h in range(heads + 1)
+        ],  # fmt: skip
+        "heads": heads,
+        "so_far": [tokenizer.decode(result.tgt_ids[:t]) for t in range(steps)],
+        "next": [readable(piece) for piece in result.tgt_pieces],
+        "prob": _rounded(result.token_probs.numpy()),
+        "chosen": list(result.tgt_ids),
+        "topk_ids": topk_ids,
+        "topk_labels": [[readable(tokenizer.id_to_piece(i)) for i in ids] for ids in topk_ids],
+        "topk_probs": _rounded(result.topk_probs.numpy()),
+        "cross_labels": [readable_label(label) for label in cross_labels],
+        "cross": packed(_with_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
+        "self_labels": self_labels,
+        "self": packed(np.concatenate(self_rows)),  # step t: (L, H + 1, t + 1 keys, or its words)
+        "colors": _colors(),
+        "rates": list(PLAY_RATES),
+        "quantum": QUANTUM,
+    }
+
+
+def step_player(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool, identity: str,
+                presentation: bool) -> StepAction | None:  # fmt: skip
+    """Mounts the step view; the visitor's action of this run, if any."""
+    data = step_data(result, tokenizer, step, words, identity) | {"presentation": presentation}
+    action = PLAYER(key="step_player", data=data, on_action_change=lambda: None).action
+    if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention"):
+        return None
+    chosen = action.get("step")
+    if not isinstance(chosen, int) or not 0 <= chosen < result.steps:
+        return None
+    token = action.get("token")
+    if action["name"] == "what_if" and token not in result.topk_ids[chosen].tolist():
+        return None  # only the step's own candidates can be branched on
+    return StepAction(action["name"], chosen, token if action["name"] == "what_if" else None)
