@@ -55,12 +55,15 @@ def free_port_block(count: int) -> int:
     raise RuntimeError(f"no {count} consecutive free ports")
 
 
+LAUNCH = [sys.executable, "-m", "ui.launch"]  # how scripts/start.sh starts the app: the model loads at once
+PLAIN_RUN = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py")]  # the model loads at the first visit
+
+
 @contextlib.contextmanager
-def app_server(log_path: Path, timeout: float = 60.0) -> Iterator[Server]:
+def app_server(log_path: Path, timeout: float = 60.0, launcher: list[str] = LAUNCH) -> Iterator[Server]:
     """Starts the app as the README does and yields it once it answers; the log is kept for assertions."""
     port = free_port()
-    command = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py"), "--server.port", str(port),
-               "--server.address", "127.0.0.1"]  # fmt: skip
+    command = [*launcher, "--server.port", str(port), "--server.address", "127.0.0.1"]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
         server = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
@@ -95,7 +98,7 @@ class Proxy:
                 words = status.read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"streamlit" in b" ".join(words) and f"{port}".encode() in words and b"--server.port" in words:
+            if f"{port}".encode() in words and b"--server.port" in words:
                 return int(status.parent.name)
         return None
 

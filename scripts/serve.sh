@@ -3,9 +3,9 @@
 #
 #   bash scripts/serve.sh [--replicas N] [--port PORT] [--address ADDRESS] [--run-dir DIR]
 #
-# Each replica is a `streamlit run app.py` on loopback (ports PORT+1 .. PORT+N); nginx listens
-# on ADDRESS:PORT (default 0.0.0.0:8500, the room's network), proxies the websocket, and keeps
-# each visitor on one replica by a cookie (a room behind one NAT address shares an IP, so an IP
+# Each replica is a `streamlit run app.py` (through ui.launch, which loads the model at once) on
+# loopback (ports PORT+1 .. PORT+N); nginx listens on ADDRESS:PORT (default 0.0.0.0:8500, the
+# room's network), proxies the websocket, and keeps each visitor on one replica by a cookie (a room behind one NAT address shares an IP, so an IP
 # hash would put everyone on one replica). A replica that stops loses only its own visitors'
 # sessions: nginx sends them to another, where the page says their view was reset.
 # Ctrl-C stops everything. Logs and the generated nginx.conf are in DIR (default .serve/).
@@ -51,7 +51,7 @@ trap 'exit 130' INT TERM
 servers=""
 for k in $(seq 1 "$replicas"); do
   replica_port=$((port + k))
-  .venv/bin/streamlit run app.py --server.port "$replica_port" --server.address 127.0.0.1 \
+  .venv/bin/python -m ui.launch --server.port "$replica_port" --server.address 127.0.0.1 \
     >"$run/replica-$k.log" 2>&1 &
   pids+=($!)
   servers="$servers    server 127.0.0.1:$replica_port max_fails=1 fail_timeout=10s;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the project into .venv and starts the app on the shipped default checkpoint
 # (http://localhost:8501; extra arguments go to `streamlit run`, e.g. --server.port 8502).
+# ui.launch is `streamlit run app.py` with the default model loading from the process's start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/pip install -q -r requirements.txt
 .venv/bin/pip install -q -e .
-exec .venv/bin/streamlit run app.py "$@"
+exec .venv/bin/python -m ui.launch "$@"

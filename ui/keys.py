@@ -7,14 +7,16 @@ bind to them through `shared`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import streamlit as st
 
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings
+
+if TYPE_CHECKING:  # pandas takes 0.4 s to import, and only the Corpus page needs it
+    import pandas as pd
 
 DEFAULT_SENTENCE = "A man in a red shirt is riding a bicycle down the street."
 MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)

@@ -1,0 +1,59 @@
+"""Starts the app with its model already on the way: `python -m ui.launch [streamlit run options]`.
+
+Under a plain `streamlit run app.py` nothing of the model exists until the first visitor's page
+runs: then it imports PyTorch, reads the default checkpoint and decodes the default sentence
+(about 1.5 s on a 2-core CPU), after the browser has loaded the page's code. Here a thread
+does that work as soon as the server takes connections, while the browser loads, and the first
+page finds the checkpoint and its result in the process's caches (the same ones every page uses).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+APP = Path(__file__).resolve().parent.parent / "app.py"
+
+
+def serving() -> bool:
+    """Whether the server takes connections yet (before that, the warm-up would only slow its start)."""
+    from streamlit import config
+
+    address = config.get_option("server.address") or "127.0.0.1"
+    try:
+        socket.create_connection((address, config.get_option("server.port")), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def warm_up() -> None:
+    """Once the server answers, loads the default checkpoint and decodes the default sentence into the shared
+    caches, while the first visitor's browser is still loading the page."""
+    while not serving():
+        time.sleep(0.05)
+    from transformer.decoding.settings import DecodeSettings
+    from ui import models
+    from ui.keys import DEFAULT_SENTENCE
+
+    path = models.DEFAULT_CHECKPOINT
+    try:
+        checkpoint = models.load(path)
+        models.decode_cached(checkpoint, models.checkpoint_key(path), DEFAULT_SENTENCE, DecodeSettings())
+    except Exception:  # only a head start: the page does the same work and says what went wrong
+        return
+
+
+def main() -> None:
+    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
+    from streamlit.web import cli
+
+    sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
+    sys.exit(cli.main())
+
+
+if __name__ == "__main__":
+    main()
