@@ -145,7 +145,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
             f"python -m ui.launch, median of 3 each; of which {healthy_ms:.0f} ms until the server answers",
         ),  # fmt: skip
         Row(
-            "Translate click to heatmaps drawn, 20 words",
+            "Translate click to the step view drawn, 20 words",
             "—",
             None,
             statistics.median(translate_ms),

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import streamlit as st
-from plotly.colors import sequential
 
 from transformer.analysis.words import over_words
 from transformer.decoding.result import DecodeResult
 from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import Tokenizer
-from transformer.viz.style import COLORSCALE
+from transformer.viz.style import colorscale_stops
 
 HERE = Path(__file__).parent
 PLAYER = st.components.v2.component(
@@ -66,12 +65,6 @@ def _with_means(rows: np.ndarray) -> np.ndarray:
     return np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)
 
 
-def _colors() -> list[list[int]]:
-    """The app's attention colour scale as evenly spaced RGB stops, so the browser's maps match Plotly's."""
-    scale = getattr(sequential, COLORSCALE)
-    return [[int(part) for part in color.strip("rgb()").split(",")] for color in scale]
-
-
 def result_identity(result: DecodeResult, checkpoint_key: str) -> str:
     """Names one decode: the browser keeps its step across redraws of the same one, and starts over on another."""
     name = f"{checkpoint_key}\n{result.strategy}\n{result.src_ids}\n{result.tgt_ids}"
@@ -111,7 +104,7 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         "cross": packed(_with_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
         "self_labels": self_labels,
         "self": packed(np.concatenate(self_rows)),  # step t: (L, H + 1, t + 1 keys, or its words)
-        "colors": _colors(),
+        "colors": colorscale_stops(),
         "rates": list(PLAY_RATES),
         "quantum": QUANTUM,
     }

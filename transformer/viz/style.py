@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from plotly.colors import sequential
 
 from transformer.text.pieces import readable_label
 
@@ -62,3 +63,8 @@ def axis_labels(pieces: list[str]) -> list[str]:
         seen[label] = count + 1
         labels.append(plotly_text(label) + "\u200b" * count)
     return labels
+
+
+def colorscale_stops() -> list[list[int]]:
+    """The attention colour scale as evenly spaced RGB stops, for maps drawn outside Plotly (the app's step view)."""
+    return [[int(part) for part in color.strip("rgb()").split(",")] for color in getattr(sequential, COLORSCALE)]
