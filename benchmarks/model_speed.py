@@ -96,6 +96,22 @@ def batched_beam_row(checkpoint: Checkpoint, sentences: list[str]) -> Row:
                batched_ms, "≤ 1/3", f"same output for {same}/{len(sentences)}")  # fmt: skip
 
 
+def step_weight_bytes(model: Transformer) -> int:
+    """Bytes of the weights one cached decode step reads: the decoder's (less the cross-attention keys and
+    values, projected once per sentence) and the generator's; at batch 1 each is read once for one row."""
+    once = ("cross_attn.k_proj", "cross_attn.v_proj")
+    decoder = sum(
+        p.numel() for name, p in model.decoder_layers.named_parameters() if not name.split(".", 1)[1].startswith(once)
+    )
+    return 4 * (decoder + sum(p.numel() for p in model.generator.parameters()))
+
+
+def read_bandwidth(repeats: int) -> float:
+    """Bytes a second this machine reads from memory (a sum over 256 MB, far past every cache)."""
+    data = torch.randn(64 * 2**20)
+    return data.numel() * 4 / (median_ms(data.sum, repeats, warmup=2) / 1000)
+
+
 def lower_bound_row(checkpoint: Checkpoint, repeats: int) -> Row:
     """FLOPs of one cached decode step over the machine's measured matmul rate, against the measured step."""
     config = checkpoint.config
@@ -112,7 +128,11 @@ def lower_bound_row(checkpoint: Checkpoint, repeats: int) -> Row:
     src = torch.tensor([ids])
     choose = no_eos_chooser(config.eos_id)
     step_ms = median_ms(lambda: generate(model, src, 60, choose, need_weights=False), repeats) / 60
-    note = f"{flops / 1e6:.1f} MFLOP/step at {rate / 1e9:.0f} GFLOP/s matmul (1024², fp32)"
+    weight_bytes, bandwidth = step_weight_bytes(model), read_bandwidth(repeats)
+    note = (f"{flops / 1e6:.1f} MFLOP/step at {rate / 1e9:.0f} GFLOP/s matmul (1024², fp32); but a step reads "
+            f"{weight_bytes / 1e6:.1f} MB of weights, {weight_bytes / bandwidth * 1000:.2f} ms at the "
+            f"{bandwidth / 1e9:.0f} GB/s this machine reads memory: the step is "
+            f"{step_ms / (weight_bytes / bandwidth * 1000):.1f}x that floor")  # fmt: skip
     return Row(
         "one decode step vs its FLOP lower bound", "FLOPs / measured matmul rate", bound_ms, step_ms, "report", note
     )

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.model.config import TransformerConfig
+from transformer.model.linear import Linear
 
 
 def attention(
@@ -36,10 +37,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads = config.n_heads
         self.d_head = config.d_head
-        self.q_proj = nn.Linear(config.d_model, config.d_model)
-        self.k_proj = nn.Linear(config.d_model, config.d_model)
-        self.v_proj = nn.Linear(config.d_model, config.d_model)
-        self.out_proj = nn.Linear(config.d_model, config.d_model)
+        self.q_proj = Linear(config.d_model, config.d_model)
+        self.k_proj = Linear(config.d_model, config.d_model)
+        self.v_proj = Linear(config.d_model, config.d_model)
+        self.out_proj = Linear(config.d_model, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:

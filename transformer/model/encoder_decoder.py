@@ -10,6 +10,7 @@ from torch import nn
 from transformer.model.config import TransformerConfig
 from transformer.model.kinds import AttentionKind
 from transformer.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache, PositionalEncoding
+from transformer.model.linear import Linear
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
 
@@ -66,7 +67,7 @@ class Transformer(nn.Module):
         )
         self.encoder_norm = final_norm()  # pre-norm needs a last norm; post-norm ends normalised
         self.decoder_norm = final_norm()
-        self.generator = nn.Linear(config.d_model, config.tgt_vocab_size)
+        self.generator = Linear(config.d_model, config.tgt_vocab_size)
         self._init_weights()
         if config.tie_embeddings:
             self.generator.weight = self.tgt_embed.lookup.weight

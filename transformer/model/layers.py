@@ -12,6 +12,7 @@ from torch import nn
 
 from transformer.model.attention import MultiHeadAttention
 from transformer.model.config import TransformerConfig
+from transformer.model.linear import Linear
 from transformer.model.probes import SublayerProbe, SublayerRecord
 
 
@@ -72,8 +73,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.inner = nn.Linear(config.d_model, config.d_ff)
-        self.outer = nn.Linear(config.d_ff, config.d_model)
+        self.inner = Linear(config.d_model, config.d_ff)
+        self.outer = Linear(config.d_ff, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.activation = ACTIVATIONS[config.activation]
 
