@@ -170,6 +170,7 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert sent[before:] == []  # not one websocket frame: every step was drawn in the browser
 
     page.get_by_role("button", name="First").click()
+    page.get_by_label("Steps a second when playing").select_option("1")  # each step on screen for a second
     page.get_by_role("button", name="Play").click()
     page.get_by_text("Step 3 of").wait_for()
     page.get_by_role("button", name="Pause").click()
