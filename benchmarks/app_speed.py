@@ -27,6 +27,7 @@ from .browser import (
     app_server,
     chromium,
     count_frames_sent,
+    step_view_position,
     wait_for_step_view,
     wait_idle,
 )
@@ -127,7 +128,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
         wait_for_step_view(page, 1)
         wait_idle(page)
         before = len(sent)
-        last = int(page.evaluate(f"{PLAYER}.querySelector('.slider').max"))
+        _, last = step_view_position(page)
         clicks = min(steps, last - 1)
         step_ms = [page.evaluate(CLICK_UNTIL_DRAWN, ["Next", f"Step {i + 2} of", i + 2]) for i in range(clicks)]
         page.evaluate(CLICK_UNTIL_DRAWN, ["First", "Step 1 of", 1])

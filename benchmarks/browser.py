@@ -198,6 +198,12 @@ def wait_for_step_view(page: Page, step: int | None = None, timeout: float = 60_
                            f".filter(t => t.textContent.includes('{title}')).length >= 2", timeout=timeout)  # fmt: skip
 
 
+def step_view_position(page: Page) -> tuple[int, int]:
+    """The step the step view shows and how many it has (1-based), as its slider holds them."""
+    shown, steps = page.evaluate(f"(slider => [slider.value, slider.max])({PLAYER}.querySelector('.slider'))")
+    return int(shown), int(steps)
+
+
 def count_frames_sent(page: Page) -> list[str]:
     """A list that grows with every websocket frame the page sends to the server from now on."""
     sent: list[str] = []

@@ -11,7 +11,7 @@ from ui import keys, models, url
 from ui.charts import show
 from ui.controls import words_toggle
 from ui.sidebar import page_frame
-from ui.step_player import result_identity, step_player
+from ui.step_player import step_player
 from ui.text import literal
 
 explored = page_frame()
@@ -32,8 +32,7 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 
 words = words_toggle()
 step = keys.clamp_index("step", explored.result.steps)
-identity = result_identity(explored.result, explored.checkpoint_key)
-action = step_player(explored.result, explored.checkpoint.tokenizer, step, words, identity,
+action = step_player(explored.result, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
                      bool(session.get("presentation")))  # fmt: skip
 if action is not None:
     session.step, session.stepped = action.step, True

@@ -53,10 +53,10 @@ function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum
     grid.append(element("div", isMean ? "row-label mean" : "row-label", row));
     labels.forEach((label, k) => {
       const stored = values[offset + r * labels.length + k];
-      const weight = stored > quantum ? NaN : stored / quantum; // past the quantum: the model gave NaN
+      const weight = stored > quantum ? null : stored / quantum; // past the quantum: the model gave NaN
       const cell = element("div", isMean ? "cell mean" : "cell");
-      cell.style.background = Number.isNaN(weight) ? "#d5d7de" : colorOf(stops, weight);
-      cell.title = `${row}\nkey ${label}\nweight ${Number.isNaN(weight) ? "not a number" : weight.toFixed(3)}`;
+      cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
+      cell.title = `${row}\nkey ${label}\nweight ${number(weight)}`;
       grid.append(cell);
     });
   });
@@ -196,7 +196,6 @@ export default function (component) {
   }
 
   function start() {
-    if (state.step === last) state.step = 0; // Play at the end starts over
     play.textContent = "⏸ Pause";
     timers.set(key, setInterval(() => {
       go(state.step + 1, false);

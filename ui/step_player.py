@@ -20,6 +20,7 @@ from transformer.analysis.words import over_words
 from transformer.decoding.result import DecodeResult
 from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import Tokenizer
+from transformer.viz.attention import head_row_labels, with_layer_means
 from transformer.viz.style import colorscale_stops
 
 HERE = Path(__file__).parent
@@ -60,11 +61,6 @@ def _rounded(values: np.ndarray) -> list:
     return np.where(np.isnan(values), None, np.round(values, 4)).tolist()
 
 
-def _with_means(rows: np.ndarray) -> np.ndarray:
-    """(L, H, ...) -> (L, H + 1, ...): each layer's heads and then their mean, the rows the view draws."""
-    return np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)
-
-
 def result_identity(result: DecodeResult, checkpoint_key: str) -> str:
     """Names one decode: the browser keeps its step across redraws of the same one, and starts over on another."""
     name = f"{checkpoint_key}\n{result.strategy}\n{result.src_ids}\n{result.tgt_ids}"
@@ -81,17 +77,13 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         rows, labels = over_words(result.decoder_self[:, :, t, : t + 1].numpy(), result.decoder_input_pieces[: t + 1],
                                   words)  # fmt: skip
         self_labels.append([readable_label(label) for label in labels])
-        self_rows.append(_with_means(rows).reshape(-1))
+        self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
     return {
         "id": identity,
         "step": step,
         "steps": steps,
-        "rows": [
-            f"layer {layer + 1} · {f'head {h + 1}' if h < heads else 'mean'}"
-            for layer in range(layers)
-            for h in range(heads + 1)
-        ],  # fmt: skip
+        "rows": head_row_labels(layers, heads),
         "heads": heads,
         "so_far": [tokenizer.decode(result.tgt_ids[:t]) for t in range(steps)],
         "next": [readable(piece) for piece in result.tgt_pieces],
@@ -101,7 +93,7 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         "topk_labels": [[readable(tokenizer.id_to_piece(i)) for i in ids] for ids in topk_ids],
         "topk_probs": _rounded(result.topk_probs.numpy()),
         "cross_labels": [readable_label(label) for label in cross_labels],
-        "cross": packed(_with_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
+        "cross": packed(with_layer_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
         "self_labels": self_labels,
         "self": packed(np.concatenate(self_rows)),  # step t: (L, H + 1, t + 1 keys, or its words)
         "colors": colorscale_stops(),
@@ -110,9 +102,10 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
     }
 
 
-def step_player(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool, identity: str,
+def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str, step: int, words: bool,
                 presentation: bool) -> StepAction | None:  # fmt: skip
     """Mounts the step view; the visitor's action of this run, if any."""
+    identity = result_identity(result, checkpoint_key)
     data = step_data(result, tokenizer, step, words, identity) | {"presentation": presentation}
     action = PLAYER(key="step_player", data=data, on_action_change=lambda: None).action
     if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention"):

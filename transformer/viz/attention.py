@@ -120,18 +120,25 @@ def heads_or_means(
     return attention_grid(means, query_pieces, key_pieces, row_titles, ["mean over heads"], title, mask), True
 
 
+def with_layer_means(rows: np.ndarray) -> np.ndarray:
+    """(L, H, ...) -> (L, H + 1, ...): each layer's heads and then their mean, the rows a step view draws."""
+    return np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)
+
+
+def head_row_labels(layers: int, heads: int, layer_names: list[str] | None = None) -> list[str]:
+    """The names of `with_layer_means`' rows, layer by layer: "layer 1 · head 1" ... "layer 1 · mean"."""
+    names = layer_names or [f"layer {i + 1}" for i in range(layers)]
+    return [f"{names[layer]} · {f'head {h + 1}' if h < heads else 'mean'}" for layer in range(layers)
+            for h in range(heads + 1)]  # fmt: skip
+
+
 def step_attention(
     rows: np.ndarray, key_pieces: list[str], title: str | None = None, layer_names: list[str] | None = None
 ) -> go.Figure:
     """What one decoding step attended to: rows (L, H, K) drawn as one row per layer and head, plus each layer's mean."""
     layers, heads = rows.shape[:2]
-    names = layer_names or [f"layer {i + 1}" for i in range(layers)]
-    block = np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)  # (L, H+1, K)
-    labels = [
-        f"{names[layer]} · {f'head {h + 1}' if h < heads else 'mean'}"
-        for layer in range(layers)
-        for h in range(heads + 1)
-    ]
+    block = with_layer_means(rows)  # (L, H+1, K)
+    labels = head_row_labels(layers, heads, layer_names)
     fig = go.Figure(
         go.Heatmap(
             z=block.reshape(layers * (heads + 1), -1).astype(np.float32),
