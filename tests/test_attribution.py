@@ -3,6 +3,8 @@ against finite differences, contrastive attribution, Spearman agreement, and the
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -55,10 +57,11 @@ def test_value_weighted_attention_equals_the_weights_when_values_have_equal_norm
 
 def test_gradient_x_input_equals_finite_differences(model, tokenizer):
     result = decode(model, tokenizer, "a red ball in the water")
-    found = attribute(model, result, n_steps=4)
-    src, decoder_input, (src_embedded, tgt_embedded) = embedded_inputs(model, result.src_ids, result.tgt_ids, 1)
-    score = scorer(model, src, decoder_input)
-    step, epsilon = 2, 1e-3  # central differences: error of order epsilon squared; log-probs are float32
+    exact = copy.deepcopy(model).double()  # in float32, the differences would be mostly rounding noise
+    found = attribute(exact, result, n_steps=4)
+    src, decoder_input, (src_embedded, tgt_embedded) = embedded_inputs(exact, result.src_ids, result.tgt_ids, 1)
+    score = scorer(exact, src, decoder_input)
+    step, epsilon = 2, 1e-4  # central differences: error of order epsilon squared
     token = torch.tensor([result.tgt_ids[step]])
     for j in range(len(result.src_ids)):  # d/de f(x with x_j scaled by 1 + e) at 0 is sum_d x_jd df/dx_jd
         values = []
@@ -67,7 +70,7 @@ def test_gradient_x_input_equals_finite_differences(model, tokenizer):
             scaled[0, j] *= 1 + sign * epsilon
             with torch.no_grad():
                 values.append(score(scaled, tgt_embedded, torch.tensor([step]), token).item())
-        assert found.gradient_x_input[step, j] == pytest.approx((values[0] - values[1]) / (2 * epsilon), abs=2e-4)
+        assert found.gradient_x_input[step, j] == pytest.approx((values[0] - values[1]) / (2 * epsilon), abs=1e-6)
     assert np.abs(found.gradient_x_input[step]).max() > 1e-2  # not trivially zero
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 
@@ -24,8 +26,20 @@ def test_the_inference_path_equals_nn_linear_and_follows_every_weight_change():
         torch.testing.assert_close(layer(x[0]), x[0] @ layer.weight.T, rtol=1e-6, atol=1e-6)
 
 
+def test_a_copied_layer_derives_from_its_own_weight():
+    layer = Linear(8, 4)
+    x = torch.randn(2, 8)
+    with torch.inference_mode():
+        layer(x)  # the original has made its copy
+    twin = copy.deepcopy(layer).double()
+    with torch.no_grad():
+        twin.weight.mul_(-1.0)
+    with torch.inference_mode():
+        torch.testing.assert_close(twin(x.double()), F.linear(x.double(), twin.weight, twin.bias))
+
+
 def test_gradients_flow_through_the_ordinary_path():
     layer = Linear(4, 3)
     layer(torch.randn(2, 4)).sum().backward()
     assert layer.weight.grad is not None and layer.bias.grad is not None
-    assert layer._transposed is None  # training never made or read the copy
+    assert not layer._transposed.made  # training never made or read the copy

@@ -51,6 +51,69 @@ def test_fused_path_equals_explicit_path(model, config):
     torch.testing.assert_close(model.logits(src, tgt).log_softmax(-1), fused, atol=1e-5, rtol=1e-5)
 
 
+def test_the_inference_path_equals_the_differentiable_one(model, config):
+    """Without gradients the model multiplies by derived weights (transposed, Q/K/V side by side)."""
+    src, tgt = batch(config)
+    differentiable = model(src, tgt, need_weights=True)
+    with torch.inference_mode():
+        inference = model(src, tgt, need_weights=True)
+    torch.testing.assert_close(inference.log_probs, differentiable.log_probs, atol=1e-6, rtol=1e-5)
+    pairs = zip(vars(inference.attentions).values(), vars(differentiable.attentions).values())
+    for fast, slow in ((f, s) for maps in pairs for f, s in zip(*maps)):
+        torch.testing.assert_close(fast, slow, atol=1e-6, rtol=1e-5)
+
+
+def test_fused_query_key_value_follows_every_weight_change(model, config):
+    attention = model.decoder_layers[0].self_attn
+    x = torch.randn(2, 3, config.d_model)
+
+    def separate() -> list[torch.Tensor]:
+        return [attention.split_heads(p(x)) for p in (attention.q_proj, attention.k_proj, attention.v_proj)]
+
+    with torch.no_grad():
+        for fused, alone in zip(attention.project_query_key_value(x), separate()):
+            torch.testing.assert_close(fused, alone, atol=1e-6, rtol=1e-6)
+        saved = attention.v_proj.weight.clone()
+        attention.v_proj.weight.mul_(-3.0)  # as an optimiser step does, in place
+        try:
+            torch.testing.assert_close(attention.project_query_key_value(x)[2], separate()[2], atol=1e-6, rtol=1e-6)
+        finally:
+            attention.v_proj.weight.copy_(saved)
+
+
+def test_a_cache_grows_past_its_room_and_a_branch_never_overwrites_another(model, config):
+    from transformer.model.encoder_decoder import DecoderOutput
+    from transformer.model.masks import padding_mask, target_mask
+
+    src, tgt = batch(config)
+    tgt = tgt.clamp(min=4)  # no padding: the whole-sequence decode would mask it, a cached step does not
+    src_mask = padding_mask(src, config.pad_id)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask).memory
+
+        def whole(ids: torch.Tensor) -> torch.Tensor:  # every position at once, no cache
+            return model.decode(ids, memory, src_mask, target_mask(ids, config.pad_id)).hidden[:, -1]
+
+        def step(ids: torch.Tensor, cache: list) -> DecoderOutput:
+            return model.decode(ids, memory, src_mask, None, cache=cache)
+
+        cache = model.start_cache(memory, capacity=1)
+        for position in range(3):  # room for 1: grows twice
+            decoded = step(tgt[:, position : position + 1], cache)
+            cache = decoded.cache
+        torch.testing.assert_close(decoded.hidden[:, -1], whole(tgt[:, :3]), atol=1e-5, rtol=1e-5)
+        assert cache[0].length == 3 and cache[0].buffer.capacity >= 3
+        fork = tgt[:, 3:4]
+        other = torch.flip(fork, dims=[0])  # another token in each row
+        first = step(fork, cache)
+        kept = first.cache[0].self_key.clone()
+        second = step(other, cache)  # extends the same cache: must not write over `first`
+        torch.testing.assert_close(first.cache[0].self_key, kept, atol=0, rtol=0)
+        torch.testing.assert_close(second.hidden[:, -1], whole(torch.cat([tgt[:, :3], other], 1)), atol=1e-5, rtol=1e-5)
+        following = step(tgt[:, 4:5], first.cache)  # and `first` goes on as if `second` never was
+        torch.testing.assert_close(following.hidden[:, -1], whole(tgt[:, :5]), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize(
     "overrides",
     [

@@ -109,11 +109,11 @@ def beam_search_ids(
     src = torch.tensor([src_ids], device=device)
     encoded, src_mask = encode_source(model, src, need_weights)
     memory, src_mask = encoded.memory.expand(width, -1, -1), src_mask.expand(width, -1, -1, -1)
-    cache = model.start_cache(memory)
+    limit = min(max_new_tokens or default_max_new_tokens(model, len(src_ids)), config.max_len)
+    cache = model.start_cache(memory, capacity=limit)
     last = torch.full((width, 1), config.start_id, dtype=torch.long, device=device)
     scores = torch.full((width,), float("-inf"), device=device)
     scores[0] = 0.0  # all hypotheses start identical: let only one of them extend at first
-    limit = min(max_new_tokens or default_max_new_tokens(model, len(src_ids)), config.max_len)
     search = _Search(limit, width, alpha)
     steps: list[_Step] = []
     for step in range(limit):

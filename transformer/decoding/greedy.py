@@ -79,11 +79,12 @@ def generate(
     batch = src.size(0)
     encoded, src_mask = encode_source(model, src, need_weights, probe)
     memory = encoded.memory
-    cache = model.start_cache(memory)
+    steps = min(max_new_tokens, config.max_len)
+    cache = model.start_cache(memory, capacity=steps)
     last = torch.full((batch, 1), config.start_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     tokens, log_probs_per_step, self_rows, cross_rows = [], [], [], []
-    for step in range(min(max_new_tokens, config.max_len)):
+    for step in range(steps):
         decoded = model.decode(last, memory, src_mask, None, need_weights, cache, probe)
         cache = decoded.cache
         log_probs = model.log_probs(decoded.hidden[:, -1])  # (B, V)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.model.config import TransformerConfig
-from transformer.model.linear import Linear
+from transformer.model.linear import DerivedWeights, Linear, wants_gradient
 
 
 def attention(
@@ -30,6 +30,13 @@ def attention(
     return p_attn @ value, p_attn
 
 
+def side_by_side(*weights_and_biases: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Linear layers' (weight, bias, weight, bias, ...) as one: the weights transposed side by side
+    (d_in, sum of d_out) and the biases end to end."""
+    weights, biases = weights_and_biases[0::2], weights_and_biases[1::2]
+    return torch.cat(weights).t().contiguous(), torch.cat(biases)
+
+
 class MultiHeadAttention(nn.Module):
     """h heads of attention over learned projections, concatenated and projected by W_O."""
 
@@ -42,6 +49,10 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = Linear(config.d_model, config.d_model)
         self.out_proj = Linear(config.d_model, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
+        self._fused = DerivedWeights(side_by_side)
+
+    def query_key_value_parameters(self) -> list[torch.Tensor]:
+        return [p for linear in (self.q_proj, self.k_proj, self.v_proj) for p in (linear.weight, linear.bias)]
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -51,6 +62,21 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of x, split into heads; a cache keeps these between decode steps."""
         return self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
 
+    def project_query_key_value(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values of x for self-attention, split into heads.
+
+        Without gradients, one product with the three weights side by side: a decode step then makes one
+        call where it made three.
+        """
+        parameters = self.query_key_value_parameters()
+        if wants_gradient(x, *parameters):
+            return self.split_heads(self.q_proj(x)), *self.project_key_value(x)
+        weight_t, bias = self._fused.of(*parameters)
+        batch, length, d_model = x.shape
+        fused = torch.addmm(bias, x.reshape(-1, d_model), weight_t)
+        query, key, value = fused.view(batch, length, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
+        return query, key, value  # each (B, H, T, d_head)
+
     def attend(
         self,
         x: torch.Tensor,
@@ -59,14 +85,17 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None,
         need_weights: bool,
         keep: torch.Tensor | None = None,
+        query: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attends from queries x (B, T_q, d_model) over projected keys/values (B, H, T_k, d_head).
 
-        With need_weights the explicit path computes p_attn; otherwise the fused kernel runs,
+        query, if given, is x already projected and split into heads (self-attention projects all three at
+        once). With need_weights the explicit path computes p_attn; otherwise the fused kernel runs,
         which gives the same output (a test holds the two together). keep (1, H, 1, 1) scales each
         head's output before W_O: 0 switches a head off.
         """
-        query = self.split_heads(self.q_proj(x))
+        if query is None:
+            query = self.split_heads(self.q_proj(x))
         if need_weights:
             heads, p_attn = attention(query, key, value, mask, self.dropout if self.training else None)
         else:

@@ -112,7 +112,7 @@ class Transformer(nn.Module):
 
         embedded, if given, replaces the token embeddings of tgt (as in encode).
         """
-        offset = 0 if cache is None else cache[0].self_key.size(2)
+        offset = 0 if cache is None else cache[0].length
         x = self.tgt_position(self.tgt_embed(tgt) if embedded is None else embedded, offset)
         self_maps, cross_maps, new_cache = [], [], []
         for i, layer in enumerate(self.decoder_layers):
@@ -138,13 +138,16 @@ class Transformer(nn.Module):
     def _sublayer_probe(self, probe: Probe | None, kind: AttentionKind, layer: int):
         return None if probe is None else probe.at(kind, layer, self.config.n_heads)
 
-    def start_cache(self, memory: torch.Tensor) -> list[LayerCache]:
-        """A fresh key/value cache for incremental decoding over this memory."""
-        return [layer.start_cache(memory) for layer in self.decoder_layers]
+    def start_cache(self, memory: torch.Tensor, capacity: int = 16) -> list[LayerCache]:
+        """A fresh key/value cache for incremental decoding over this memory, with room for `capacity`
+        positions before it grows."""
+        return [layer.start_cache(memory, capacity) for layer in self.decoder_layers]
 
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The generator: log-softmax over the target vocabulary."""
-        return self.generator(hidden).float().log_softmax(dim=-1)
+        """The generator: log-softmax over the target vocabulary, in float32 at least (a half-precision model's
+        log-probs would round away the differences between close candidates)."""
+        logits = self.generator(hidden)
+        return logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)
 
     def forward(
         self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False, probe: Probe | None = None

@@ -112,12 +112,13 @@ def probed_attend(
     mask: torch.Tensor | None,
     need_weights: bool,
     probe: SublayerProbe | None,
+    query: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The module's attention of queries h over keys/values projected from context, as the probe asks."""
     if probe is None:
-        return module.attend(h, key, value, mask, need_weights)
+        return module.attend(h, key, value, mask, need_weights, query=query)
     recording = probe.records is not None
-    out, p_attn = module.attend(h, key, value, mask, need_weights or recording, probe.keep)
+    out, p_attn = module.attend(h, key, value, mask, need_weights or recording, probe.keep, query)
     if recording:
         probe.record(SublayerRecord(h, context, mask, out, p_attn))
     return out, p_attn
@@ -137,27 +138,80 @@ class EncoderLayer(nn.Module):
         self, x: torch.Tensor, src_mask: torch.Tensor, need_weights: bool, probe: SublayerProbe | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         def self_attend(h: torch.Tensor) -> tuple:
-            key, value = self.self_attn.project_key_value(h)
-            return probed_attend(self.self_attn, h, h, key, value, src_mask, need_weights, probe)
+            query, key, value = self.self_attn.project_query_key_value(h)
+            return probed_attend(self.self_attn, h, h, key, value, src_mask, need_weights, probe, query)
 
         x, p_attn = self.attn_block(x, self_attend)
         x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
         return x, p_attn
 
 
+@dataclass
+class KeyValueBuffer:
+    """Room for a decoder layer's self-attention keys and values, (B, H, capacity, d_head) each, filled up to
+    `filled`: a decode step writes its key and value in place instead of concatenating the whole cache anew.
+
+    Only LayerCache writes here, and only past `filled`, so every cache that reads a prefix keeps its values.
+    """
+
+    key: torch.Tensor
+    value: torch.Tensor
+    filled: int = 0
+
+    @classmethod
+    def empty_like(cls, like: torch.Tensor, capacity: int) -> KeyValueBuffer:
+        """Room for `capacity` positions of tensors shaped like `like` (B, H, *, d_head)."""
+        batch, heads, _, d_head = like.shape
+        return cls(*(like.new_empty(batch, heads, capacity, d_head) for _ in range(2)))
+
+    @property
+    def capacity(self) -> int:
+        return self.key.size(2)
+
+
 @dataclass(frozen=True)
 class LayerCache:
-    """One decoder layer's keys and values so far, each (B, H, T, d_head): a value, never module state."""
+    """One decoder layer's keys and values so far, each (B, H, T, d_head): a value, never module state.
 
-    self_key: torch.Tensor
-    self_value: torch.Tensor
+    The self-attention keys and values are the first `length` positions of a buffer that later steps fill.
+    """
+
+    buffer: KeyValueBuffer
+    length: int
     cross_key: torch.Tensor
     cross_value: torch.Tensor
 
+    @property
+    def self_key(self) -> torch.Tensor:
+        return self.buffer.key[:, :, : self.length]
+
+    @property
+    def self_value(self) -> torch.Tensor:
+        return self.buffer.value[:, :, : self.length]
+
+    def extended(self, key: torch.Tensor, value: torch.Tensor) -> LayerCache:
+        """This cache with the keys and values of new positions (B, H, T, d_head) after it.
+
+        Written into the buffer's free room; into a new buffer (twice as large) when it is full, or when
+        another continuation of this cache has already written there (a branch: both keep their own values).
+        """
+        end = self.length + key.size(2)
+        buffer = self.buffer
+        if buffer.filled != self.length or end > buffer.capacity:
+            buffer = KeyValueBuffer.empty_like(key, max(end, 2 * buffer.capacity))
+            buffer.key[:, :, : self.length] = self.self_key
+            buffer.value[:, :, : self.length] = self.self_value
+        buffer.key[:, :, self.length : end] = key
+        buffer.value[:, :, self.length : end] = value
+        buffer.filled = end
+        return LayerCache(buffer, end, self.cross_key, self.cross_value)
+
     def select(self, index: torch.Tensor) -> LayerCache:
         """The cache rows of the given batch entries (beam search reorders its hypotheses)."""
+        buffer = KeyValueBuffer(self.buffer.key.index_select(0, index), self.buffer.value.index_select(0, index))
+        buffer.filled = self.length
         return LayerCache(
-            *(t.index_select(0, index) for t in (self.self_key, self.self_value, self.cross_key, self.cross_value))
+            buffer, self.length, self.cross_key.index_select(0, index), self.cross_value.index_select(0, index)
         )
 
 
@@ -173,11 +227,11 @@ class DecoderLayer(nn.Module):
         self.cross_block = Residual(config)
         self.ff_block = Residual(config)
 
-    def start_cache(self, memory: torch.Tensor) -> LayerCache:
-        """An empty self-attention cache and the cross-attention keys/values of memory."""
+    def start_cache(self, memory: torch.Tensor, capacity: int) -> LayerCache:
+        """An empty self-attention cache with room for `capacity` positions, and the cross-attention
+        keys/values of memory."""
         cross_key, cross_value = self.cross_attn.project_key_value(memory)
-        empty = cross_key[:, :, :0]
-        return LayerCache(empty, empty, cross_key, cross_value)
+        return LayerCache(KeyValueBuffer.empty_like(cross_key, capacity), 0, cross_key, cross_value)
 
     def forward(
         self,
@@ -193,12 +247,13 @@ class DecoderLayer(nn.Module):
         """With a cache, x holds only the new positions and tgt_mask covers them over all keys."""
 
         def self_attend(h: torch.Tensor) -> tuple:
-            key, value = self.self_attn.project_key_value(h)
+            query, key, value = self.self_attn.project_query_key_value(h)
+            extended = None
             if cache is not None:
-                key = torch.cat([cache.self_key, key], dim=2)
-                value = torch.cat([cache.self_value, value], dim=2)
-            out, p_attn = probed_attend(self.self_attn, h, h, key, value, tgt_mask, need_weights, self_probe)
-            return out, p_attn, key, value
+                extended = cache.extended(key, value)
+                key, value = extended.self_key, extended.self_value
+            out, p_attn = probed_attend(self.self_attn, h, h, key, value, tgt_mask, need_weights, self_probe, query)
+            return out, p_attn, extended
 
         def cross_attend(h: torch.Tensor) -> tuple:
             if cache is None:
@@ -207,8 +262,7 @@ class DecoderLayer(nn.Module):
                 key, value = cache.cross_key, cache.cross_value
             return probed_attend(self.cross_attn, h, memory, key, value, src_mask, need_weights, cross_probe)
 
-        x, self_weights, self_key, self_value = self.self_block(x, self_attend)
+        x, self_weights, new_cache = self.self_block(x, self_attend)
         x, cross_weights = self.cross_block(x, cross_attend)
         x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
-        new_cache = None if cache is None else LayerCache(self_key, self_value, cache.cross_key, cache.cross_value)
         return x, self_weights, cross_weights, new_cache
