@@ -77,7 +77,7 @@ def app_server(log_path: Path, timeout: float = 60.0, launcher: list[str] = LAUN
                 except OSError:
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError(f"the app did not start; see {log_path}") from None
-                    time.sleep(0.3)
+                    time.sleep(0.05)
             yield Server(url, server)
         finally:
             server.terminate()
