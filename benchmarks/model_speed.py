@@ -113,10 +113,9 @@ def step_products(model: Transformer) -> list[tuple[torch.Tensor, torch.Tensor]]
     return [*products, transposed(model.generator)]
 
 
-def products_alone_ms(model: Transformer, steps: int, repeats: int) -> float:
+def products_alone_ms(products: list[tuple[torch.Tensor, torch.Tensor]], steps: int, repeats: int) -> float:
     """A step's weight products and nothing else, `steps` times in a row as a decode runs them: what reading
     the weights costs here, with whatever the caches keep of them between steps."""
-    products = step_products(model)
     rows = {weight.size(0): torch.randn(1, weight.size(0)) for weight, _ in products}
 
     def decode_alone() -> None:
@@ -145,10 +144,11 @@ def lower_bound_row(checkpoint: Checkpoint, repeats: int) -> Row:
     choose = no_eos_chooser(config.eos_id)
     steps = 60
     step_ms = median_ms(lambda: generate(model, src, steps, choose, need_weights=False), repeats) / steps
-    alone_ms = products_alone_ms(model, steps, repeats)
-    weight_bytes = sum(weight.numel() + bias.numel() for weight, bias in step_products(model)) * 4
+    products = step_products(model)
+    alone_ms = products_alone_ms(products, steps, repeats)
+    weight_bytes = sum(weight.numel() + bias.numel() for weight, bias in products) * 4
     note = (f"{flops / 1e6:.1f} MFLOP/step at {rate / 1e9:.0f} GFLOP/s matmul (1024², fp32); 10x that bound is "
-            f"{10 * bound_ms:.2f} ms, but the step's {len(step_products(model))} weight products alone (the same "
+            f"{10 * bound_ms:.2f} ms, but the step's {len(products)} weight products alone (the same "
             f"{weight_bytes / 1e6:.1f} MB of weights, nothing else) take {alone_ms:.2f} ms here "
             f"({weight_bytes / alone_ms / 1e6:.0f} GB/s): the step is {step_ms / alone_ms:.2f}x that floor")  # fmt: skip
     return Row(

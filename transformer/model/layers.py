@@ -208,10 +208,12 @@ class LayerCache:
 
     def select(self, index: torch.Tensor) -> LayerCache:
         """The cache rows of the given batch entries (beam search reorders its hypotheses)."""
-        buffer = KeyValueBuffer(self.buffer.key.index_select(0, index), self.buffer.value.index_select(0, index))
-        buffer.filled = self.length
+        key, value = self.buffer.key.index_select(0, index), self.buffer.value.index_select(0, index)
         return LayerCache(
-            buffer, self.length, self.cross_key.index_select(0, index), self.cross_value.index_select(0, index)
+            KeyValueBuffer(key, value, self.length),
+            self.length,
+            self.cross_key.index_select(0, index),
+            self.cross_value.index_select(0, index),
         )
 
 
