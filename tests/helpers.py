@@ -94,7 +94,8 @@ def step_view(at: AppTest) -> dict:
     def refuse(constant: str):
         raise ValueError(f"{constant} in the step view's data: the browser could not read it")
 
-    return json.loads(at.get("bidi_component")[0].proto.json, parse_constant=refuse)
+    (sent,) = json.loads(at.get("bidi_component")[0].proto.json, parse_constant=refuse)  # a one-item list
+    return sent
 
 
 def step_action(at: AppTest, **action) -> AppTest:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from helpers import start, step_view
+import os
+import subprocess
+import sys
+
+from helpers import REPO, start, step_view
 
 import ui.launch
 import ui.models
@@ -20,3 +24,16 @@ def test_the_first_page_finds_the_warm_ups_decode(monkeypatch):
     at = start()
     assert not at.exception and at.session_state["applied_text"] == DEFAULT_SENTENCE
     assert step_view(at)["steps"] == at.session_state["result"].steps
+
+
+def test_the_first_page_imports_neither_pandas_nor_pyarrow():
+    """Together they take 0.5 s to import: a cold start's first page must not wait for them (a fresh process,
+    since this one's other tests may have imported them)."""
+    first_page = (
+        "import sys; from helpers import start; at = start(); assert not at.exception, at.exception;"
+        "print(sorted(name for name in ('pandas', 'pyarrow') if name in sys.modules))"
+    )
+    environment = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
+    run = subprocess.run([sys.executable, "-c", first_page], cwd=REPO, env=environment, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[]"

@@ -93,7 +93,8 @@ function writeStepToAddress(step) {
 }
 
 export default function (component) {
-  const { parentElement, data, key, setTriggerValue } = component;
+  const { parentElement, key, setTriggerValue } = component;
+  const [data] = component.data; // the server sends a one-item list (see step_player.py)
   clearInterval(timers.get(key));
   const cross = decoded(data.cross);
   const selfValues = decoded(data.self);

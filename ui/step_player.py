@@ -107,7 +107,9 @@ def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str,
     """Mounts the step view; the visitor's action of this run, if any."""
     identity = result_identity(result, checkpoint_key)
     data = step_data(result, tokenizer, step, words, identity) | {"presentation": presentation}
-    action = PLAYER(key="step_player", data=data, on_action_change=lambda: None).action
+    # Sent as a one-item list: Streamlit scans a dict's values for dataframes, which imports pandas and
+    # pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
+    action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action
     if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention"):
         return None
     chosen = action.get("step")
