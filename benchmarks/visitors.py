@@ -27,6 +27,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from ui.step_player import sent_step_data
 
 from .browser import ARTIFACTS, proxy_server
 from .load import SENTENCES, percentile
@@ -58,7 +59,7 @@ class Page:
         elif kind == "exception":
             self.exceptions.append(element.exception.message)
         elif kind == "bidi_component":
-            self.step_view = (element.bidi_component.id, json.loads(element.bidi_component.json))
+            self.step_view = (element.bidi_component.id, sent_step_data(element.bidi_component.json))
         elif kind == "plotly_chart":
             self.charts += 1
         elif kind in ("button", "text_area"):

@@ -20,6 +20,7 @@ from streamlit.testing.v1 import AppTest
 from transformer.io.header import read_header
 from transformer.model.config import TransformerConfig
 from transformer.text.tokenizer import Tokenizer
+from ui.step_player import sent_step_data
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,14 +89,8 @@ def array(value) -> np.ndarray:
 
 
 def step_view(at: AppTest) -> dict:
-    """What the explorer sent its step view (which steps through it in the browser), held to strict JSON:
-    a browser's JSON.parse refuses NaN and Infinity."""
-
-    def refuse(constant: str):
-        raise ValueError(f"{constant} in the step view's data: the browser could not read it")
-
-    (sent,) = json.loads(at.get("bidi_component")[0].proto.json, parse_constant=refuse)  # a one-item list
-    return sent
+    """What the explorer sent its step view (which steps through it in the browser)."""
+    return sent_step_data(at.get("bidi_component")[0].proto.json)
 
 
 def step_action(at: AppTest, **action) -> AppTest:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,13 +103,24 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
     }
 
 
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant} in the step view's data: the browser could not read it")
+
+
+def sent_step_data(sent_json: str) -> dict:
+    """What a mounted step view was sent, read back from the component's JSON (for tests and the load generator),
+    held to strict JSON as a browser's JSON.parse is: NaN or Infinity is an error."""
+    (data,) = json.loads(sent_json, parse_constant=_refuse)
+    return data
+
+
 def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str, step: int, words: bool,
                 presentation: bool) -> StepAction | None:  # fmt: skip
     """Mounts the step view; the visitor's action of this run, if any."""
     identity = result_identity(result, checkpoint_key)
     data = step_data(result, tokenizer, step, words, identity) | {"presentation": presentation}
-    # Sent as a one-item list: Streamlit scans a dict's values for dataframes, which imports pandas and
-    # pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
+    # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
+    # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action
     if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention"):
         return None
