@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import torch
+from playwright.sync_api import Page
 
 from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode, decode_ids
@@ -108,7 +110,7 @@ class ColdStart:
     drawn_ms: float
 
 
-def cold_start(launcher: list[str], drawn=wait_for_step_view) -> ColdStart:
+def cold_start(launcher: list[str], drawn: Callable[[Page], None] = wait_for_step_view) -> ColdStart:
     """Starts a server and opens its first page in an already open browser, as a visitor's is."""
     with chromium() as browser:
         started = time.perf_counter()
@@ -123,7 +125,9 @@ def cold_start(launcher: list[str], drawn=wait_for_step_view) -> ColdStart:
     return ColdStart(*((moment - started) * 1000 for moment in (answered, sidebar, finished)))
 
 
-def median_cold_start(launcher: list[str], drawn=wait_for_step_view, runs: int = 3) -> ColdStart:
+def median_cold_start(
+    launcher: list[str], drawn: Callable[[Page], None] = wait_for_step_view, runs: int = 3
+) -> ColdStart:
     starts = [cold_start(launcher, drawn) for _ in range(runs)]
     return ColdStart(*(statistics.median(getattr(s, field.name) for s in starts) for field in fields(ColdStart)))
 
