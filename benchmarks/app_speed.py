@@ -168,7 +168,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
             "≤ 4000 ms",
             f"python -m ui.launch to the step view drawn, median of 3 each; server answers at "
             f"{launched.answered_ms:.0f} ms, sidebar drawn at {launched.sidebar_ms:.0f} ms; a trivial Streamlit + "
-            f"Plotly page (benchmarks/trivial_page.py) to its figure drawn: {trivial.drawn_ms:.0f} ms",
+            f"Plotly page (benchmarks/apps/trivial_page.py) to its figure drawn: {trivial.drawn_ms:.0f} ms",
         ),  # fmt: skip
         Row(
             "Translate click to the step view drawn, 20 words",

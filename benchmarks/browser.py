@@ -57,7 +57,13 @@ def free_port_block(count: int) -> int:
 
 LAUNCH = [sys.executable, "-m", "ui.launch"]  # how scripts/start.sh starts the app: the model loads at once
 PLAIN_RUN = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py")]  # the model loads at the first visit
-TRIVIAL_RUN = [sys.executable, "-m", "streamlit", "run", str(REPO / "benchmarks" / "trivial_page.py")]  # no model
+TRIVIAL_RUN = [
+    sys.executable,
+    "-m",
+    "streamlit",
+    "run",
+    str(REPO / "benchmarks" / "apps" / "trivial_page.py"),
+]  # no model
 
 
 @contextlib.contextmanager

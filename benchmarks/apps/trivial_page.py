@@ -1,6 +1,6 @@
 """The cold-start floor: a Streamlit page with a sidebar text box and one Plotly heatmap, and no model.
 
-`python -m benchmarks` starts it as `streamlit run benchmarks/trivial_page.py` to measure what any
+`python -m benchmarks` starts it as `streamlit run benchmarks/apps/trivial_page.py` to measure what any
 Streamlit + Plotly page costs on this machine, against the app's own cold start in the same run.
 """
 
