@@ -55,15 +55,13 @@ def free_port_block(count: int) -> int:
     raise RuntimeError(f"no {count} consecutive free ports")
 
 
+def streamlit_run(script: Path) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(script)]
+
+
 LAUNCH = [sys.executable, "-m", "ui.launch"]  # how scripts/start.sh starts the app: the model loads at once
-PLAIN_RUN = [sys.executable, "-m", "streamlit", "run", str(REPO / "app.py")]  # the model loads at the first visit
-TRIVIAL_RUN = [
-    sys.executable,
-    "-m",
-    "streamlit",
-    "run",
-    str(REPO / "benchmarks" / "apps" / "trivial_page.py"),
-]  # no model
+PLAIN_RUN = streamlit_run(REPO / "app.py")  # the model loads at the first visit
+TRIVIAL_RUN = streamlit_run(REPO / "benchmarks" / "apps" / "trivial_page.py")  # no model
 
 
 @contextlib.contextmanager
@@ -198,11 +196,17 @@ async ([label, text, step]) => {{
 """
 
 
-def wait_for_step_view(page: Page, step: int | None = None, timeout: float = 60_000) -> None:
-    """Waits until the explorer's step view has drawn its two maps (those of `step`, 1-based, when given)."""
+def step_view_drawn(step: int | None = None) -> str:
+    """A JavaScript test of whether the explorer's step view has drawn its two maps (those of `step`, 1-based,
+    when given), for Playwright's wait_for_function, sync or async."""
     title = f"of step {step} over" if step else "of step "
-    page.wait_for_function(f"[...({PLAYER})?.querySelectorAll('.map-title') ?? []]"
-                           f".filter(t => t.textContent.includes('{title}')).length >= 2", timeout=timeout)  # fmt: skip
+    return (f"[...({PLAYER})?.querySelectorAll('.map-title') ?? []]"
+            f".filter(t => t.textContent.includes('{title}')).length >= 2")  # fmt: skip
+
+
+def wait_for_step_view(page: Page, step: int | None = None, timeout: float = 60_000) -> None:
+    """Waits until step_view_drawn(step) holds."""
+    page.wait_for_function(step_view_drawn(step), timeout=timeout)
 
 
 def step_view_position(page: Page) -> tuple[int, int]:

@@ -18,7 +18,16 @@ from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.pieces import readable_label
 
-from .browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, CLICK_UNTIL_DRAWN, PLAYER, app_server, proxy_server
+from .browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    CLICK_UNTIL_DRAWN,
+    PLAYER,
+    app_server,
+    proxy_server,
+    step_view_drawn,
+)
 
 SENTENCES = [
     "Two dogs are playing in the snow.",
@@ -52,7 +61,7 @@ async def one_session(browser, url: str, sentence: str, expected: str, source_pi
     context = await browser.new_context(viewport={"width": 1400, "height": 1000})
     page = await context.new_page()
     await page.goto(url)
-    await page.wait_for_function(f"({PLAYER})?.querySelectorAll('.map-title').length >= 2", timeout=120_000)
+    await page.wait_for_function(step_view_drawn(), timeout=120_000)
     await page.get_by_label("Sentence").fill(sentence)
     translate_ms = await page.evaluate(CLICK_UNTIL_DRAWN, ["Translate", expected, 1])
     step_ms = [await page.evaluate(CLICK_UNTIL_DRAWN, ["Next", f"Step {i + 2} of", i + 2]) for i in range(STEPS)]

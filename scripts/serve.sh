@@ -5,8 +5,8 @@
 #
 # Each replica is a `streamlit run app.py` (through ui.launch, which loads the model at once) on
 # loopback (ports PORT+1 .. PORT+N); nginx listens on ADDRESS:PORT (default 0.0.0.0:8500, the
-# room's network), proxies the websocket, and keeps each visitor on one replica by a cookie (a room behind one NAT address shares an IP, so an IP
-# hash would put everyone on one replica). A replica that stops loses only its own visitors'
+# room's network), proxies the websocket, and keeps each visitor on one replica by a cookie (a
+# room behind one NAT address shares an IP, so an IP hash would put everyone on one replica). A replica that stops loses only its own visitors'
 # sessions: nginx sends them to another, where the page says their view was reset.
 # Ctrl-C stops everything. Logs and the generated nginx.conf are in DIR (default .serve/).
 set -euo pipefail

@@ -44,11 +44,10 @@ def layer_head(result: DecodeResult, kind: AttentionKind, layer_column, head_col
     return layer, head
 
 
-def step(result: DecodeResult, label: str = "Decoding step", label_visibility: str = "visible") -> int | None:
+def step(result: DecodeResult, label: str = "Decoding step") -> int | None:
     """The shared decoding step (0-based) as a slider; None when the output has a single step."""
     if result.steps < 2:
         return None
     keys.clamp_index("step", result.steps)
     options = list(range(result.steps))
-    return st.select_slider(label, options, format_func=lambda i: f"{i + 1}", label_visibility=label_visibility,
-                            **keys.shared("step"))  # fmt: skip
+    return st.select_slider(label, options, format_func=lambda i: f"{i + 1}", **keys.shared("step"))

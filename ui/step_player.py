@@ -13,6 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import streamlit as st
@@ -103,7 +104,7 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
     }
 
 
-def _refuse(constant: str) -> None:
+def _refuse(constant: str) -> NoReturn:
     raise ValueError(f"{constant} in the step view's data: the browser could not read it")
 
 
