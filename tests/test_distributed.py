@@ -78,7 +78,7 @@ def _step(model: Transformer, compute_logits, indices: list[int], world: int) ->
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # Adam's first step is about lr * sign(g): too coarse
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1, reduction="sum")
     batch = list(collate(_pairs(), indices, 0, 2))
-    loss, _ = training_step(compute_logits, model, optimizer, loss_fn, batch, 1e-2, 1.0, world, torch.autocast("cpu", enabled=False))  # fmt: skip
+    loss, _ = training_step(compute_logits, model, optimizer, loss_fn, batch, 1e-2, 1.0, world, torch.autocast("cpu", enabled=False)).tolist()  # fmt: skip
     return loss
 
 

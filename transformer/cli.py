@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,import-hf,synthetic} --help`."""
+"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,average,holdout,import-hf,synthetic} --help`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Collection
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, Field, fields
 from pathlib import Path
 
 import torch
@@ -22,6 +22,17 @@ from transformer.text.files import decoded_lines, decompressed, file_bytes
 from transformer.text.tokenizer import LONE_SURROGATE
 
 CONSOLE_COMMAND = "transformer-explorer"  # pyproject.toml's [project.scripts]
+FIELD_HELP = {
+    "train_src": "training source files, one per corpus",
+    "train_tgt": "their target files, in the same order",
+    "train_weights": "how many times an epoch reads each corpus, in the same order (0.5: a new random half each "
+    "epoch); every corpus once if not given",
+    "val_src": "validation source files, one per set: the best checkpoint has the best mean BLEU over the sets",
+    "val_tgt": "their reference files, in the same order",
+    "snapshot_epochs": "also keep the model after these epochs",
+    "keep_last": "also keep the models of the last N epochs beside --out, for `average`",
+    "tokenizer_sample": "sentences (both sides, drawn in the weights' proportions) the vocabulary is trained on",
+}
 TOKENIZER_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}  # the tokenizer's
 
 
@@ -127,7 +138,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from transformer.training.train import TrainSettings, train
 
     values = _field_values(args, TrainSettings, skip={"model"})
-    values["snapshot_epochs"] = tuple(values.get("snapshot_epochs", ()))
+    for name in ("train_src", "train_tgt", "val_src", "val_tgt", "train_weights", "snapshot_epochs"):
+        values[name] = tuple(values.get(name, ()))
     model = _field_values(args, TransformerConfig, skip=TOKENIZER_FIELDS)
     values["model"] = TransformerConfig(src_vocab_size=args.vocab_size, tgt_vocab_size=args.vocab_size, **model)
     progress = train(TrainSettings(**values), resume=args.resume)
@@ -135,6 +147,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(
             f"done: {progress.step} steps, best validation BLEU {progress.best_bleu:.2f} (epoch {progress.best_epoch})"
         )
+    return 0
+
+
+def cmd_average(args: argparse.Namespace) -> int:
+    from transformer.io.average import average_checkpoints
+    from transformer.io.checkpoint import save_checkpoint
+
+    averaged = average_checkpoints(args.checkpoints)
+    save_checkpoint(args.out, averaged.model, averaged.tokenizer, averaged.metadata, getattr(torch, args.dtype))
+    print(f"wrote {args.out}: the mean of {len(args.checkpoints)} checkpoints")
+    return 0
+
+
+def cmd_holdout(args: argparse.Namespace) -> int:
+    from transformer.text.holdout import write_holdout
+
+    for part, path in write_holdout(args.src, args.tgt, args.size, args.out_dir, args.seed).items():
+        print(f"{part}: {path}")
     return 0
 
 
@@ -174,8 +204,11 @@ def _add_fields(
         flag = "--" + field.name.replace("_", "-")
         default = field.default if defaults is None else getattr(defaults, field.name)
         required = default is MISSING
-        if field.name == "snapshot_epochs":
-            parser.add_argument(flag, type=int, nargs="*", default=[], help="also save the model after these epochs")
+        sequence = re.fullmatch(r"tuple\[(int|float|str), \.\.\.\]", field.type)
+        if sequence:  # one value or several after the flag: --train-src a.en b.en
+            kind = {"int": int, "float": float, "str": str}[sequence.group(1)]
+            parser.add_argument(flag, type=kind, nargs="+" if required else "*", required=required,
+                                default=None if required else list(default), help=_help(field, required))  # fmt: skip
         elif field.type == "bool":
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         else:
@@ -183,7 +216,13 @@ def _add_fields(
             choices = ast.literal_eval(f"({literal.group(1)},)") if literal else None
             kind = {"int": int, "int | None": int, "float": float}.get(field.type, str)
             parser.add_argument(flag, type=kind, required=required, default=None if required else default,
-                                choices=choices, help=None if required else "default: %(default)s")  # fmt: skip
+                                choices=choices, help=_help(field, required))  # fmt: skip
+
+
+def _help(field: Field, required: bool) -> str | None:
+    """The field's comment in its dataclass, when it has one (FIELD_HELP), and its default."""
+    text = FIELD_HELP.get(field.name, "")
+    return text if required else f"{text}{'; ' if text else ''}default: %(default)s"
 
 
 def _field_values(args: argparse.Namespace, settings: type, skip: Collection[str] = ()) -> dict:
@@ -262,6 +301,20 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="train a model on parallel text and save the best checkpoint")
     _train_parser(train)
     train.set_defaults(run=cmd_train)
+
+    average = commands.add_parser("average", help="the mean of several checkpoints of one run (e.g. its last epochs)")
+    average.add_argument("checkpoints", nargs="+", help="checkpoint files of the same model and vocabulary")
+    average.add_argument("--out", required=True, help="the checkpoint file to write")
+    average.add_argument("--dtype", choices=["float32", "float16"], default="float16")
+    average.set_defaults(run=cmd_average)
+
+    holdout = commands.add_parser("holdout", help="hold a dev set out of a corpus, by source sentence")
+    holdout.add_argument("--src", required=True)
+    holdout.add_argument("--tgt", required=True)
+    holdout.add_argument("--size", type=int, default=1000, help="distinct source sentences to hold out")
+    holdout.add_argument("--seed", type=int, default=1)
+    holdout.add_argument("--out-dir", required=True, help="NAME-train and NAME-dev files are written there")
+    holdout.set_defaults(run=cmd_holdout)
 
     hf = commands.add_parser("import-hf", help="convert a Hugging Face Marian (opus-mt) model directory")
     hf.add_argument("directory", help="saved by MarianMTModel.save_pretrained and MarianTokenizer.save_pretrained")

@@ -91,9 +91,12 @@ class CheckpointMetadata:
         """What the model was trained on, in a line for the visitor typing a sentence; None if nothing is known."""
         if not (self.src_lang or self.tgt_lang or self.data):
             return None
-        train = self.data.get("train_src", {})
-        pairs = f", {train['lines']:,} sentence pairs" if train.get("lines") else ""
-        source = f" ({train['path'].rsplit('/', 1)[-1]})" if train.get("path") else ""
+        # "train_src" in files of a single corpus, "train 1", "train 2", ... since training takes several
+        corpora = [entry for name, entry in self.data.items() if name == "train_src" or name.startswith("train ")]
+        lines = sum(entry.get("lines") or 0 for entry in corpora)
+        pairs = f", {lines:,} sentence pairs" if lines else ""
+        files = [entry["path"].rsplit("/", 1)[-1] for entry in corpora if entry.get("path")]
+        source = f" ({', '.join(files)})" if files else ""
         return f"Trained to translate {self.language_pair}{pairs}{source}."
 
 

@@ -1,9 +1,10 @@
-"""Text files, one sentence a line: plain or gzipped, read whole or as a parallel pair."""
+"""Text files, one sentence a line: plain, gzipped or xz-compressed, read whole or as a parallel pair."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import lzma
 import zlib
 from pathlib import Path
 from typing import AnyStr
@@ -33,16 +34,18 @@ def text_lines(data: bytes, max_bytes: int | None = None) -> list[str]:
 
 
 def decompressed(data: bytes, max_bytes: int | None = None) -> bytes:
-    """The bytes of a file, gunzipped if gzip (recognised by its magic bytes), refused past max_bytes.
+    """The bytes of a file, decompressed if gzip or xz (recognised by their magic bytes), refused past max_bytes.
 
-    A gzip stream is decompressed only up to max_bytes (a small file can expand a thousandfold).
+    A compressed stream is decompressed only up to max_bytes (a small file can expand a thousandfold).
     """
-    if data[:2] == b"\x1f\x8b":
+    opener = {b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw), b"\xfd7zXZ\x00": lzma.LZMAFile}
+    kind = next((magic for magic in opener if data.startswith(magic)), None)
+    if kind is not None:
         try:
-            with gzip.GzipFile(fileobj=io.BytesIO(data)) as stream:
+            with opener[kind](io.BytesIO(data)) as stream:
                 data = stream.read(-1 if max_bytes is None else max_bytes + 1)
-        except (OSError, EOFError, zlib.error) as error:
-            raise ValueError(f"a corrupt gzip file: {error}") from None
+        except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
+            raise ValueError(f"a corrupt {'gzip' if kind[0] == 0x1F else 'xz'} file: {error}") from None
     if max_bytes is not None and len(data) > max_bytes:
         raise ValueError(f"the text is over the limit of {max_bytes / 2**20:g} MB (after decompression)")
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 from collections.abc import Iterable
 
@@ -62,6 +63,12 @@ class Tokenizer:
             return self.processor.EncodeAsIds(text)
         prefix = [] if code is None else [self.piece_ids.get(code, self.unk_id)]
         return prefix + [self.piece_ids.get(p, self.unk_id) for p in self.processor.EncodeAsPieces(text)]
+
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """encode() of each text; a joint model encodes them on every core at once (a million lines in seconds)."""
+        if self.vocabulary is not None or any(LONE_SURROGATE.search(text) for text in texts):
+            return [self.encode(text) for text in texts]
+        return self.processor.Encode(texts, out_type=int, num_threads=os.cpu_count() or 1)
 
     def _split_code(self, text: str) -> tuple[str | None, str]:
         """The text as SentencePiece reads it: surrogates replaced, and in the vocabulary layout a leading
@@ -136,7 +143,7 @@ def train_tokenizer(
         eos_piece="</s>",
         user_defined_symbols=user_defined_symbols or [],
         hard_vocab_limit=False,
-        num_threads=2,
+        num_threads=os.cpu_count() or 1,
         minloglevel=2,
     )
     return Tokenizer(buffer.getvalue())

@@ -1,39 +1,30 @@
-"""Parallel text as training batches: id pairs, length-bucketed batches by token count, padding."""
+"""Id pairs as training batches: length-bucketed batches by token count, padding."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
-from transformer.text.tokenizer import Tokenizer
 
-
-def encode_pairs(
-    tokenizer: Tokenizer, src: list[str], tgt: list[str], max_len: int
-) -> list[tuple[list[int], list[int]]]:
-    """Id pairs with eos appended; pairs longer than max_len or with an empty side are dropped."""
-    eos = tokenizer.eos_id
-    pairs = []
-    for source, target in zip(src, tgt):
-        src_ids, tgt_ids = tokenizer.encode(source) + [eos], tokenizer.encode(target) + [eos]
-        if 1 < len(src_ids) <= max_len and 1 < len(tgt_ids) <= max_len:
-            pairs.append((src_ids, tgt_ids))
-    return pairs
-
-
-def token_batches(pairs: list[tuple[list[int], list[int]]], max_tokens: int, seed: int, epoch: int) -> list[list[int]]:
-    """Indices of pairs grouped so that each batch pads to at most max_tokens per side.
+def token_batches(
+    pairs: list[tuple[list[int], list[int]]], max_tokens: int, seed: int, epoch: int, indices: list[int] | None = None
+) -> list[list[int]]:
+    """Indices of pairs (all, or the given ones: an epoch's weighted draw) grouped so that each batch pads to at
+    most max_tokens per side.
 
     Sorting by length keeps padding low; a per-epoch seeded shuffle (of pairs of equal
     length and of the batch order) makes the order reproducible, so a resumed run sees
     exactly the batches an uninterrupted one would.
     """
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    noise = torch.rand(len(pairs), generator=generator).tolist()
-    order = sorted(range(len(pairs)), key=lambda i: (len(pairs[i][1]), len(pairs[i][0]), noise[i]))
+    indices = list(range(len(pairs))) if indices is None else indices
+    noise = torch.rand(len(indices), generator=generator).tolist()
+    order = sorted(range(len(indices)), key=lambda n: (len(pairs[indices[n]][1]), len(pairs[indices[n]][0]), noise[n]))
     batches, current, longest = [], [], 0
-    for i in order:
+    for i in (indices[n] for n in order):
         length = max(len(pairs[i][0]), len(pairs[i][1]) + 1)
         if current and max(longest, length) * (len(current) + 1) > max_tokens:
             batches.append(current)
@@ -58,18 +49,26 @@ def rank_batches(batches: list[list[int]], rank: int, world: int) -> list[list[i
 def collate(
     pairs: list[tuple[list[int], list[int]]], indices: list[int], pad_id: int, start_id: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """src (B, S), decoder input (the start token + target without its last token) and gold output, padded."""
-    batch = [pairs[i] for i in indices]
-    src_len = max(len(s) for s, _ in batch)
-    tgt_len = max(len(t) for _, t in batch)
-    src = torch.full((len(batch), src_len), pad_id, dtype=torch.long)
-    tgt_in = torch.full((len(batch), tgt_len), pad_id, dtype=torch.long)
-    tgt_out = torch.full((len(batch), tgt_len), pad_id, dtype=torch.long)
-    for row, (source, target) in enumerate(batch):
-        src[row, : len(source)] = torch.tensor(source)
-        tgt_in[row, : len(target)] = torch.tensor([start_id, *target[:-1]])
-        tgt_out[row, : len(target)] = torch.tensor(target)
+    """src (B, S), decoder input (the start token + target without its last token) and gold output, padded.
+
+    Filled through a mask in one go rather than row by row: a batch of short sentences has a thousand rows,
+    and a loop over them took longer than a GPU's training step.
+    """
+    sources = [pairs[i][0] for i in indices]
+    targets = [pairs[i][1] for i in indices]
+    src = _padded(sources, pad_id)
+    tgt_out = _padded(targets, pad_id)
+    tgt_in = _padded([[start_id, *target[:-1]] for target in targets], pad_id)
     return src, tgt_in, tgt_out
+
+
+def _padded(rows: list[list[int]], pad_id: int) -> torch.Tensor:
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    padded = np.full((len(rows), int(lengths.max())), pad_id, dtype=np.int64)
+    padded[np.arange(padded.shape[1]) < lengths[:, None]] = np.fromiter(
+        itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum())
+    )
+    return torch.from_numpy(padded)
 
 
 def iterate_batches(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import os
 import platform
 import time
@@ -28,27 +29,32 @@ from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import read_parallel
 from transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
-from transformer.training.batches import encode_pairs, iterate_batches, rank_batches, token_batches
+from transformer.training.batches import iterate_batches, rank_batches, token_batches
+from transformer.training.corpora import Corpus, encode_pairs, epoch_indices, prepared_pairs, vocabulary_sample
 from transformer.training.state import LoadedState, Progress, check_same_model, load_state, save_state
 
 DEFAULT_MODEL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, max_len=128)
+READ_LOSS_EVERY = 25  # steps between reads of the loss (each read waits for the GPU)
+DATA_FIELDS = {"train_src", "train_tgt", "val_src", "val_tgt", "train_weights", "out"}  # metadata's "data" says these
 
 
 @dataclass(frozen=True)
 class TrainSettings:
     """Everything a training run is given; stored in the checkpoint for reproduction."""
 
-    train_src: str
-    train_tgt: str
-    val_src: str
-    val_tgt: str
+    train_src: tuple[str, ...]  # one file per corpus (a single path is one corpus)
+    train_tgt: tuple[str, ...]  # line N translates line N of the same corpus's train_src
+    val_src: tuple[str, ...]  # one file per validation set; the best checkpoint has the best mean BLEU over them
+    val_tgt: tuple[str, ...]
     out: str  # the best checkpoint by validation BLEU
+    train_weights: tuple[float, ...] = ()  # times an epoch reads each corpus (0.5: a new random half each epoch); 1s
     src_lang: str = "en"
     tgt_lang: str = "fr"
     # The model to train. Its vocabulary size is what the joint tokenizer is asked for; the trained
     # tokenizer's real size and special ids replace the config's.
     model: TransformerConfig = DEFAULT_MODEL
     tokenizer_type: str = "unigram"  # SentencePiece model type: unigram, bpe, word, char
+    tokenizer_sample: int = 1_000_000  # sentences (both sides, drawn as the weights say) the vocabulary is trained on
     epochs: int = 30
     max_steps: int = 0  # stop (and save) after this many steps in all; 0: no limit
     max_tokens: int = 4000  # padded tokens per side of a batch
@@ -63,10 +69,38 @@ class TrainSettings:
     save_dtype: str = "float16"
     val_limit: int = 0  # validate on the first N sentences only; 0: all
     max_seconds: float = 0  # start no new epoch after this much training time; 0: no limit
+    keep_last: int = 0  # also keep the models of the last N epochs beside --out (for `average`); 0: none
+
+    def __post_init__(self) -> None:
+        for name in ("train_src", "train_tgt", "val_src", "val_tgt"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, (getattr(self, name),))
+        weights = tuple(float(w) for w in self.train_weights) or (1.0,) * len(self.train_src)
+        object.__setattr__(self, "train_weights", weights)
+        if not len(self.train_src) == len(self.train_tgt) == len(weights):
+            raise ValueError(f"{len(self.train_src)} source files, {len(self.train_tgt)} target files and "
+                             f"{len(weights)} weights: give one of each per training corpus")  # fmt: skip
+        if len(self.val_src) != len(self.val_tgt):
+            raise ValueError(f"{len(self.val_src)} validation source files but {len(self.val_tgt)} target files")
+        if not all(w > 0 for w in weights):
+            raise ValueError("every corpus weight must be above 0 (leave a corpus out instead)")
+
+    @property
+    def corpora(self) -> tuple[Corpus, ...]:
+        return tuple(Corpus(s, t, w) for s, t, w in zip(self.train_src, self.train_tgt, self.train_weights))
+
+    @property
+    def validation_sets(self) -> tuple[Corpus, ...]:
+        return tuple(Corpus(s, t) for s, t in zip(self.val_src, self.val_tgt))
 
     @property
     def state_path(self) -> Path:
         return Path(self.out).with_suffix(".state.safetensors")
+
+    @property
+    def cache_path(self) -> Path:
+        """The training data's ids, prepared once (see corpora.prepared_pairs)."""
+        return Path(self.out).with_suffix(".data.npz")
 
 
 def noam_rate(step: int, d_model: int, factor: float, warmup: int) -> float:
@@ -102,13 +136,21 @@ class _Logits(nn.Module):
         return self.model.logits(src, tgt)
 
 
-def validate(
-    model: Transformer, tokenizer, pairs, src: list[str], ref: list[str], settings: TrainSettings
-) -> dict[str, float]:
-    """Teacher-forced loss per token and greedy sacreBLEU on the validation set."""
+@dataclass(frozen=True)
+class ValidationSet:
+    name: str
+    src: list[str]
+    ref: list[str]
+    pairs: list[tuple[list[int], list[int]]]
+
+
+def validate(model: Transformer, tokenizer, sets: list[ValidationSet], settings: TrainSettings) -> dict[str, float]:
+    """Teacher-forced loss per token over every set, greedy sacreBLEU of each, and their mean BLEU (`val_bleu`,
+    which chooses the best checkpoint: one set alone would pick the model that fits its own domain)."""
     device = next(model.parameters()).device
     model.eval()
     loss_sum, tokens = 0.0, 0
+    pairs = [pair for validation in sets for pair in validation.pairs]
     with torch.inference_mode():
         for _, (s, t_in, t_out) in iterate_batches(
             pairs, token_batches(pairs, settings.max_tokens, 0, 0), PAD_ID, model.config.start_id
@@ -118,13 +160,19 @@ def validate(
                 logits.transpose(1, 2), t_out.to(device), ignore_index=PAD_ID, reduction="sum"
             ).item()
             tokens += int((t_out != PAD_ID).sum())
-    hypotheses = translate_texts(model, tokenizer, src, batch_size=128)
+    bleus = {
+        f"val_bleu {validation.name}": sacrebleu.corpus_bleu(
+            translate_texts(model, tokenizer, validation.src, batch_size=128), [validation.ref]
+        ).score
+        for validation in sets
+    }
     model.train()
-    return {"val_loss": loss_sum / max(tokens, 1), "val_bleu": sacrebleu.corpus_bleu(hypotheses, [ref]).score}
+    mean = sum(bleus.values()) / len(bleus)
+    return {"val_loss": loss_sum / max(tokens, 1), "val_bleu": mean, **(bleus if len(bleus) > 1 else {})}
 
 
 def _metadata(
-    settings: TrainSettings, progress: Progress, counts: dict[str, int], device: torch.device, world: int
+    settings: TrainSettings, progress: Progress, data: dict[str, dict], device: torch.device, world: int
 ) -> dict[str, Any]:
     every = max(1, len(progress.loss_curve) // 2000)  # keep the stored curve small
     hardware = (
@@ -134,8 +182,8 @@ def _metadata(
     )
     return {
         "languages": {"src": settings.src_lang, "tgt": settings.tgt_lang},
-        "data": {name: {"path": getattr(settings, name), "lines": counts[name]} for name in counts},
-        "settings": {k: v for k, v in asdict(settings).items() if k not in counts and k != "out"},
+        "data": data,
+        "settings": {k: v for k, v in asdict(settings).items() if k not in DATA_FIELDS},
         "training": {
             "steps": progress.step,
             "epochs_done": len(progress.epochs),
@@ -157,11 +205,9 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     rank, world = _distributed()
     device = _device(rank)
     torch.backends.cuda.matmul.allow_tf32 = True
-    src, tgt = read_parallel(settings.train_src, settings.train_tgt)
-    val_src, val_tgt = read_parallel(settings.val_src, settings.val_tgt)
+    validation_texts = [read_parallel(v.src, v.tgt) for v in settings.validation_sets]
     if settings.val_limit:
-        val_src, val_tgt = val_src[: settings.val_limit], val_tgt[: settings.val_limit]
-    counts = {"train_src": len(src), "train_tgt": len(tgt), "val_src": len(val_src), "val_tgt": len(val_tgt)}
+        validation_texts = [(src[: settings.val_limit], ref[: settings.val_limit]) for src, ref in validation_texts]
     if rank == 0:
         stale = [p for path in (Path(settings.out), settings.state_path) for p in remove_stale_temporaries(path)]
         if stale and not quiet:
@@ -170,7 +216,8 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     if resume and state is None and not quiet:
         print(f"no state at {settings.state_path}: starting afresh")
     torch.manual_seed(settings.seed)
-    tokenizer = state.tokenizer if state else _joint_tokenizer(src + tgt, settings, rank, world)
+    texts = None if state else [read_parallel(corpus.src, corpus.tgt) for corpus in settings.corpora]
+    tokenizer = state.tokenizer if state else _joint_tokenizer(texts, settings, rank, world)
     config = replace(
         settings.model, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
@@ -184,14 +231,23 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         state.restore(model, optimizer)
         progress = state.progress
     compute_logits = nn.parallel.DistributedDataParallel(_Logits(model)) if world > 1 else model.logits
-    pairs = encode_pairs(tokenizer, src, tgt, config.max_len)
-    val_pairs = encode_pairs(tokenizer, val_src, val_tgt, config.max_len)
+    corpora = prepared_pairs(tokenizer, settings.corpora, config.max_len, settings.cache_path, texts, write=rank == 0)
+    pairs = [pair for corpus in corpora for pair in corpus]
+    names = [v.name for v in settings.validation_sets]
+    validation = [
+        ValidationSet(name if names.count(name) == 1 else f"{i + 1}:{name}", src, ref,
+                      encode_pairs(tokenizer, src, ref, config.max_len))
+        for i, (name, (src, ref)) in enumerate(zip(names, validation_texts))
+    ]  # fmt: skip
+    data = {f"train {i + 1}": {"path": c.src, "lines": len(p), "weight": c.weight}
+            for i, (c, p) in enumerate(zip(settings.corpora, corpora))}  # fmt: skip
+    data |= {f"val {i + 1}": {"path": v.src, "lines": len(v.src)} for i, v in enumerate(validation)}
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID, label_smoothing=settings.label_smoothing, reduction="sum")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     best_weights = None
 
     def save(path: str | Path, weights: Transformer, extra_scores: dict | None = None) -> None:
-        metadata = _metadata(settings, progress, counts, device, world)
+        metadata = _metadata(settings, progress, data, device, world)
         if extra_scores:
             metadata["scores"] = extra_scores
         save_checkpoint(path, weights, tokenizer, metadata, getattr(torch, settings.save_dtype))
@@ -199,27 +255,37 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     model.train()
     started = time.perf_counter() - progress.elapsed_seconds
     while progress.epoch < settings.epochs:
-        batches = rank_batches(token_batches(pairs, settings.max_tokens, settings.seed, progress.epoch), rank, world)
+        drawn = epoch_indices([len(c) for c in corpora], settings.train_weights, settings.seed, progress.epoch)
+        batches = rank_batches(
+            token_batches(pairs, settings.max_tokens, settings.seed, progress.epoch, drawn), rank, world
+        )
         bar = tqdm(total=len(batches), initial=progress.batch, desc=f"epoch {progress.epoch + 1}",
                    disable=quiet or rank > 0, unit="batch")  # fmt: skip
-        window_tokens, window_start = 0, time.perf_counter()
+        window_tokens, window_start, window_batches = 0, time.perf_counter(), 0
+        pending: list[torch.Tensor] = []
         for index, batch in iterate_batches(pairs, batches, PAD_ID, config.start_id, progress.batch):
             # Dropout's random numbers for each step and rank follow from (seed, step, rank) alone, so a resumed
             # run, on one process or several, draws exactly what an uninterrupted one would.
             torch.manual_seed(settings.seed * 1_000_003 + progress.step * world + rank)
             lr = noam_rate(progress.step + 1, config.d_model, settings.lr_factor, settings.warmup)
-            loss, tokens = training_step(compute_logits, model, optimizer, loss_fn, [t.to(device) for t in batch],
-                                         lr, settings.clip_norm, world, autocast)  # fmt: skip
+            pending.append(training_step(compute_logits, model, optimizer, loss_fn, [t.to(device) for t in batch],
+                                         lr, settings.clip_norm, world, autocast))  # fmt: skip
             progress.step += 1
             progress.batch = index + 1
-            progress.loss_curve.append(loss)
             progress.lr_curve.append(lr)
-            window_tokens += tokens
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{window_tokens / (time.perf_counter() - window_start):.0f}")
-            progress.elapsed_seconds = time.perf_counter() - started
             stop_now = bool(settings.max_steps) and progress.step >= settings.max_steps  # the same on every rank
-            if rank == 0 and (progress.step % settings.save_every == 0 or stop_now):
+            save_now = rank == 0 and (progress.step % settings.save_every == 0 or stop_now)
+            if len(pending) == READ_LOSS_EVERY or save_now or stop_now or progress.batch == len(batches):
+                # Reading a loss waits for the GPU: only every few steps, so the CPU prepares the next batches
+                # while the GPU still computes.
+                window_batches += len(pending)
+                bar.update(len(pending))
+                window_tokens += _record_losses(progress, pending)
+                progress.elapsed_seconds = time.perf_counter() - started
+                seconds = time.perf_counter() - window_start
+                bar.set_postfix(loss=f"{progress.loss_curve[-1]:.3f}", tok_s=f"{window_tokens / seconds:.0f}",
+                                left=time_left(settings, progress, len(batches), seconds / window_batches))  # fmt: skip
+            if save_now:
                 save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
             if stop_now:
                 bar.close()
@@ -229,7 +295,7 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         progress.batch = 0
         stop = False
         if rank == 0:  # validates and saves while the other ranks wait at the broadcast below
-            scores = validate(model, tokenizer, val_pairs, val_src, val_tgt, settings)
+            scores = validate(model, tokenizer, validation, settings)
             progress.epochs.append({"epoch": progress.epoch, "step": progress.step, **scores,
                                     "seconds": round(time.perf_counter() - started, 1)})  # fmt: skip
             if not quiet:
@@ -246,13 +312,11 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
                 save(settings.out, model)
             else:
                 progress.epochs_without_gain += 1
-            if progress.epoch in settings.snapshot_epochs:
-                out = Path(settings.out)
-                save(
-                    out.with_name(f"{out.stem}-epoch{progress.epoch}{out.suffix}"),
-                    model,
-                    {"val_bleu_greedy": scores["val_bleu"]},
-                )
+            if progress.epoch in settings.snapshot_epochs or settings.keep_last:
+                save(epoch_path(settings.out, progress.epoch), model, {"val_bleu_greedy": scores["val_bleu"]})
+            dropped = progress.epoch - settings.keep_last
+            if settings.keep_last and dropped > 0 and dropped not in settings.snapshot_epochs:
+                epoch_path(settings.out, dropped).unlink(missing_ok=True)
             progress.elapsed_seconds = time.perf_counter() - started
             save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
             out_of_time = bool(settings.max_seconds) and time.perf_counter() - started > settings.max_seconds
@@ -263,18 +327,37 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         save(settings.out, best_weights)
     elif rank == 0 and Path(settings.out).exists():  # resumed after the best epoch: its file gets the whole curves
         update_metadata(
-            Path(settings.out), lambda metadata: metadata.update(_metadata(settings, progress, counts, device, world))
+            Path(settings.out), lambda metadata: metadata.update(_metadata(settings, progress, data, device, world))
         )
     return _finish(model, world, device, progress)
 
 
-def _joint_tokenizer(sentences: list[str], settings: TrainSettings, rank: int, world: int) -> Tokenizer:
-    """Trained on rank 0 and sent to the others, so that every rank encodes the data alike."""
-    proto = (
-        train_tokenizer(sentences, settings.model.src_vocab_size, settings.tokenizer_type).model_proto
-        if rank == 0
-        else None
-    )
+def epoch_path(out: str | Path, epoch: int) -> Path:
+    """Where the model after an epoch is kept (--snapshot-epochs, --keep-last)."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}-epoch{epoch}{out.suffix}")
+
+
+def time_left(settings: TrainSettings, progress: Progress, epoch_batches: int, seconds_per_batch: float) -> str:
+    """The estimate of the whole run's remaining time: this epoch's rest, then the epochs still allowed (by
+    --epochs, and by --max-seconds, which lets the epoch in progress when it passes finish)."""
+    epoch_seconds = epoch_batches * seconds_per_batch
+    rest = (epoch_batches - progress.batch) * seconds_per_batch
+    later = settings.epochs - progress.epoch - 1
+    if settings.max_seconds:
+        budget = settings.max_seconds - progress.elapsed_seconds - rest
+        later = min(later, max(0, math.ceil(budget / epoch_seconds)))
+    total = int(rest + later * epoch_seconds)
+    return f"{total // 3600}h{total % 3600 // 60:02d}m" if total >= 3600 else f"{total // 60}m{total % 60:02d}s"
+
+
+def _joint_tokenizer(texts: list[tuple[list[str], list[str]]], settings: TrainSettings, rank: int,
+                     world: int) -> Tokenizer:  # fmt: skip
+    """Trained on rank 0 (on a sample of the weighted mix) and sent to the others, so every rank encodes alike."""
+    proto = None
+    if rank == 0:
+        sample = vocabulary_sample(texts, settings.train_weights, settings.tokenizer_sample, settings.seed)
+        proto = train_tokenizer(sample, settings.model.src_vocab_size, settings.tokenizer_type).model_proto
     if world > 1:
         shared = [proto]
         dist.broadcast_object_list(shared, src=0)
@@ -292,9 +375,9 @@ def training_step(
     clip_norm: float,
     world: int,
     autocast: contextlib.AbstractContextManager,
-) -> tuple[float, int]:
-    """One optimizer step on (src, decoder input, gold) of this rank; returns the loss per target token and
-    the target tokens, both over every rank.
+) -> torch.Tensor:
+    """One optimizer step on (src, decoder input, gold) of this rank; returns [the loss per target token, the
+    target tokens], both over every rank, as a tensor on the device (reading it waits for the step to finish).
 
     The loss is normalised by every rank's target tokens together, so that a step of W ranks equals one
     process's step over all W batches: DDP averages the ranks' gradients, so each rank's summed loss is
@@ -313,7 +396,15 @@ def training_step(
     (summed * world / totals[1]).backward()
     nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
     optimizer.step()
-    return float(totals[0] / totals[1]), int(totals[1])
+    return torch.stack([totals[0] / totals[1], totals[1]]).detach()
+
+
+def _record_losses(progress: Progress, pending: list[torch.Tensor]) -> int:
+    """Appends the pending steps' losses to the curve and empties the list; returns their target tokens."""
+    values = torch.stack(pending).tolist()
+    pending.clear()
+    progress.loss_curve.extend(loss for loss, _ in values)
+    return int(sum(tokens for _, tokens in values))
 
 
 def rank_zero_says(flag: bool, world: int, device: torch.device) -> bool:
