@@ -193,3 +193,174 @@ def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir
             at = at.button(key="FormSubmitter:corpus-Translate the file").click().run()
         assert not at.exception, page
         assert at.get("plotly_chart") or at.dataframe or at.get("bidi_component"), page
+
+
+def _copy(marian_dir, tmp_path, name="hostile"):
+    import shutil
+
+    copy = tmp_path / name
+    shutil.copytree(marian_dir, copy)
+    return copy
+
+
+def _hostile(marian_dir, tmp_path, kind: str):
+    """A copy of the model directory with one file made hostile as the red team made it."""
+    import os
+
+    directory = _copy(marian_dir, tmp_path, kind)
+    deep = "[" * 100_000 + "]" * 100_000
+    if kind == "deep-config":
+        (directory / "config.json").write_text(deep)
+    elif kind == "deep-tokenizer-config":
+        (directory / "tokenizer_config.json").write_text(deep)
+    elif kind == "config-to-dev-zero":
+        (directory / "config.json").unlink()
+        (directory / "config.json").symlink_to("/dev/zero")
+    elif kind == "tokenizer-config-pipe":
+        (directory / "tokenizer_config.json").unlink()
+        os.mkfifo(directory / "tokenizer_config.json")
+    elif kind == "vocab-pipe":
+        (directory / "vocab.json").unlink()
+        os.mkfifo(directory / "vocab.json")
+    elif kind == "vocab-link-out":
+        outside = tmp_path / f"{kind}-vocab.json"
+        outside.write_bytes((directory / "vocab.json").read_bytes())
+        (directory / "vocab.json").unlink()
+        (directory / "vocab.json").symlink_to(outside)
+    elif kind == "huge-config":
+        config = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps(config | {"padding": "x" * (2 << 20)}))
+    return directory
+
+
+HOSTILE = ["deep-config", "deep-tokenizer-config", "config-to-dev-zero", "tokenizer-config-pipe", "vocab-pipe",
+           "vocab-link-out", "huge-config"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_hostile_marian_directory_is_refused_or_read_safely_in_seconds(marian_dir, tmp_path, kind):
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    directory = _hostile(marian_dir, tmp_path, kind)
+    # In a child process with a deadline: a pipe or /dev/zero read as a file would hang or fill the memory.
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from transformer.io.marian import describe_marian, import_marian, is_marian_directory\n"
+        "from transformer.io.checkpoint import CheckpointError\n"
+        "d = Path(sys.argv[1]); print(is_marian_directory(d)); print(describe_marian(d))\n"
+        "try:\n    import_marian(d); print('imported')\n"
+        "except CheckpointError as error:\n    print('refused:', error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, timeout=60,
+                          cwd=REPO)  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    listed, label, outcome = done.stdout.splitlines()
+    if kind == "deep-tokenizer-config" or kind == "tokenizer-config-pipe":
+        assert listed == "True" and outcome == "imported"  # the language pair is only a label: the name gives it
+        assert label == f"{kind} · ?→? · Hugging Face Marian"
+    else:
+        assert outcome.startswith("refused:")
+        reason = {"deep-config": "nested too deeply", "config-to-dev-zero": "leads out of the directory",
+                  "vocab-link-out": "leads out of the directory", "huge-config": "over 1 MB",
+                  "vocab-pipe": "not a regular file"}[kind]  # fmt: skip
+        assert reason in outcome
+    if kind in ("deep-config", "config-to-dev-zero", "huge-config"):
+        assert listed == "False"  # not offered in the checkpoint list at all
+
+
+def test_a_hostile_directory_among_the_checkpoints_leaves_the_app_working(marian_dir, tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    from helpers import REPO, start
+
+    import ui.models
+
+    shutil.copy(REPO / "checkpoints" / "en-fr.safetensors", tmp_path / "en-fr.safetensors")
+    for kind in HOSTILE:
+        _hostile(marian_dir, tmp_path, kind)
+    os.mkfifo(tmp_path / "fifo-file.safetensors")  # a checkpoint "file" whose header read would block every page
+    (tmp_path / "dev-zero-file.safetensors").symlink_to("/dev/zero")
+    monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
+    at = start()
+    assert not at.exception
+    options = at.selectbox(key="widget_checkpoint").options
+    assert "deep-config" not in " ".join(options) and any("vocab-link-out" in option for option in options)
+    assert not any(name in " ".join(options) for name in ("fifo-file", "dev-zero-file"))
+    at.selectbox(key="widget_checkpoint").set_value("vocab-link-out").run()
+    assert not at.exception  # refused with its reason on the page, not the generic error
+    assert any("leads out of the directory" in error.value for error in at.error)
+
+
+def _with_weights(directory, tensors):
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("dropout", "config.json"),
+        ("vocab-list", "vocab.json is not an object"),
+        ("vocab-float-ids", "vocab.json is not an object"),
+        ("index-without-map", "no weight_map"),
+        ("index-list-map", "no weight_map"),
+        ("index-shard-outside", "leads out of the directory"),
+        ("weights-pickle", "not a safetensors file"),
+        ("weights-zip", "not a safetensors file"),
+        ("weights-empty", "not a safetensors file"),
+        ("weights-int64", "weights must be F32, F16 or BF16"),
+        ("weights-float8", "weights must be F32, F16 or BF16"),
+    ],
+)
+def test_a_damaged_marian_directory_is_one_clear_line(marian_dir, tmp_path, damage, reason):
+    from safetensors.torch import load_file
+
+    from transformer.cli import main
+
+    directory = _copy(marian_dir, tmp_path, damage)
+    config = json.loads((directory / "config.json").read_text())
+    weights = load_file(str(directory / "model.safetensors"))
+    index = {"weight_map": {name: "model-00001.safetensors" for name in weights}}
+    if damage == "dropout":
+        (directory / "config.json").write_text(json.dumps(config).replace('"dropout": 0.1', '"dropout": ' + "9" * 400))
+    elif damage.startswith("vocab"):
+        vocab = json.loads((directory / "vocab.json").read_text())
+        (directory / "vocab.json").write_text(
+            "[5, 6]" if damage == "vocab-list" else json.dumps({k: float(v) for k, v in vocab.items()})
+        )
+    elif damage.startswith("index"):
+        (directory / "model.safetensors").rename(directory / "model-00001.safetensors")
+        if damage == "index-without-map":
+            index = {"metadata": {}}
+        elif damage == "index-list-map":
+            index = {"weight_map": list(weights)}
+        else:
+            (tmp_path / "outside.safetensors").write_bytes((directory / "model-00001.safetensors").read_bytes())
+            index = {"weight_map": {name: "../outside.safetensors" for name in weights}}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index))
+    elif damage == "weights-pickle":
+        (directory / "model.safetensors").write_bytes(b"\x80\x04\x95" + b"\x00" * 40)
+    elif damage == "weights-zip":
+        (directory / "model.safetensors").write_bytes(b"PK\x03\x04" + b"\x00" * 40)
+    elif damage == "weights-empty":
+        (directory / "model.safetensors").write_bytes(b"")
+    elif damage == "weights-int64":
+        _with_weights(directory, {k: v.to(torch.int64) for k, v in weights.items()})
+    elif damage == "weights-float8":
+        _with_weights(directory, {k: v.to(torch.float8_e4m3fn) for k, v in weights.items()})
+    assert '"dropout": 0.1' in (marian_dir / "config.json").read_text()  # the damage above did replace something
+    with pytest.raises(CheckpointError, match=reason):
+        import_marian(directory)
+    import contextlib
+    import io as text_io
+
+    errors = text_io.StringIO()
+    with contextlib.redirect_stderr(errors):
+        assert main(["import-hf", str(directory), "--out", str(tmp_path / "x.safetensors")]) == 2
+    assert errors.getvalue().count("\n") == 1 and reason in errors.getvalue()

@@ -37,7 +37,12 @@ def device() -> torch.device:
 
 def checkpoint_files() -> dict[str, Path]:
     """Checkpoints in the checkpoints folder by name, the default first: files, and Marian model directories."""
-    files = sorted(CHECKPOINT_DIR.glob("*.safetensors"), key=lambda p: (p != DEFAULT_CHECKPOINT, p.name))
+    # Regular files only (is_file reads the inode, opening nothing): a pipe or a device named *.safetensors would
+    # block or stream forever when its header is read for the list.
+    files = sorted(
+        (path for path in CHECKPOINT_DIR.glob("*.safetensors") if path.is_file()),
+        key=lambda p: (p != DEFAULT_CHECKPOINT, p.name),
+    )
     directories = sorted(path for path in CHECKPOINT_DIR.iterdir() if is_marian_directory(path))
     return {path.stem: path for path in files} | {path.name: path for path in directories}
 

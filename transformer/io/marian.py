@@ -11,14 +11,19 @@ from the pad token, and two SentencePiece models over one vocabulary. Nothing is
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
+import struct
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint, model_from_tensors
+from transformer.io.header import MAX_HEADER_BYTES
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 
@@ -35,13 +40,65 @@ LAYER_PARTS = {
     "final_layer_norm": {"encoder": "ff_block.norm", "decoder": "ff_block.norm"},
 }
 LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.([a-z_0-9]+)\.(.+)")
+# The most any file of a directory is read to, before anything is parsed: a config a few KB, a vocabulary of
+# 250k pieces about 10 MB. A link to /dev/zero, a named pipe or a 5 GB "config" is refused, not read.
+MAX_JSON_BYTES = 1 << 20
+MAX_TOKENIZER_BYTES = 64 << 20
+WEIGHT_DTYPES = {"F32", "F16", "BF16"}
+
+
+def regular_file(directory: Path, name: str) -> Path | None:
+    """The real path of `name` in `directory`, or None if there is none; CheckpointError if it is not a regular
+    file (a device, a pipe, a folder) or a link that leads out of the directory."""
+    path = directory / name
+    if not os.path.lexists(path):
+        return None
+    try:
+        real = path.resolve(strict=True)
+        mode = real.stat().st_mode
+    except (OSError, RuntimeError) as error:  # a dangling or looping link
+        raise CheckpointError(f"{name} in {directory.name} cannot be read: {error.__class__.__name__}") from None
+    if not real.is_relative_to(directory.resolve()):
+        raise CheckpointError(f"{name} in {directory.name} is a link that leads out of the directory: refused")
+    if not stat.S_ISREG(mode):
+        raise CheckpointError(f"{name} in {directory.name} is not a regular file: refused")
+    return real
+
+
+def read_bounded(directory: Path, name: str, limit: int) -> bytes:
+    """A regular file's bytes, refused past `limit` without reading further; CheckpointError if missing."""
+    path = regular_file(directory, name)
+    if path is None:
+        raise CheckpointError(f"{directory.name} has no {name}")
+    # Opened without blocking and checked again once open: a pipe swapped in after the check cannot hang us.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise CheckpointError(f"{name} in {directory.name} is not a regular file: refused")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise CheckpointError(f"{name} in {directory.name} is over {limit / 2**20:g} MB: not read")
+    return data
+
+
+def read_json(directory: Path, name: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file of the directory, bounded in size and depth."""
+    try:
+        return json.loads(read_bounded(directory, name, limit))
+    except RecursionError:
+        raise CheckpointError(f"{name} in {directory.name} is nested too deeply to be a model's file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{name} in {directory.name} is not JSON: {str(error)[:120]}") from None
 
 
 def is_marian_directory(path: Path) -> bool:
-    """Whether path is a directory saved by Hugging Face for a Marian model."""
+    """Whether path is a directory saved by Hugging Face for a Marian model (a hostile one reads as not)."""
     try:
-        return path.is_dir() and json.loads((path / "config.json").read_text()).get("model_type") == "marian"
-    except (OSError, ValueError, AttributeError):
+        if not path.is_dir() or regular_file(path, "config.json") is None:
+            return False
+        config = read_json(path, "config.json")
+        return isinstance(config, dict) and config.get("model_type") == "marian"
+    except (CheckpointError, OSError):
         return False
 
 
@@ -121,16 +178,17 @@ def describe_marian(directory: Path) -> str:
 def import_marian(directory: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
     """A Marian model directory as a checkpoint of this project (save it with save_checkpoint)."""
     directory = Path(directory)
-    if not is_marian_directory(directory):
+    has_config = directory.is_dir() and regular_file(directory, "config.json") is not None
+    hf_config = read_json(directory, "config.json") if has_config else None
+    if not isinstance(hf_config, dict) or hf_config.get("model_type") != "marian":
         raise CheckpointError(
             f"{directory} is not a Hugging Face Marian model directory (config.json with model_type marian)"
         )
-    hf_config = json.loads((directory / "config.json").read_text())
     tokenizer = _marian_tokenizer(directory)
     try:
         config = marian_config(hf_config, tokenizer.vocab_size, tokenizer.unk_id)
-    except (ConfigError, TypeError) as error:
-        raise CheckpointError(f"{directory}: {error}") from None
+    except (ConfigError, TypeError, ValueError, OverflowError) as error:
+        raise CheckpointError(f"{directory.name}: config.json: {str(error)[:200]}") from None
     if (config.pad_id, config.eos_id) != (tokenizer.pad_id, tokenizer.eos_id):
         raise CheckpointError(
             f"config.json's pad/eos ids {config.pad_id}/{config.eos_id} are not vocab.json's "
@@ -152,44 +210,77 @@ def import_marian(directory: str | Path, device: torch.device | str = "cpu") -> 
 
 
 def _marian_tokenizer(directory: Path) -> Tokenizer:
-    files = {name: directory / name for name in ("source.spm", "target.spm", "vocab.json")}
-    missing = [name for name, path in files.items() if not path.is_file()]
+    names = ("source.spm", "target.spm", "vocab.json")
+    missing = [name for name in names if regular_file(directory, name) is None]
     if missing:
         raise CheckpointError(
             f"{directory} lacks the tokenizer files {', '.join(missing)} (MarianTokenizer.save_pretrained writes them)"
         )
-    if (directory / "target_vocab.json").is_file():
+    if regular_file(directory, "target_vocab.json") is not None:
         raise CheckpointError("separate source and target vocabularies (target_vocab.json) are not supported")
+    index = read_json(directory, "vocab.json", MAX_TOKENIZER_BYTES)
+    if not isinstance(index, dict) or not all(type(i) is int for i in index.values()):
+        raise CheckpointError(f"{directory.name}: vocab.json is not an object of pieces and whole-number ids")
+    if sorted(index.values()) != list(range(len(index))):
+        raise CheckpointError(f"{directory.name}: vocab.json's ids are not 0 to n-1, each once")
+    pieces = sorted(index, key=index.__getitem__)
+    source, target = (read_bounded(directory, name, MAX_TOKENIZER_BYTES) for name in names[:2])
     try:
-        index = json.loads(files["vocab.json"].read_text(encoding="utf-8"))
-        pieces = sorted(index, key=index.__getitem__)
-        if sorted(index.values()) != list(range(len(index))):
-            raise TokenizerError("vocab.json's ids are not 0 to n-1, each once")
-        return Tokenizer(files["source.spm"].read_bytes(), files["target.spm"].read_bytes(), pieces)
-    except (ValueError, TypeError, AttributeError) as error:  # TokenizerError and JSONDecodeError are ValueErrors
-        raise CheckpointError(f"{directory}: invalid tokenizer files: {str(error)[:200]}") from None
+        return Tokenizer(source, target, pieces)
+    except TokenizerError as error:
+        raise CheckpointError(f"{directory.name}: invalid tokenizer files: {str(error)[:200]}") from None
 
 
 def _weights(directory: Path) -> dict[str, torch.Tensor]:
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    if single.is_file():
-        return load_file(single)
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return {name: tensor for shard in shards for name, tensor in load_file(directory / shard).items()}
+    if regular_file(directory, "model.safetensors") is not None:
+        return _safetensors(directory, "model.safetensors")
+    if regular_file(directory, "model.safetensors.index.json") is not None:
+        index = read_json(directory, "model.safetensors.index.json", MAX_TOKENIZER_BYTES)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
+            raise CheckpointError(f"{directory.name}: model.safetensors.index.json has no weight_map of shard names")
+        shards = sorted(set(weight_map.values()))
+        return {name: tensor for shard in shards for name, tensor in _safetensors(directory, shard).items()}
     raise CheckpointError(
         f"{directory} has no model.safetensors; a pytorch_model.bin is a pickle and is not read. Convert it once with "
         "transformers: MarianMTModel.from_pretrained(DIR).save_pretrained(DIR)"
     )
 
 
+def _safetensors(directory: Path, name: str) -> dict[str, torch.Tensor]:
+    """One safetensors file of the directory (confined to it), with F32, F16 or BF16 tensors only."""
+    path = regular_file(directory, name)
+    if path is None:
+        raise CheckpointError(f"{directory.name} lacks the weights file {name}")
+    with open(path, "rb") as handle:
+        start = handle.read(8)
+        length = struct.unpack("<Q", start)[0] if len(start) == 8 else 0
+        if not 2 <= length <= MAX_HEADER_BYTES:
+            raise CheckpointError(f"{name} in {directory.name} is not a safetensors file (it may be a pickle or zip)")
+        try:
+            header = json.loads(handle.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            raise CheckpointError(f"{name} in {directory.name} is not a safetensors file: its header is not JSON")
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{name} in {directory.name} is not a safetensors file")
+    for tensor, entry in header.items():
+        dtype = entry.get("dtype") if isinstance(entry, dict) else None
+        if tensor != "__metadata__" and dtype not in WEIGHT_DTYPES:
+            raise CheckpointError(f"{name}: the tensor {tensor[:80]} is {str(dtype)[:20]}; weights must be F32, "
+                                  "F16 or BF16")  # fmt: skip
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"{name} in {directory.name} cannot be read: {str(error)[:200]}") from None
+
+
 def _languages(directory: Path) -> dict[str, str]:
     """The language pair from tokenizer_config.json, or from an opus-mt name such as opus-mt-en-fr."""
     try:
-        settings = json.loads((directory / "tokenizer_config.json").read_text())
-        if settings.get("source_lang") and settings.get("target_lang"):
-            return {"src": str(settings["source_lang"]), "tgt": str(settings["target_lang"])}
-    except (OSError, ValueError, AttributeError):
+        settings = read_json(directory, "tokenizer_config.json")
+        if isinstance(settings, dict) and settings.get("source_lang") and settings.get("target_lang"):
+            return {"src": str(settings["source_lang"])[:20], "tgt": str(settings["target_lang"])[:20]}
+    except CheckpointError:
         pass
     pair = re.search(r"opus-mt-([a-z]+)-([a-z]+)$", directory.name)
     return {"src": pair.group(1), "tgt": pair.group(2)} if pair else {}

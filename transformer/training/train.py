@@ -34,7 +34,7 @@ from transformer.training.corpora import Corpus, encode_pairs, epoch_indices, pr
 from transformer.training.state import LoadedState, Progress, check_same_model, load_state, save_state
 
 DEFAULT_MODEL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, max_len=128)
-READ_LOSS_EVERY = 25  # steps between reads of the loss (each read waits for the GPU)
+READ_LOSS_EVERY = 25  # steps between reads of the loss on a GPU (each read waits for it)
 DATA_FIELDS = {"train_src", "train_tgt", "val_src", "val_tgt", "train_weights", "out"}  # metadata's "data" says these
 
 
@@ -263,6 +263,9 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
                    disable=quiet or rank > 0, unit="batch")  # fmt: skip
         window_tokens, window_start, window_batches = 0, time.perf_counter(), 0
         pending: list[torch.Tensor] = []
+        # Reading a loss waits for the GPU: there only every few steps, so the CPU prepares the next batches
+        # while the GPU still computes (on the CPU the step is done when it returns: every step).
+        read_every = READ_LOSS_EVERY if device.type == "cuda" else 1
         for index, batch in iterate_batches(pairs, batches, PAD_ID, config.start_id, progress.batch):
             # Dropout's random numbers for each step and rank follow from (seed, step, rank) alone, so a resumed
             # run, on one process or several, draws exactly what an uninterrupted one would.
@@ -275,9 +278,7 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
             progress.lr_curve.append(lr)
             stop_now = bool(settings.max_steps) and progress.step >= settings.max_steps  # the same on every rank
             save_now = rank == 0 and (progress.step % settings.save_every == 0 or stop_now)
-            if len(pending) == READ_LOSS_EVERY or save_now or stop_now or progress.batch == len(batches):
-                # Reading a loss waits for the GPU: only every few steps, so the CPU prepares the next batches
-                # while the GPU still computes.
+            if len(pending) == read_every or save_now or stop_now or progress.batch == len(batches):
                 window_batches += len(pending)
                 bar.update(len(pending))
                 window_tokens += _record_losses(progress, pending)
