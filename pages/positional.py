@@ -16,7 +16,7 @@ model, config, result = explored.checkpoint.model, explored.checkpoint.config, e
 st.title("Positional encoding")
 learned = config.positional == "learned"
 shown = min(config.max_len, MAX_POSITIONS_DRAWN)  # the similarity matrix grows with its square
-table = model.src_position.table[:shown].detach().float().cpu().numpy()  # the model's own, sinusoids or learned
+table = model.src_position.rows(0, shown).detach().float().cpu().numpy()  # the model's own, sinusoids or learned
 if learned:
     st.markdown(
         "Attention by itself ignores order: shuffle the words and every weight moves with them. So a vector per "
@@ -63,7 +63,7 @@ st.caption(
 
 st.subheader("Your sentence entering the encoder")
 embedded = models.source_embeddings_cached(explored.checkpoint, explored.checkpoint_key, tuple(result.src_ids))
-positions = model.src_position.table[: len(result.src_ids)].detach().float().cpu().numpy()  # what the model adds
+positions = model.src_position.rows(0, len(result.src_ids)).detach().float().cpu().numpy()  # what the model adds
 total = embedded + positions
 word, place = float(np.median(np.linalg.norm(embedded, axis=1))), float(np.median(np.linalg.norm(positions, axis=1)))
 ratio = word / max(place, 1e-12)

@@ -153,7 +153,7 @@ def test_embeddings_scale_by_sqrt_d_model(model, config):
         (dict(dropout=1.5), "dropout"),
         (dict(d_model=65536, d_ff=65536, n_encoder_layers=64), "over the limit"),
         (dict(n_heads=0), "positive"),
-        (dict(d_model=2048, max_len=1_048_576), "position values, over the limit"),  # the sinusoid tables count
+        (dict(d_model=2048, max_len=1_048_576, positional="learned"), "over the limit"),  # learned tables count
         (dict(bos_id=3), "must be distinct"),  # bos is eos
         (dict(unk_id=0), "must be distinct"),  # unk is pad (only bos may be pad, Marian's start token)
     ],
@@ -230,3 +230,42 @@ def test_encoder_and_decoder_return_named_outputs(model, config):
     assert isinstance(decoded, DecoderOutput) and len(decoded.cross_attentions) == config.n_decoder_layers
     assert decoded.cache[0].self_key.size(2) == 1 and decoded.hidden.shape == (2, 1, config.d_model)
     assert model.encode(src, src_mask).attentions == ()  # nothing recorded unless asked
+
+
+def test_a_config_claiming_a_million_positions_costs_what_a_short_one_does(tokenizer):
+    from helpers import measured
+
+    from transformer.model.layers import PRECOMPUTED_POSITIONS, sinusoidal_table
+
+    config = tiny_config(tokenizer, d_model=128, n_heads=4, max_len=2**20)
+    with measured() as cost:
+        model = Transformer(config)
+    assert cost.peak_growth_mb < 50, cost  # 2^20 x 128 positions in float64 were 1 GB, 5x that while built
+    position = model.src_position
+    far = PRECOMPUTED_POSITIONS + 500
+    assert torch.equal(position.rows(far, 3), sinusoidal_table(far + 3, 128)[far:])  # computed when reached
+    assert torch.equal(
+        position.rows(PRECOMPUTED_POSITIONS - 2, 4), sinusoidal_table(PRECOMPUTED_POSITIONS + 2, 128)[-4:]
+    )
+    assert torch.equal(position.rows(0, 7), sinusoidal_table(7, 128))
+    with pytest.raises(ValueError, match="exceeds max_len"):
+        position.rows(2**20 - 1, 2)
+
+
+def test_the_shipped_model_with_a_huge_max_len_loads_small_and_translates_the_same(checkpoint_path):
+    from helpers import REPO, measured, with_config
+
+    from transformer.decoding.settings import decode_text
+    from transformer.io.checkpoint import load_checkpoint_bytes
+
+    shipped = (REPO / "checkpoints" / "en-fr.safetensors").read_bytes()
+    sentence = "A man is riding a bicycle."
+    expected = decode_text(*_model_and_tokenizer(load_checkpoint_bytes(shipped)), sentence).text
+    with measured() as cost:
+        huge = load_checkpoint_bytes(with_config(shipped, max_len=524_288))
+    assert cost.peak_growth_mb < 150, cost  # was 3.35 GB
+    assert decode_text(*_model_and_tokenizer(huge), sentence).text == expected
+
+
+def _model_and_tokenizer(checkpoint):
+    return checkpoint.model, checkpoint.tokenizer

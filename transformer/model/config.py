@@ -159,7 +159,10 @@ class TransformerConfig:
 
     def element_count(self) -> int:
         """Numbers that building this model allocates: its parameters plus the fixed sinusoid tables (buffers)."""
-        sinusoids = 2 * self.max_len * self.d_model if self.positional == "sinusoidal" else 0
+        from transformer.model.layers import PRECOMPUTED_POSITIONS
+
+        rows = min(self.max_len, PRECOMPUTED_POSITIONS)
+        sinusoids = 2 * rows * self.d_model if self.positional == "sinusoidal" else 0
         return self.parameter_count() + sinusoids
 
     def to_json(self) -> str:

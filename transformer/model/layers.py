@@ -15,19 +15,25 @@ from transformer.model.config import TransformerConfig
 from transformer.model.linear import Linear
 from transformer.model.probes import SublayerProbe, SublayerRecord
 
+# Sinusoids are built ahead for this many positions at most; later ones are computed when a sequence reaches
+# them. A config may claim a million positions (2^20 x d_model floats, 5x that while built in float64): a few
+# hundred bytes of header must not cost gigabytes.
+PRECOMPUTED_POSITIONS = 1024
 
-def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): (max_len, d_model).
+
+def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved", start: int = 0) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) for pos in [start, max_len): (rows, d_model).
 
     The "halves" layout (Marian's) holds the same sines in the first ceil(d/2) dimensions, the cosines after.
-    Computed in float64 and rounded once, so that every implementation of FORMAT.md agrees to the last bit.
+    Computed in float64 and rounded once, so that every implementation of FORMAT.md agrees to the last bit
+    (each element on its own: a row is the same whichever range it is computed in).
     """
-    position = torch.arange(max_len, dtype=torch.float64)[:, None]
+    position = torch.arange(start, max_len, dtype=torch.float64)[:, None]
     frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
     sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
     if layout == "halves":
         return torch.cat([sines, cosines], dim=1).float()
-    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table = torch.zeros(len(position), d_model, dtype=torch.float64)
     table[:, 0::2] = sines
     table[:, 1::2] = cosines
     return table.float()
@@ -51,18 +57,25 @@ class PositionalEncoding(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.learned = config.positional == "learned"
+        self.max_len, self.layout = config.max_len, config.sinusoid_layout
         if self.learned:
             self.table = nn.Parameter(torch.zeros(config.max_len, config.d_model))
         else:
-            table = sinusoidal_table(config.max_len, config.d_model, config.sinusoid_layout)
+            table = sinusoidal_table(min(config.max_len, PRECOMPUTED_POSITIONS), config.d_model, self.layout)
             self.register_buffer("table", table, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        length = x.size(1)
-        if offset + length > self.table.size(0):
-            raise ValueError(f"sequence of {offset + length} positions exceeds max_len {self.table.size(0)}")
-        return self.dropout(x + self.table[offset : offset + length])
+        return self.dropout(x + self.rows(offset, x.size(1)))
+
+    def rows(self, offset: int, length: int) -> torch.Tensor:
+        """The encodings of positions offset .. offset + length - 1: (length, d_model)."""
+        end = offset + length
+        if end > self.max_len:
+            raise ValueError(f"sequence of {end} positions exceeds max_len {self.max_len}")
+        if end <= self.table.size(0):
+            return self.table[offset:end]
+        return sinusoidal_table(end, self.table.size(1), self.layout, start=offset).to(self.table)
 
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
