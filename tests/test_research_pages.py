@@ -51,6 +51,26 @@ def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
     assert cost.peak_growth_mb < 100, cost  # the server went past 11 GB building the model before refusing it
 
 
+def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpoint_path, monkeypatch):
+    import gc
+
+    import ui.uploads
+
+    tiny = checkpoint_path.read_bytes()
+    one = load_checkpoint_bytes(tiny).config.element_count()
+    monkeypatch.setattr(ui.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # one tiny upload, not two
+    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
+    first = upload(start(), "mine.safetensors", tiny)
+    assert not first.error and ui.uploads.SERVER_UPLOADS.held() == one
+    second = upload(start(), "theirs.safetensors", tiny)  # another tab: its own session allowance is untouched
+    assert "other visitors' uploads hold" in errors(second) and "theirs (uploaded)" not in str(second.session_state)
+    del first  # the first visitor's session ends: its model is freed, and its share of the budget with it
+    gc.collect()
+    assert ui.uploads.SERVER_UPLOADS.held() == 0
+    second = upload(second, "theirs.safetensors", tiny)
+    assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
+
+
 def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch):
     import ui.models
     import ui.uploads
