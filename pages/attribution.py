@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer.analysis.attribution import DEFAULT_STEPS
+from transformer.analysis.attribution import DEFAULT_STEPS, MIN_STEPS, interpolation_steps
 from transformer.analysis.words import over_words
 from transformer.io.export import npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind
@@ -19,9 +19,8 @@ from ui.controls import layer_head, words_toggle
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
 from ui.text import literal
+from ui.work import ATTRIBUTION_BUDGET, heavy_job
 
-LONG_INPUT_TOKENS = 80  # source and output tokens together past which integrated gradients take fewer steps
-FEW_STEPS = 8
 EXPLANATIONS = {
     "cross-attention": "the weights p_attn of the chosen head (or their mean): where the head looked. A head may "
     "look hard at a token whose value vector is nearly zero, so a large weight need not mean a large effect.",
@@ -41,13 +40,20 @@ st.markdown("For each output token: where cross-attention looked, and what the t
             "on the same source tokens. Follows the decode explorer's step.")  # fmt: skip
 
 tokens = len(result.src_ids) + result.steps
-n_steps = DEFAULT_STEPS if tokens <= LONG_INPUT_TOKENS else FEW_STEPS
+n_steps = interpolation_steps(result.steps, tokens, ATTRIBUTION_BUDGET)
+work = f"{result.steps} output tokens × {tokens} tokens × the interpolation steps"
+if n_steps is None:
+    st.warning(f"This decode is too long for attribution on this server: {work} would exceed the "
+               f"{ATTRIBUTION_BUDGET:,} token-steps a request may take here, even at {MIN_STEPS} steps. Shorten "
+               "the sentence, or run `python -m transformer attribute --text ...` on your own machine.")  # fmt: skip
+    st.stop()
 if n_steps < DEFAULT_STEPS:
-    st.info(f"This input has {tokens} tokens: integrated gradients take {n_steps} interpolation steps instead of "
-            f"{DEFAULT_STEPS} to keep the page quick (the convergence delta below says how exact they are).")  # fmt: skip
-with st.spinner("Computing gradients for every output token ..."):
+    st.info(f"This decode is long ({work}): integrated gradients take {n_steps} interpolation steps instead of "
+            f"{DEFAULT_STEPS}, to stay within the {ATTRIBUTION_BUDGET:,} token-steps a request may take here "
+            "(the convergence delta below says how exact they are).")  # fmt: skip
+with heavy_job("attributions") as should_stop, st.spinner("Computing gradients for every output token ..."):
     found = models.attribution_cached(checkpoint, explored.checkpoint_key, tuple(result.src_ids),
-                                      tuple(result.tgt_ids), n_steps, _result=result)  # fmt: skip
+                                      tuple(result.tgt_ids), n_steps, _result=result, _should_stop=should_stop)  # fmt: skip
 
 layers, heads = result.cross.shape[:2]
 controls = st.columns([1, 1, 2, 3, 4])  # the words toggle's label whole at 1440 px
@@ -131,10 +137,10 @@ candidates = [int(i) for i in result.topk_ids[step].tolist() if int(i) != result
 foil = st.selectbox("Rather than", candidates, format_func=lambda i: readable(checkpoint.tokenizer.id_to_piece(i)),
                     key=f"attribution_foil_{step}")  # fmt: skip
 if foil is not None:
-    with st.spinner("Integrated gradients of the difference ..."):
+    with heavy_job("attributions") as should_stop, st.spinner("Integrated gradients of the difference ..."):
         source, prefix_rows, foil_delta = models.contrastive_cached(
             checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), step, foil, n_steps,
-            _result=result,
+            _result=result, _should_stop=should_stop,
         )  # fmt: skip
     foil_piece = readable(checkpoint.tokenizer.id_to_piece(foil))
     show(measures_over_tokens({"source": over_words(source, result.src_pieces, words)[0]}, source_labels,

@@ -11,6 +11,7 @@ from transformer.decoding.translate import translate_texts
 from ui import keys, uploads, url
 from ui.sidebar import page_frame
 from ui.text import literal
+from ui.work import heavy_job
 
 MAX_SENTENCES = 2000
 MAX_AGREEMENT_SENTENCES = 200  # integrated gradients cost about two seconds a sentence
@@ -93,14 +94,15 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
     if st.button("Compute the agreement", key="agreement_run"):
         sentences = table["source"].tolist()[: int(sample)]
         bar = st.progress(0.0, text="Integrated gradients ...")
-        try:
-            values, used = corpus_agreement(
-                checkpoint.model, checkpoint.tokenizer, sentences,
-                progress=lambda done: bar.progress(done / len(sentences), text=f"{done}/{len(sentences)} sentences"),
-            )  # fmt: skip
-            session.corpus_agreement = keys.CorpusAgreement(explored.checkpoint_key, used, values)
-        except ValueError as error:
-            st.warning(literal(str(error)))
+        with heavy_job("attributions"):  # one of the server's slots; a visitor who leaves stops it
+            try:
+                values, used = corpus_agreement(
+                    checkpoint.model, checkpoint.tokenizer, sentences,
+                    progress=lambda done: bar.progress(done / len(sentences), text=f"{done}/{len(sentences)} sentences"),
+                )  # fmt: skip
+                session.corpus_agreement = keys.CorpusAgreement(explored.checkpoint_key, used, values)
+            except ValueError as error:
+                st.warning(literal(str(error)))
         bar.empty()
     found = session.get("corpus_agreement")
     if found and found.checkpoint_key == explored.checkpoint_key:

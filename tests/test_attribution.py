@@ -163,3 +163,81 @@ def test_corpus_mode_ranks_the_heads_by_their_agreement_over_the_file(model, tok
     assert not at.exception
     ranked = at.dataframe[1].value
     assert len(ranked) == 24 and ranked.iloc[:, 0].is_monotonic_decreasing
+
+
+def test_the_work_of_a_request_is_capped_by_fewer_steps_then_by_refusal():
+    from transformer.analysis.attribution import DEFAULT_STEPS, interpolation_steps
+
+    assert interpolation_steps(20, 45, 100_000) == DEFAULT_STEPS  # a 20-token output of a 25-token sentence
+    assert interpolation_steps(40, 80, 100_000) == 31  # fewer steps, within the budget
+    assert interpolation_steps(128, 256, 100_000) is None  # the longest input: 508 s in the CLI, refused here
+
+
+def test_an_attribution_stops_between_groups_when_asked(shipped):
+    from transformer.analysis.attribution import AttributionStopped
+
+    result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
+    asked = []
+
+    def stop_after_first_group() -> bool:
+        asked.append(1)
+        return len(asked) > 1
+
+    with pytest.raises(AttributionStopped):
+        attribute(shipped.model, result, n_steps=4, should_stop=stop_after_first_group)
+    assert len(asked) == 2 and result.steps > 6  # one group of six steps computed, then stopped
+
+
+def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypatch):
+    import threading
+    import types
+
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+    from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequestType
+
+    import ui.work
+    from transformer.analysis.attribution import AttributionStopped
+
+    monkeypatch.setattr(ui.work, "SLOTS", threading.BoundedSemaphore(1))
+    order = []
+
+    def other_visitor():
+        with ui.work.heavy_job("attributions"):
+            order.append("second")
+
+    ui.work.SLOTS.acquire()  # a first visitor's job holds the only slot
+    waiting = threading.Thread(target=other_visitor)
+    waiting.start()
+    waiting.join(timeout=1.0)
+    assert waiting.is_alive() and not order  # queued, not computing beside the first
+    order.append("first done")
+    ui.work.SLOTS.release()
+    waiting.join(timeout=10)
+    assert order == ["first done", "second"]
+
+    requests = types.SimpleNamespace(_state=ScriptRequestType.STOP)  # Streamlit asked this run to stop: a closed tab
+    monkeypatch.setattr(ui.work, "get_script_run_ctx", lambda: types.SimpleNamespace(script_requests=requests))
+    ui.work.SLOTS.acquire()
+    with pytest.raises(StopException):  # waiting, the visitor leaves: the wait ends
+        with ui.work.heavy_job("attributions"):
+            pytest.fail("ran although its visitor had left")
+    ui.work.SLOTS.release()
+    with pytest.raises(StopException):  # computing, the visitor leaves: the work stops, quietly for Streamlit
+        with ui.work.heavy_job("attributions") as should_stop:
+            assert should_stop()
+            raise AttributionStopped()
+    assert ui.work.SLOTS.acquire(blocking=False)  # and the slot is free again
+    ui.work.SLOTS.release()
+
+
+def test_the_page_names_the_cap_when_a_decode_is_too_long_to_attribute(monkeypatch):
+    from helpers import start, translate
+
+    import ui.work
+
+    monkeypatch.setattr(ui.work, "ATTRIBUTION_BUDGET", 500)
+    at = translate(start(), "A little girl in a pink dress climbs the stairs.")
+    at = at.switch_page("pages/attribution.py").run()
+    assert not at.exception
+    warning = " ".join(w.value for w in at.warning)
+    assert "too long for attribution on this server" in warning and "500 token-steps" in warning

@@ -235,7 +235,8 @@ def test_encoder_and_decoder_return_named_outputs(model, config):
 def test_a_config_claiming_a_million_positions_costs_what_a_short_one_does(tokenizer):
     from helpers import measured
 
-    from transformer.model.layers import PRECOMPUTED_POSITIONS, sinusoidal_table
+    from transformer.model.config import PRECOMPUTED_POSITIONS
+    from transformer.model.layers import sinusoidal_table
 
     config = tiny_config(tokenizer, d_model=128, n_heads=4, max_len=2**20)
     with measured() as cost:

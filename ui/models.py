@@ -7,6 +7,7 @@ stepping, switching pages or choosing a layer only reads them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,16 +138,16 @@ def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_i
 @RESULTS
 def attribution_cached(
     _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], n_steps: int,
-    *, _result: DecodeResult,
+    *, _result: DecodeResult, _should_stop: Callable[[], bool],
 ) -> Attribution:  # fmt: skip
     """Every attribution of a result, keyed by its tokens (a decode and a teacher forcing of the same tokens agree)."""
-    return attribute(_checkpoint.model, _result, n_steps)
+    return attribute(_checkpoint.model, _result, n_steps, _should_stop)
 
 
 @RESULTS
 def contrastive_cached(
     _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], step: int,
-    foil: int, n_steps: int, *, _result: DecodeResult,
+    foil: int, n_steps: int, *, _result: DecodeResult, _should_stop: Callable[[], bool],
 ) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
     """Integrated gradients of log p(output token) - log p(foil) at one step."""
-    return contrastive(_checkpoint.model, _result, step, foil, n_steps)
+    return contrastive(_checkpoint.model, _result, step, foil, n_steps, _should_stop)

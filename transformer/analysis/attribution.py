@@ -39,6 +39,19 @@ DEFAULT_STEPS = 32  # interpolation steps of integrated gradients
 METHOD = "riemann_middle"
 ROWS_PER_PASS = 4096  # token positions per forward pass: bounds the memory one attribution takes
 STEPS_PER_GROUP = 6  # output steps attributed together, over the decoder input up to the group's last
+MIN_STEPS = 4  # fewer interpolation steps than this say little: such a request is refused instead
+
+
+class AttributionStopped(Exception):
+    """The caller asked the attribution to stop (its visitor left): nothing was returned."""
+
+
+def interpolation_steps(output_steps: int, tokens: int, budget: int) -> int | None:
+    """The interpolation steps integrated gradients can take for a decode within `budget` token-steps of work
+    (output steps x interpolation steps x source and output tokens, what the passes cost), at most DEFAULT_STEPS;
+    None when even MIN_STEPS would exceed it."""
+    fitting = budget // max(1, output_steps * tokens)
+    return min(DEFAULT_STEPS, fitting) if fitting >= MIN_STEPS else None
 
 
 @dataclass(frozen=True)
@@ -90,11 +103,21 @@ class Attribution:
         return source / np.maximum(source + np.abs(self.integrated_gradients_target).sum(-1), 1e-12)
 
 
-def attribute(model: Transformer, result: DecodeResult, n_steps: int = DEFAULT_STEPS) -> Attribution:
-    """Every measure for every step of a decode result (greedy, beam, sampling, a branch or teacher forcing)."""
+def attribute(
+    model: Transformer,
+    result: DecodeResult,
+    n_steps: int = DEFAULT_STEPS,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Attribution:
+    """Every measure for every step of a decode result (greedy, beam, sampling, a branch or teacher forcing).
+
+    `should_stop` is asked between groups of steps; AttributionStopped is raised once it says yes.
+    """
     steps = torch.arange(result.steps)
     tokens = torch.tensor(result.tgt_ids)
-    integrated, delta = _integrated_gradients(model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps)
+    integrated, delta = _integrated_gradients(
+        model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps, should_stop
+    )
     gradient = _gradient_x_input(model, result.src_ids, result.tgt_ids, steps, tokens)
     src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
     score = scorer(model, src, decoder_input)
@@ -144,14 +167,16 @@ def corpus_agreement(
 
 
 def contrastive(
-    model: Transformer, result: DecodeResult, step: int, foil: int, n_steps: int = DEFAULT_STEPS
-) -> tuple[np.ndarray, np.ndarray, float]:
+    model: Transformer, result: DecodeResult, step: int, foil: int, n_steps: int = DEFAULT_STEPS,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
     """Why the output token rather than `foil` at `step`: integrated gradients of log p(token) - log p(foil).
 
     Returns the source row (S,), the prefix row (T,) and the convergence delta.
     """
     (source, prefix), delta = _integrated_gradients(model, result.src_ids, result.tgt_ids, torch.tensor([step]),
-                                                    torch.tensor([result.tgt_ids[step]]), torch.tensor([foil]), n_steps)  # fmt: skip
+                                                    torch.tensor([result.tgt_ids[step]]), torch.tensor([foil]), n_steps,
+                                                    should_stop)  # fmt: skip
     return source[0], prefix[0], float(delta[0])
 
 
@@ -249,7 +274,7 @@ def embedded_inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int], 
     return src, decoder_input, embedded
 
 
-def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps):
+def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps, should_stop=lambda: False):
     """captum's integrated gradients for each (step, token[, foil]): (source (N, S), prefix (N, T)), deltas (N,).
 
     Steps go in groups of STEPS_PER_GROUP whose decoder input is cut after the group's last step: a causal
@@ -263,6 +288,8 @@ def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps
 
     deltas = np.zeros(len(steps), dtype=np.float32)
     for group in torch.split(torch.arange(len(steps)), STEPS_PER_GROUP):
+        if should_stop():
+            raise AttributionStopped()
         length = int(steps[group].max()) + 1
         src, decoder_input, embedded = embedded_inputs(model, src_ids, tgt_ids[:length], len(group))
         device = src.device

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # Refused before any memory is allocated: a checkpoint's config is untrusted input.
+# Sinusoids are built ahead for this many positions at most; later ones are computed when a sequence reaches
+# them. A config may claim a million positions (2^20 x d_model floats, 5x that while built in float64): a few
+# hundred bytes of header must not cost gigabytes.
+PRECOMPUTED_POSITIONS = 1024
 MAX_ELEMENTS = 2_000_000_000  # parameters plus the sinusoidal position tables: what building the model allocates
 MAX_DIMENSION = 65_536
 
@@ -159,8 +163,6 @@ class TransformerConfig:
 
     def element_count(self) -> int:
         """Numbers that building this model allocates: its parameters plus the fixed sinusoid tables (buffers)."""
-        from transformer.model.layers import PRECOMPUTED_POSITIONS
-
         rows = min(self.max_len, PRECOMPUTED_POSITIONS)
         sinusoids = 2 * rows * self.d_model if self.positional == "sinusoidal" else 0
         return self.parameter_count() + sinusoids

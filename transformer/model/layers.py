@@ -11,14 +11,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.model.attention import MultiHeadAttention
-from transformer.model.config import TransformerConfig
+from transformer.model.config import PRECOMPUTED_POSITIONS, TransformerConfig
 from transformer.model.linear import Linear
 from transformer.model.probes import SublayerProbe, SublayerRecord
-
-# Sinusoids are built ahead for this many positions at most; later ones are computed when a sequence reaches
-# them. A config may claim a million positions (2^20 x d_model floats, 5x that while built in float64): a few
-# hundred bytes of header must not cost gigabytes.
-PRECOMPUTED_POSITIONS = 1024
 
 
 def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved", start: int = 0) -> torch.Tensor:
