@@ -147,8 +147,8 @@ if foil is not None:
                               f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
                               "gradients of the difference"),
          key="attribution_contrast")  # fmt: skip
-    st.caption(f"Red in the hover's value: a token that favoured '{piece}'; negative, one that favoured "
-               f"'{foil_piece}'. The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total "
+    st.caption(f"Red in the hover's value: a token that favoured '{literal(piece)}'; negative, one that favoured "
+               f"'{literal(foil_piece)}'. The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total "
                f"|attribution|; convergence delta {foil_delta:.3f}.")  # fmt: skip
 
 with st.expander("What each measure says, and where it misleads"):

@@ -48,13 +48,19 @@ stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
 trap 'exit 130' INT TERM
 
+start_replica() {  # replica k on port PORT+k; its name (replica-k) is all the visitors' cookie says of it
+  TRANSFORMER_EXPLORER_REPLICA="replica-$1" .venv/bin/python -m ui.launch --server.port "$((port + $1))" \
+    --server.address 127.0.0.1 >>"$run/replica-$1.log" 2>&1 &
+  pids[$(($1 - 1))]=$!
+}
 servers=""
+names=""
 for k in $(seq 1 "$replicas"); do
-  replica_port=$((port + k))
-  .venv/bin/python -m ui.launch --server.port "$replica_port" --server.address 127.0.0.1 \
-    >"$run/replica-$k.log" 2>&1 &
-  pids+=($!)
-  servers="$servers    server 127.0.0.1:$replica_port max_fails=1 fail_timeout=10s;
+  : >"$run/replica-$k.log"
+  start_replica "$k"
+  servers="$servers    server 127.0.0.1:$((port + k)) max_fails=1 fail_timeout=10s;
+"
+  names="$names    127.0.0.1:$((port + k)) replica-$k;
 "
 done
 for k in $(seq 1 "$replicas"); do
@@ -67,6 +73,11 @@ done
 
 # Streamlit's page tries <page>/_stcore/health before /_stcore/health when opened by a page's URL
 # (streamlit/streamlit#7074); naming the app's root in the page spares those 404s.
+# Not to be framed by another site (clickjacking), nor content sniffed, nor the page's address sent elsewhere.
+security_headers='    add_header X-Frame-Options SAMEORIGIN always;
+    add_header Content-Security-Policy "frame-ancestors '"'self'"'" always;
+    add_header X-Content-Type-Options nosniff always;
+    add_header Referrer-Policy same-origin always;'
 root_script='<head><script>window.__streamlit={BACKEND_BASE_URL:location.origin+"/",MAIN_PAGE_BASE_URL:location.origin+"/"}</script>'
 cat >"$run/nginx.conf" <<EOF
 worker_processes auto;
@@ -84,6 +95,11 @@ http {
   proxy_buffers 64 16k;  # the app's largest script (Plotly, about 1 MB) in memory, not a temporary file
 
   map \$http_upgrade \$connection_upgrade { default upgrade; "" close; }
+  # The replica that answered (the last address after a retry), by name: the cookie names no internal address.
+  map \$upstream_addr \$upstream_last { "~(?<last>[^ ,]+)\$" \$last; default ""; }
+  map \$upstream_last \$replica_name {
+$names    default "";
+  }
   # A visitor's key: their te_visitor cookie, or, on a first request, a fresh one that is set.
   map \$cookie_te_visitor \$visitor { "" \$request_id; default \$cookie_te_visitor; }
   map \$cookie_te_visitor \$new_visitor { "" "te_visitor=\$request_id; Path=/; HttpOnly; SameSite=Lax"; default ""; }
@@ -92,9 +108,11 @@ http {
     hash \$visitor consistent;  # the same visitor, the same replica, while it is up
 $servers  }
 
+  server_tokens off;
   server {
     listen $address:$port;
     add_header Set-Cookie \$new_visitor always;
+$security_headers
     proxy_http_version 1.1;
     proxy_set_header Host \$host;
     proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
@@ -106,13 +124,15 @@ $servers  }
       sub_filter '<head>' '$root_script';
       sub_filter_once on;
     }
+    location = /_stcore/metrics { return 404; }  # the server's own counters are not the room's to read
     location = /_stcore/stream {
       proxy_pass http://replicas;
       proxy_set_header Upgrade \$http_upgrade;
       proxy_set_header Connection \$connection_upgrade;
       proxy_read_timeout 1h;
       # The replica that holds this session: a new session elsewhere reads it and says the view was reset.
-      add_header Set-Cookie "te_replica=\$upstream_addr; Path=/; SameSite=Lax" always;
+      add_header Set-Cookie "te_replica=\$replica_name; Path=/; HttpOnly; SameSite=Lax" always;
+$security_headers
     }
   }
 }
@@ -124,12 +144,24 @@ for _ in $(seq 1 40); do healthy "http://127.0.0.1:$port/_stcore/health" && brea
 shown=$([ "$address" = 0.0.0.0 ] && hostname -I 2>/dev/null | awk '{print $1}' || echo "$address")
 echo "Serving $replicas replicas at http://${shown:-localhost}:$port (Ctrl-C stops them)"
 
-declare -A reported
+# A replica that stops is started again (its visitors meanwhile move to the others, told their view was reset),
+# up to MAX_RESTARTS times each: one that keeps failing is left down, and said so.
+MAX_RESTARTS=5
+declare -A restarts
 while kill -0 "$nginx_pid" 2>/dev/null; do
   for k in $(seq 1 "$replicas"); do
-    if [ -z "${reported[$k]:-}" ] && ! kill -0 "${pids[$((k - 1))]}" 2>/dev/null; then
-      reported[$k]=1
-      echo "replica $k (port $((port + k))) stopped: its visitors move to the others; see $run/replica-$k.log" >&2
+    pid="${pids[$((k - 1))]}"
+    if [ "$pid" != down ] && ! kill -0 "$pid" 2>/dev/null; then
+      restarts[$k]=$((${restarts[$k]:-0} + 1))
+      if [ "${restarts[$k]}" -le "$MAX_RESTARTS" ]; then
+        echo "replica $k (port $((port + k))) stopped: its visitors move to the others; starting it again" \
+          "(restart ${restarts[$k]} of $MAX_RESTARTS; see $run/replica-$k.log)" >&2
+        start_replica "$k"
+      else
+        echo "replica $k stopped $MAX_RESTARTS times: left down, the others serve its visitors; see" \
+          "$run/replica-$k.log" >&2
+        pids[$((k - 1))]=down
+      fi
     fi
   done
   sleep 2

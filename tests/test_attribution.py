@@ -241,3 +241,16 @@ def test_the_page_names_the_cap_when_a_decode_is_too_long_to_attribute(monkeypat
     assert not at.exception
     warning = " ".join(w.value for w in at.warning)
     assert "too long for attribution on this server" in warning and "500 token-steps" in warning
+
+
+def test_the_contrastive_caption_shows_token_pieces_as_text():
+    from helpers import start, translate
+
+    from ui.text import literal
+
+    at = translate(start(), "Two dogs play.")
+    at.session_state["step"] = len(at.session_state["result"].tgt_ids) - 1  # the step that produces </s>
+    at = at.switch_page("pages/attribution.py").run()
+    assert not at.exception
+    caption = next(c.value for c in at.caption if c.value.startswith("Red in the hover"))
+    assert f"'{literal('</s>')}'" in caption and "'</s>'" not in caption  # raw, Markdown took it for an HTML tag

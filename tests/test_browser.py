@@ -72,6 +72,15 @@ def test_script_in_the_sentence_is_shown_as_text_never_run(server, browser):
     assert page.locator("img[src=x]").count() == 0
 
 
+def test_addresses_in_the_sentence_are_shown_as_text_not_links(server, browser):
+    page = browser.new_page()
+    page.goto(f"{server}/?text=see%20(http://127.0.0.1:9/x)%20and%20www.example.com%20now")
+    wait_for_step_view(page)
+    page.get_by_text("127.0.0.1:9/x", exact=False).first.wait_for()
+    main = page.locator('[data-testid="stMain"]')
+    assert main.locator('a[href*="127.0.0.1:9"]').count() == 0 and main.locator('a[href*="example.com"]').count() == 0
+
+
 @pytest.mark.parametrize(
     ("link", "figures"),
     [("Positional encoding", 4), ("Masks", 13), ("Attention, step by step", 13), ("Attribution", 4)],

@@ -76,6 +76,20 @@ def test_an_upload_through_nginx_reaches_the_visitors_own_replica(proxy, tmp_pat
         assert page.locator('[data-testid="stException"]').count() == 0
 
 
+def test_the_room_gets_safe_headers_and_no_server_internals(proxy):
+    import urllib.error
+    import urllib.request
+
+    with urllib.request.urlopen(proxy.url, timeout=30) as response:
+        headers = response.headers
+    assert headers["X-Frame-Options"] == "SAMEORIGIN" and "frame-ancestors 'self'" in headers["Content-Security-Policy"]
+    assert headers["X-Content-Type-Options"] == "nosniff" and headers["Referrer-Policy"] == "same-origin"
+    assert headers["Server"] == "nginx"  # no version
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{proxy.url}/_stcore/metrics", timeout=30)
+    assert refused.value.code == 404
+
+
 def test_a_stopped_replica_moves_only_its_visitors_who_are_told_their_view_was_reset(proxy):
     with chromium() as browser:
         visitors = []
@@ -95,7 +109,8 @@ def test_a_stopped_replica_moves_only_its_visitors_who_are_told_their_view_was_r
         held = {replica for _, replica, _ in visitors}
         assert len(held) == 2, f"{len(visitors)} visitors, every one on the same replica: not spread by their cookies"
         stopped = visitors[0][1]
-        os.kill(proxy.replica_pid(int(stopped.rpartition(":")[2])), signal.SIGKILL)
+        assert stopped.startswith("replica-")  # a name: the cookie shows no internal address
+        os.kill(proxy.replica_pid(proxy.replica_ports[int(stopped.rpartition("-")[2]) - 1]), signal.SIGKILL)
         for page, replica, sentence in visitors:
             notice = page.get_by_text("The server that held your session stopped")
             if replica == stopped:
@@ -121,3 +136,22 @@ def moved_at_a_click(page, notice, attempts: int = 8) -> bool:
         except PlaywrightTimeout:
             continue
     return False
+
+
+def test_a_stopped_replica_is_started_again(proxy):
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + 180  # the previous test killed one; its model loads again
+    log = RUN_DIR / "serve.log"
+    while "starting it again" not in log.read_text() or not all(proxy.replica_pid(p) for p in proxy.replica_ports):
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(1)
+    for port in proxy.replica_ports:
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, f"replica on {port} did not come back"
+                time.sleep(1)

@@ -6,15 +6,14 @@ from ui.replica import moved_from_another
 
 
 @pytest.mark.parametrize(
-    ("cookie", "moved"),
+    ("cookie", "own", "moved"),
     [
-        (None, False),  # a first visit, or no proxy in front
-        ("", False),
-        ("127.0.0.1:8501", False),  # this replica held the session before: a reload, not a move
-        ("127.0.0.1:8502", True),  # another replica held it
-        ("127.0.0.1:8502, 127.0.0.1:8501", False),  # nginx retried: the last one (this) took it
-        ("127.0.0.1:8501, 127.0.0.1:8503", True),
+        (None, "replica-1", False),  # a first visit
+        ("", "replica-1", False),
+        ("replica-1", "replica-1", False),  # this replica held the session before: a reload, not a move
+        ("replica-2", "replica-1", True),  # another replica held it
+        ("replica-2", "", False),  # no proxy naming replicas in front
     ],
 )
-def test_a_visitor_is_moved_when_the_cookie_names_another_replica(cookie, moved):
-    assert moved_from_another(cookie, 8501) is moved
+def test_a_visitor_is_moved_when_the_cookie_names_another_replica(cookie, own, moved):
+    assert moved_from_another(cookie, own) is moved

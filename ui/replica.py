@@ -1,30 +1,30 @@
 """Behind scripts/serve.sh: whether this visitor's session was on another replica that has stopped.
 
-nginx writes the replica holding a visitor's websocket into the te_replica cookie; a session that
-starts here while the cookie names another replica is a visitor moved after that one stopped.
+serve.sh names each replica (TRANSFORMER_EXPLORER_REPLICA, "replica-1", ...) and nginx writes the name of
+the replica holding a visitor's websocket into the te_replica cookie (HttpOnly; no internal address in it);
+a session that starts here while the cookie names another replica is a visitor moved after that one stopped.
 """
 
 from __future__ import annotations
 
+import os
+
 import streamlit as st
 
 REPLICA_COOKIE = "te_replica"
+REPLICA_NAME = os.environ.get("TRANSFORMER_EXPLORER_REPLICA", "")
 MOVED = (
     "The server that held your session stopped, so you are now on another one: your view was reset to "
     "what the page's link holds (sentence, settings and view), and uploads made before must be made again."
 )
 
 
-def moved_from_another(previous: str | None, own_port: int) -> bool:
-    """Whether the cookie (nginx's $upstream_addr: "127.0.0.1:8501", or "a, b" after a retry) names
-    another replica than the one on own_port."""
-    if not previous:
-        return False
-    last = previous.split(",")[-1].strip()
-    return last.rpartition(":")[2] != str(own_port)
+def moved_from_another(previous: str | None, own_name: str) -> bool:
+    """Whether the cookie names another replica than this one (never without a proxy naming replicas)."""
+    return bool(previous and own_name and previous != own_name)
 
 
 def say_if_moved() -> None:
     """On a session's first run: a note when the visitor came from a replica that stopped."""
-    if moved_from_another(st.context.cookies.get(REPLICA_COOKIE), st.get_option("server.port")):
+    if moved_from_another(st.context.cookies.get(REPLICA_COOKIE), REPLICA_NAME):
         st.toast(MOVED, icon=":material/sync_problem:", duration="infinite")

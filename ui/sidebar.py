@@ -116,7 +116,7 @@ def render() -> Explored | None:
             with st.spinner("Decoding ..."):
                 result = models.decode_cached(checkpoint, key, text, settings)
         except DecodeInputError as error:
-            st.warning(f"Nothing to show: {error}.")
+            st.warning(f"Nothing to show: {literal(str(error))}.")
             return None
         except torch.OutOfMemoryError:
             st.error("Out of memory while decoding this sentence; the server is fine. Try a shorter sentence.")
