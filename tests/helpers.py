@@ -95,12 +95,17 @@ def step_view(at: AppTest) -> dict:
 
 def step_action(at: AppTest, **action) -> AppTest:
     """Runs the page as a button of the step view does: one trigger that carries the step shown."""
+    return step_trigger(at, json.dumps([{"event": "action", "value": action}]))
+
+
+def step_trigger(at: AppTest, raw: str) -> AppTest:
+    """Runs the page with the step view's trigger holding `raw`, whatever a hostile browser might send."""
     from streamlit.components.v2.bidi_component.main import _make_trigger_id
     from streamlit.proto.WidgetStates_pb2 import WidgetState
 
     states = at._tree.get_widget_states()
     trigger = WidgetState(id=_make_trigger_id(at.get("bidi_component")[0].proto.id, "events"))
-    trigger.json_trigger_value = json.dumps([{"event": "action", "value": action}])
+    trigger.json_trigger_value = raw
     states.widgets.append(trigger)
     return at._run(states)
 

@@ -76,6 +76,22 @@ def test_what_if_branch_from_the_browsers_step_changes_the_output(explorer, refe
     assert not explorer.exception and explorer.session_state["branch"] is branch
 
 
+def test_malformed_step_view_actions_are_ignored(explorer, reference):
+    from helpers import step_trigger
+
+    candidate = int(reference.topk_ids[1, 1])
+    for action in (dict(name="what_if", step=1, token=float(candidate)),  # 5.0 equals 5 but is no token id
+                   dict(name="what_if", step=True, token=candidate),  # True equals 1 but is no step
+                   dict(name="attention", step=1.0)):  # fmt: skip
+        explorer = step_action(explorer, **action)
+        assert not explorer.exception and explorer.session_state.get("branch") is None, action
+    deep = "[" * 200_000 + "]" * 200_000
+    for raw in (f'[{{"event": "action", "value": {deep}}}]', '[{"event": "action", "value": {"name": "attention", '
+                f'"step": {"9" * 5000}}}}}]', "[" * 200_000):  # fmt: skip
+        explorer = step_trigger(explorer, raw)
+        assert not explorer.exception and step_view(explorer)["step"] == 0
+
+
 def test_attention_maps_open_at_the_browsers_step(explorer, reference, monkeypatch):
     import transformer.decoding.greedy
 

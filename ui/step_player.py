@@ -11,12 +11,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import streamlit as st
+from streamlit.components.v2.bidi_component import serialization as bidi_serialization
 
 from transformer.analysis.words import over_words
 from transformer.decoding.result import DecodeResult
@@ -26,6 +28,23 @@ from transformer.viz.attention import head_row_labels, with_layer_means
 from transformer.viz.style import colorscale_stops
 
 HERE = Path(__file__).parent
+
+
+def _hostile_trigger_refused(deserialize: Callable[[str | None], Any]) -> Callable[[str | None], Any]:
+    """Streamlit's reading of a component's trigger, with what its json.loads raises besides a JSONDecodeError (a
+    trigger nested 200,000 deep, a 5,000-digit number) read as no trigger. Streamlit reads triggers before the
+    page runs, so a raise there ended the visitor's run with the generic error, out of the page's reach."""
+
+    def guarded(text: str | None) -> Any:
+        try:
+            return deserialize(text)
+        except (RecursionError, ValueError):
+            return None
+
+    return guarded
+
+
+bidi_serialization.handle_deserialize = _hostile_trigger_refused(bidi_serialization.handle_deserialize)
 PLAYER = st.components.v2.component(
     "step_player", css=(HERE / "step_player.css").read_text(), js=(HERE / "step_player.js").read_text()
 )
@@ -126,9 +145,9 @@ def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str,
     if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention"):
         return None
     chosen = action.get("step")
-    if not isinstance(chosen, int) or not 0 <= chosen < result.steps:
+    if type(chosen) is not int or not 0 <= chosen < result.steps:  # not True, not 1.0: ids are whole numbers
         return None
     token = action.get("token")
-    if action["name"] == "what_if" and token not in result.topk_ids[chosen].tolist():
+    if action["name"] == "what_if" and (type(token) is not int or token not in result.topk_ids[chosen].tolist()):
         return None  # only the step's own candidates can be branched on
     return StepAction(action["name"], chosen, token if action["name"] == "what_if" else None)
