@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -191,3 +192,23 @@ def test_temporaries_of_interrupted_saves_are_removed(trained_with_state, tmp_pa
     with pytest.raises(TypeError):
         write_atomically(tmp_path / "x.safetensors", "not bytes")  # fails mid-write: its temporary goes too
     assert not list(tmp_path.glob(".x.safetensors.*"))
+
+
+def test_a_full_disk_during_training_is_one_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    import transformer.training.train
+    from transformer.cli import main
+
+    def disk_full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(transformer.training.train, "save_state", disk_full)
+    out = tmp_path / "m.safetensors"
+    assert main([*_train_command(tmp_path), "--out", str(out), "--save-every", "1"]) == 2
+    err = capsys.readouterr().err
+    errors = re.findall(r"error: [^\n]*", err)  # after the progress bar's last line
+    assert len(errors) == 1, err
+    error = errors[0]
+    assert error.startswith("error: No space left on device") and "m.state.safetensors" in error
+    assert "Traceback" not in err

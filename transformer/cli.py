@@ -337,3 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     except (CheckpointError, DecodeInputError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a folder without write permission: the files written before are intact
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}; files written before it are intact", file=sys.stderr)
+        return 2
