@@ -364,3 +364,19 @@ def test_a_damaged_marian_directory_is_one_clear_line(marian_dir, tmp_path, dama
     with contextlib.redirect_stderr(errors):
         assert main(["import-hf", str(directory), "--out", str(tmp_path / "x.safetensors")]) == 2
     assert errors.getvalue().count("\n") == 1 and reason in errors.getvalue()
+
+
+def test_a_vocabulary_with_a_start_piece_imports_to_a_file_that_loads(marian_dir, tmp_path):
+    directory = _copy(marian_dir, tmp_path, "with-s")
+    vocab = json.loads((directory / "vocab.json").read_text())
+    vocab["<s>"] = vocab.pop(">>fra<<")  # same size, so the weights still fit
+    (directory / "vocab.json").write_text(json.dumps(vocab))
+    imported = import_marian(directory)
+    assert imported.config.bos_id == vocab["<s>"] and imported.config.start_id == imported.config.pad_id
+    out = tmp_path / "with-s.safetensors"
+    save_checkpoint(out, imported.model, imported.tokenizer, imported.metadata)
+    loaded = load_checkpoint(out)  # refused before: the file said bos = pad, its tokenizer said <s>
+    assert (
+        decode_text(loaded.model, loaded.tokenizer, "the red dog runs").tgt_ids
+        == decode_text(imported.model, imported.tokenizer, "the red dog runs").tgt_ids
+    )

@@ -102,7 +102,9 @@ def is_marian_directory(path: Path) -> bool:
         return False
 
 
-def marian_config(hf: dict[str, Any], vocabulary_size: int, unk_id: int) -> TransformerConfig:
+def marian_config(
+    hf: dict[str, Any], vocabulary_size: int, unk_id: int, bos_id: int | None = None
+) -> TransformerConfig:
     """This project's config for a Marian `config.json`; ConfigError naming what it cannot express."""
     unsupported = []
     if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads"):
@@ -135,7 +137,9 @@ def marian_config(hf: dict[str, Any], vocabulary_size: int, unk_id: int) -> Tran
         max_len=hf.get("max_position_embeddings"),
         pad_id=pad,
         unk_id=unk_id,
-        bos_id=pad,  # Marian has no <s>: its decoder starts from the pad token
+        # Marian decodes from decoder_start_token_id (the pad token); a vocabulary's <s> piece, where it has one, is
+        # only the id the tokenizer leaves out of text, and the file's tokenizer and config must agree on it.
+        bos_id=pad if bos_id is None else bos_id,
         eos_id=hf.get("eos_token_id"),
         activation=ACTIVATIONS[hf["activation_function"]],
         scale_embedding=bool(hf.get("scale_embedding", False)),
@@ -186,7 +190,7 @@ def import_marian(directory: str | Path, device: torch.device | str = "cpu") -> 
         )
     tokenizer = _marian_tokenizer(directory)
     try:
-        config = marian_config(hf_config, tokenizer.vocab_size, tokenizer.unk_id)
+        config = marian_config(hf_config, tokenizer.vocab_size, tokenizer.unk_id, tokenizer.bos_id)
     except (ConfigError, TypeError, ValueError, OverflowError) as error:
         raise CheckpointError(f"{directory.name}: config.json: {str(error)[:200]}") from None
     if (config.pad_id, config.eos_id) != (tokenizer.pad_id, tokenizer.eos_id):
