@@ -184,6 +184,8 @@ def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir
     at.selectbox(key="widget_checkpoint").set_value(marian_dir.name).run()
     at = translate(at, "the red dog runs")
     assert not at.exception and step_view(at)["step"] == 0
+    sidebar = " ".join(caption.value for caption in at.sidebar.caption)
+    assert "Imported from Hugging Face Marian, translating en→fr" in sidebar and "Trained to" not in sidebar
     for page in PAGES:
         at = at.switch_page(f"pages/{page}.py").run()
         if page == "compare":

@@ -81,6 +81,7 @@ class CheckpointMetadata:
     data: dict[str, dict[str, Any]] = field(default_factory=dict)  # corpus name -> path and lines
     training: TrainingRecord | None = None
     scores: dict[str, Score] = field(default_factory=dict)
+    imported_from: str | None = None  # "Hugging Face Marian" for a model converted by import-hf
 
     @property
     def language_pair(self) -> str:
@@ -91,6 +92,9 @@ class CheckpointMetadata:
         """What the model was trained on, in a line for the visitor typing a sentence; None if nothing is known."""
         if not (self.src_lang or self.tgt_lang or self.data):
             return None
+        if self.imported_from and not self.data:
+            return (f"Imported from {self.imported_from}, translating {self.language_pair}; what it was trained on "
+                    "is not recorded in its files.")  # fmt: skip
         # "train_src" in files of a single corpus, "train 1", "train 2", ... since training takes several
         corpora = [entry for name, entry in self.data.items() if name == "train_src" or name.startswith("train ")]
         lines = sum(entry.get("lines") or 0 for entry in corpora)
@@ -119,7 +123,8 @@ def read_metadata(raw: Any) -> CheckpointMetadata:
         if isinstance(s, dict)  # bare numbers (a training run's validation BLEU) are not a full score
     }
     return CheckpointMetadata(_text(languages.get("src")), _text(languages.get("tgt")), data,
-                              _training(raw["training"]) if isinstance(raw.get("training"), dict) else None, scores)  # fmt: skip
+                              _training(raw["training"]) if isinstance(raw.get("training"), dict) else None, scores,
+                              _text(_object(raw.get("imported")).get("from")))  # fmt: skip
 
 
 def _training(raw: dict[str, Any]) -> TrainingRecord:
