@@ -382,3 +382,18 @@ def test_a_vocabulary_with_a_start_piece_imports_to_a_file_that_loads(marian_dir
         decode_text(loaded.model, loaded.tokenizer, "the red dog runs").tgt_ids
         == decode_text(imported.model, imported.tokenizer, "the red dog runs").tgt_ids
     )
+
+
+def test_pieces_only_the_source_model_knows_decode_as_transformers_does(marian_dir, hugging_face):
+    _, hf_tokenizer = hugging_face
+    tokenizer = import_marian(marian_dir).tokenizer
+    target = spm.SentencePieceProcessor()
+    target.LoadFromSerializedProto((marian_dir / "target.spm").read_bytes())
+    source_only = [i for i, piece in enumerate(tokenizer.pieces) if piece.startswith("▁") and len(piece) > 1
+                   and target.PieceToId(piece) == target.unk_id()]  # fmt: skip
+    assert source_only, "the fixture's source model has pieces of its own"
+    some_target = next(i for i, p in enumerate(tokenizer.pieces) if p.startswith("▁") and i not in source_only
+                       and target.PieceToId(p) != target.unk_id())  # fmt: skip
+    for ids in ([source_only[0], source_only[0]], [some_target, source_only[0], some_target], source_only[:5]):
+        expected = hf_tokenizer.decode(ids, skip_special_tokens=True)
+        assert tokenizer.decode(ids) == expected and "▁" not in tokenizer.decode(ids)

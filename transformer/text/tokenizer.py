@@ -84,7 +84,9 @@ class Tokenizer:
         kept = [i for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
         if self.vocabulary is None:
             return self.processor.DecodeIds(kept)
-        return self.target_processor.DecodePieces([self.pieces[i] for i in kept])
+        # A piece the target model lacks (one only the source model splits into) comes back from DecodePieces as it
+        # is, word-start mark included: MarianTokenizer.decode turns every mark left into a space, and so do we.
+        return self.target_processor.DecodePieces([self.pieces[i] for i in kept]).replace("\u2581", " ").strip()
 
     def id_to_piece(self, token_id: int) -> str:
         return self.pieces[token_id]
