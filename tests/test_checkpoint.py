@@ -182,15 +182,17 @@ def test_tensor_extents_must_tile_the_payload(checkpoint_path):
         load_checkpoint_bytes(with_header(data, json.dumps(header).encode()))
 
 
-def test_sinusoid_tables_count_towards_the_size_limits(checkpoint_path):
+def test_a_huge_max_len_costs_only_the_positions_a_sentence_reaches(checkpoint_path):
     data = checkpoint_path.read_bytes()
-    with pytest.raises(CheckpointError, match="over the limit"):  # 2 tables of 1M x 2048: 8 GiB each asked for
-        load_checkpoint_bytes(with_config(data, d_model=2048, max_len=1_048_576))
     long_positions = with_config(data, max_len=262_144)  # a valid file: sinusoids are computed, not stored
-    assert load_checkpoint_bytes(long_positions).config.max_len == 262_144
-    with measured() as cost, pytest.raises(CheckpointTooLarge, match="over the limit of 1,000,000"):
-        load_checkpoint_bytes(long_positions, max_elements=1_000_000)
-    assert cost.peak_growth_mb < 100, cost
+    config = load_checkpoint_bytes(data).config
+    with measured() as cost:  # room for the parameters and two tables of 1,024 positions, no more
+        loaded = load_checkpoint_bytes(
+            long_positions, max_elements=config.parameter_count() + 2 * 1024 * config.d_model
+        )
+    assert loaded.config.max_len == 262_144 and cost.peak_growth_mb < 100, cost  # tables of 1,024 rows, not 262,144
+    with pytest.raises(CheckpointTooLarge, match="over the limit of 1,000"):
+        load_checkpoint_bytes(long_positions, max_elements=1_000)
 
 
 def test_repeated_tensor_names_are_refused(checkpoint_path):
