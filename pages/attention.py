@@ -7,7 +7,7 @@ from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
 from transformer.io.export import attention_csv, to_npz
 from transformer.model.kinds import AttentionKind
-from transformer.viz.attention import attention_grid, attention_heatmap, heads_or_means
+from transformer.viz.attention import attention_grid, attention_heatmap, fit_colour_scale, heads_or_means
 from transformer.viz.report import html_report
 from ui import keys, url
 from ui.charts import show
@@ -63,10 +63,15 @@ else:
     flow = rollout(view.maps)
     figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")
     map_for_export = flow
+fitted = st.toggle("Fit the colours to these weights", key="attention_fit",
+                   help="Near-uniform attention is one pale colour on the 0-1 scale; fitted, its differences show.")  # fmt: skip
+if fitted:
+    low, high = fit_colour_scale(figure)
+    scale = f"Colour: weight from {low:.4f} (white) to {high:.4f} (dark blue), fitted to the weights drawn: read it off the bar"
+else:
+    scale = "Colour: weight from 0 (white) to 1 (dark blue), one scale for every map"
 show(figure, key="attention_chart")
-st.caption(
-    "Colour: weight from 0 (white) to 1 (dark blue), one scale for every map. Grey: masked, the model could not look there."
-)
+st.caption(f"{scale}. Grey: masked, the model could not look there.")
 
 downloads = st.columns(3)
 downloads[0].download_button(

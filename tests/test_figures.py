@@ -1,10 +1,11 @@
 import json
 
 import numpy as np
+import pytest
 
 from transformer.decoding.greedy import decode
 from transformer.io.export import attention_csv
-from transformer.viz.attention import attention_grid, attention_heatmap, step_attention
+from transformer.viz.attention import attention_grid, attention_heatmap, fit_colour_scale, step_attention
 from transformer.viz.report import html_report
 from transformer.viz.style import axis_labels
 
@@ -97,3 +98,22 @@ def test_grid_labels_sit_on_the_outer_edges_only():
     shown = {name: axis.get("showticklabels") for name, axis in layout.items() if name.startswith(("xaxis", "yaxis"))}
     assert [shown[f"yaxis{'' if i == 1 else i}"] for i in range(1, 7)] == [True, False, False, True, False, False]
     assert [shown[f"xaxis{'' if i == 1 else i}"] for i in range(1, 7)] == [False, False, False, True, True, True]
+
+
+def test_a_fitted_colour_scale_spans_the_weights_drawn_and_says_so():
+    from helpers import start, translate
+
+    near_uniform = np.full((3, 4), 0.25) + np.array([0.01, -0.01, 0.004, -0.004])
+    fig = attention_heatmap(near_uniform, ["a", "b", "c"], ["w", "x", "y", "z"])
+    assert (fig.layout.coloraxis.cmin, fig.layout.coloraxis.cmax) == (0.0, 1.0)  # the default: one fixed scale
+    low, high = fit_colour_scale(fig)
+    assert (low, high) == pytest.approx((0.24, 0.26)) and fig.layout.coloraxis.cmax == pytest.approx(0.26)
+    masked = np.zeros((2, 2, 3, 4), dtype=bool)
+    masked[..., 0] = True  # a masked cell (drawn as NaN, grey) does not stretch the scale
+    grid = attention_grid(np.stack([[near_uniform, near_uniform * 2]] * 2), ["a", "b", "c"], ["w", "x", "y", "z"],
+                          ["l1", "l2"], ["h1", "h2"], mask=masked[0, 0])  # fmt: skip
+    assert fit_colour_scale(grid) == pytest.approx((0.24, 0.508))  # column 0 (0.26, 0.52) masked
+    at = translate(start(), "Two dogs play.").switch_page("pages/attention.py").run()
+    at.toggle(key="attention_fit").set_value(True).run()
+    assert not at.exception
+    assert any("fitted to the weights drawn" in caption.value for caption in at.caption)

@@ -120,6 +120,21 @@ def heads_or_means(
     return attention_grid(means, query_pieces, key_pieces, row_titles, ["mean over heads"], title, mask), True
 
 
+def fit_colour_scale(fig: go.Figure) -> tuple[float, float]:
+    """Stretches the figure's one colour scale from 0-1 to the range of the weights it draws, and returns that range.
+
+    Near-uniform attention (every weight near 1/n) is one pale colour on the fixed scale; fitted, its small
+    differences show. The range must then be read off the colour bar (and pages say it).
+    """
+    values = np.concatenate([np.ravel(trace.z) for trace in fig.data]).astype(np.float64)
+    values = values[np.isfinite(values)]
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
+    if high - low < 1e-9:  # one value everywhere: a scale around it
+        low, high = max(0.0, low - 0.5e-3), high + 0.5e-3
+    fig.update_layout(coloraxis=dict(cmin=low, cmax=high))
+    return low, high
+
+
 def with_layer_means(rows: np.ndarray) -> np.ndarray:
     """(L, H, ...) -> (L, H + 1, ...): each layer's heads and then their mean, the rows a step view draws."""
     return np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)
