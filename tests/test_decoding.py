@@ -202,3 +202,19 @@ def test_the_command_line_samples_and_batched_translation_follows_the_settings(c
     alone = [decode_text(loaded.model, loaded.tokenizer, text, one_token) for text in texts[:2]]
     assert all(result.steps == 1 for result in alone)
     assert translate_texts(loaded.model, loaded.tokenizer, texts[:2], one_token) == [r.text for r in alone]
+
+
+def test_a_model_that_emits_padding_attends_alike_step_by_step_and_in_one_pass(model, tokenizer):
+    import copy
+
+    padding = copy.deepcopy(model)
+    with torch.no_grad():
+        padding.generator.bias[padding.config.pad_id] += 30.0  # the pad token wins every step
+    for result in (decode(padding, tokenizer, SENTENCE, max_new_tokens=6),
+                   beam_search(padding, tokenizer, SENTENCE, width=3)):  # fmt: skip
+        assert padding.config.pad_id in result.tgt_ids[:-1]  # pad mid-output, fed back as decoder input
+        forced = teacher_force_ids(padding, tokenizer, result.src_ids, result.tgt_ids)  # FORMAT.md 5.3's mask
+        torch.testing.assert_close(result.decoder_self, forced.decoder_self, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(result.token_probs, forced.token_probs, atol=1e-5, rtol=1e-4)
+        pad_keys = torch.tensor(result.tgt_ids[:-1]) == padding.config.pad_id  # decoder input positions 1 on
+        assert torch.all(result.decoder_self[..., 1:][..., pad_keys] == 0)  # a pad key gets exactly 0

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from transformer.decoding.greedy import default_max_new_tokens, encode_source
+from transformer.decoding.greedy import KeysSoFar, default_max_new_tokens, encode_source
 from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer
@@ -116,8 +116,9 @@ def beam_search_ids(
     scores[0] = 0.0  # all hypotheses start identical: let only one of them extend at first
     search = _Search(limit, width, alpha)
     steps: list[_Step] = []
+    keys = KeysSoFar.start(width, device)
     for step in range(limit):
-        decoded = model.decode(last, memory, src_mask, None, need_weights, cache)
+        decoded = model.decode(last, memory, src_mask, keys.mask(), need_weights, cache)
         log_probs = model.log_probs(decoded.hidden[:, -1])  # (W, V)
         best = (scores[:, None] + log_probs).view(-1).topk(2 * width)
         origins, new_tokens, new_scores = search.extend(
@@ -137,6 +138,7 @@ def beam_search_ids(
         scores = torch.tensor(new_scores + [float("-inf")] * padding, device=device)
         cache = [layer.select(origin) for layer in decoded.cache]
         last = torch.tensor(new_tokens + new_tokens[-1:] * padding, device=device)[:, None]
+        keys = keys.selected(origin).extended(last[:, 0], config.pad_id)
     tokens, indices = search.best()
     encoder = torch.cat([m[:1] for m in encoded.attentions]) if need_weights else None
     return BeamTrace(tokens, indices, steps, encoder)
@@ -166,8 +168,9 @@ def beam_search_batch(
     last = torch.full((len(active) * width, 1), config.start_id, dtype=torch.long, device=device)
     scores = torch.full((len(active), width), float("-inf"), device=device)
     scores[:, 0] = 0.0  # all hypotheses start identical: let only one of them extend at first
+    keys = KeysSoFar.start(len(active) * width, device)
     for step in range(max(search.limit for search in searches)):
-        decoded = model.decode(last, memory, src_mask, None, False, cache)
+        decoded = model.decode(last, memory, src_mask, keys.mask(), False, cache)
         log_probs = model.log_probs(decoded.hidden[:, -1])  # (A*W, V)
         vocab = log_probs.size(-1)
         best = (scores[:, :, None] + log_probs.view(len(active), width, vocab)).view(len(active), -1).topk(2 * width)
@@ -188,6 +191,7 @@ def beam_search_batch(
         cache = [layer.select(index) for layer in decoded.cache]
         memory, src_mask = memory.index_select(0, index), src_mask.index_select(0, index)
         last = torch.tensor(next_tokens, device=device)[:, None]
+        keys = keys.selected(index).extended(last[:, 0], config.pad_id)
         scores = torch.tensor(next_scores, device=device)
         active = next_active
     return [search.best()[0] for search in searches]

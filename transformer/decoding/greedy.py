@@ -60,6 +60,32 @@ def sampling_chooser(temperature: float = 1.0, top_k: int = 0, seed: int = 0) ->
     return choose
 
 
+@dataclass(frozen=True)
+class KeysSoFar:
+    """Which decoder input positions so far are real tokens, (B, T): what a cached step's self-attention may see.
+
+    The whole-sequence pass masks padding keys (target_mask, FORMAT.md 5.3); a step over the cache must too, or a
+    model that emits the pad token mid-output would attend to it here and not there. Position 0 (the start
+    token, which may be the pad id) is always real.
+    """
+
+    real: torch.Tensor
+
+    @classmethod
+    def start(cls, batch: int, device: torch.device) -> KeysSoFar:
+        return cls(torch.ones(batch, 1, dtype=torch.bool, device=device))
+
+    def extended(self, token: torch.Tensor, pad_id: int) -> KeysSoFar:
+        return KeysSoFar(torch.cat([self.real, (token != pad_id)[:, None]], dim=1))
+
+    def selected(self, rows: torch.Tensor) -> KeysSoFar:
+        return KeysSoFar(self.real.index_select(0, rows))
+
+    def mask(self) -> torch.Tensor | None:
+        """(B, 1, 1, T) for the step's query, or None while every key is real (the common case, no mask to apply)."""
+        return None if bool(self.real.all()) else self.real[:, None, None, :]
+
+
 @torch.inference_mode()
 def generate(
     model: Transformer,
@@ -83,9 +109,10 @@ def generate(
     cache = model.start_cache(memory, capacity=steps)
     last = torch.full((batch, 1), config.start_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
+    keys = KeysSoFar.start(batch, src.device)
     tokens, log_probs_per_step, self_rows, cross_rows = [], [], [], []
     for step in range(steps):
-        decoded = model.decode(last, memory, src_mask, None, need_weights, cache, probe)
+        decoded = model.decode(last, memory, src_mask, keys.mask(), need_weights, cache, probe)
         cache = decoded.cache
         log_probs = model.log_probs(decoded.hidden[:, -1])  # (B, V)
         if step < len(prefix):
@@ -102,6 +129,7 @@ def generate(
         if finished.all():
             break
         last = token[:, None]
+        keys = keys.extended(token, config.pad_id)
     return Generation(
         torch.stack(tokens, 1), torch.stack(log_probs_per_step, 1), encoded.attentions, self_rows, cross_rows
     )
