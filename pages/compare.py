@@ -67,9 +67,10 @@ with columns[0]:
         key="cmp_diff",
     )
 divergence = js_divergence(view_a.maps[:layers, :heads], view_b.maps[:layers, :heads])
-figure = matrix_heatmap(divergence, f"Jensen-Shannon divergence per head, {kind.title} (0 = same, {np.log(2):.2f} = disjoint)",
+# Natural log: the divergence runs from 0 (the same rows) to ln 2 (disjoint), and so does the colour scale.
+figure = matrix_heatmap(divergence, f"JS divergence per head (0 same, {np.log(2):.2f} disjoint)",
                         [f"layer {i + 1}" for i in range(layers)], [f"head {h + 1}" for h in range(heads)],
-                        probabilities=True)  # fmt: skip
+                        value_range=(0.0, float(np.log(2))))  # fmt: skip
 with columns[1]:
     show(figure, key="cmp_js")
 top = np.unravel_index(np.argmax(divergence), divergence.shape)

@@ -33,7 +33,7 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
     left, right = st.columns([3, 2])
     with left:
         st.dataframe(frame.style.format("{:.3f}"), width="stretch", height=320)
-        st.download_button("Table as CSV", frame.to_csv(), file_name=f"head-statistics-{kind}.csv", mime="text/csv",
+        st.download_button("Table as CSV", frame.to_csv(), file_name=f"head-statistics-{kind}-{key}.csv", mime="text/csv",
                            on_click="ignore", key=f"{key}_csv")  # fmt: skip
     with right:
         name = st.selectbox("Statistic", list(STATISTICS), key=f"{key}_statistic")

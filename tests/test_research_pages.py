@@ -149,6 +149,8 @@ def test_compare_shows_where_an_early_snapshot_differs():
     assert "en\\-fr\\-epoch1" in markdown(at)
     divergence = array(figure(at, 3)["data"][0]["z"])
     assert divergence.shape == (3, 8) and divergence.max() > 0.1 and divergence.min() >= 0
+    scale = figure(at, 3)["data"][0]
+    assert (scale["zmin"], scale["zmax"]) == (0.0, pytest.approx(np.log(2)))  # the divergence's range, not 0-1
     difference = array(figure(at, 2)["data"][0]["z"])
     first, second = array(figure(at, 0)["data"][0]["z"]), array(figure(at, 1)["data"][0]["z"])
     assert np.allclose(difference, first - second, atol=1e-5)
