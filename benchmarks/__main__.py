@@ -12,6 +12,7 @@ from transformer.text.files import read_lines
 from .app_speed import browser_rows, long_input_row, machine, step_view_row
 from .attribution_speed import attribution_row
 from .model_speed import Row, batched_beam_row, decode_rows, lower_bound_row, training_row
+from .report_speed import report_rows
 
 MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
 BEAM_SENTENCES = 200
@@ -51,6 +52,7 @@ def main() -> None:
     rows.append(attribution_row(checkpoint, repeats))
     if not args.no_browser:
         rows.extend(browser_rows())
+        rows.extend(report_rows(checkpoint))
     print(table(rows))
 
 

@@ -160,6 +160,15 @@ def wait_for_heatmaps(page: Page, count: int, timeout: float = 60_000) -> None:
     )
 
 
+# The HTML report's figures within the viewport are drawn (Plotly made the holder a plot with its SVG).
+REPORT_SCREEN_DRAWN = """() => [...document.querySelectorAll('.figure')]
+  .filter((holder) => holder.getBoundingClientRect().top < innerHeight)
+  .every((holder) => holder.querySelector('.main-svg'))"""
+REPORT_ALL_DRAWN = (
+    "() => [...document.querySelectorAll('.figure')].every((holder) => holder.querySelector('.main-svg'))"
+)
+
+
 def wait_idle(page: Page, timeout: float = 60_000) -> None:
     """Waits until Streamlit has finished the current run (its status widget gone)."""
     page.wait_for_timeout(150)

@@ -7,6 +7,8 @@ import pytest
 from benchmarks.browser import (
     ARTIFACTS,
     PLAYER,
+    REPORT_ALL_DRAWN,
+    REPORT_SCREEN_DRAWN,
     app_server,
     chromium,
     count_frames_sent,
@@ -79,6 +81,30 @@ def test_addresses_in_the_sentence_are_shown_as_text_not_links(server, browser):
     page.get_by_text("127.0.0.1:9/x", exact=False).first.wait_for()
     main = page.locator('[data-testid="stMain"]')
     assert main.locator('a[href*="127.0.0.1:9"]').count() == 0 and main.locator('a[href*="example.com"]').count() == 0
+
+
+def test_the_html_report_draws_its_first_screen_then_the_rest_as_they_near_it_offline(browser, tmp_path):
+    from helpers import REPO
+
+    from transformer.decoding.greedy import decode
+    from transformer.io.checkpoint import load_checkpoint
+    from transformer.viz.report import html_report
+
+    shipped = load_checkpoint(REPO / "checkpoints" / "en-fr.safetensors")
+    sentence = "Two dogs are playing in the snow."
+    (tmp_path / "report.html").write_text(
+        html_report(decode(shipped.model, shipped.tokenizer, sentence), sentence, "en-fr")
+    )
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    outside = []
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else (outside.append(route.request.url), route.abort()))  # fmt: skip
+    page.goto((tmp_path / "report.html").as_uri())
+    page.wait_for_function(REPORT_SCREEN_DRAWN)
+    drawn = page.evaluate("document.querySelectorAll('.figure.js-plotly-plot').length")
+    assert 1 <= drawn < 5  # the first screen, not every figure
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    page.wait_for_function(REPORT_ALL_DRAWN)
+    assert page.evaluate("document.querySelectorAll('.figure.js-plotly-plot').length") == 5 and outside == []
 
 
 @pytest.mark.parametrize(

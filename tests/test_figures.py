@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -77,7 +78,11 @@ def test_report_is_self_contained_and_escapes_user_text(model, tokenizer):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
     assert "tiny &lt;b&gt;" in page
     assert 'src="http' not in page and "cdn" not in page.lower()[:2000]
-    assert page.count("Plotly.newPlot") == 5  # output probabilities, three kinds, rollout
+    assert page.count('<div class="figure"') == 5  # output probabilities, three kinds, rollout
+    specs = re.findall(r'<script type="application/json">(.*?)</script>', page, re.S)
+    figures = [json.loads(spec) for spec in specs]  # each figure whole, drawn when it nears the screen
+    assert len(figures) == 5 and all(figure["data"] for figure in figures)
+    assert all("<" not in spec for spec in specs)  # escaped: no text inside a figure can end its element
 
 
 def test_legends_sit_above_the_plot_clear_of_the_axis_titles():
