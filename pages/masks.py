@@ -75,9 +75,8 @@ for index, tab in enumerate(st.tabs(["your sentence", "the second sentence"])):
         )
 
 st.subheader("What the mask does to one head")
-if not session.get("kind_chosen"):  # the one kind whose mask shows on a single sentence, until another is chosen
-    session.kind = AttentionKind.DECODER.value
-kind, layer, head = kind_layer_head(result)
+# Opens on the one kind whose mask shows on a single sentence, until a kind is chosen; other pages keep theirs.
+kind, layer, head = kind_layer_head(result, page_default=AttentionKind.DECODER)
 inputs = models.sublayer_inputs_cached(
     checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer
 )

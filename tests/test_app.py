@@ -211,6 +211,10 @@ def test_masks_page_shows_padding_in_a_batch_and_zero_weight_where_masked(explor
     # the per-head demo opens on the decoder's masked self-attention, the kind whose mask a single sentence shows
     assert at.radio(key="widget_kind").value == "decoder"
     assert "largest weight any of them got after the softmax: 0.0" in at.success[0].value
+    elsewhere = at.switch_page("pages/attention.py").run()  # a visit to Masks chose nothing for the other pages
+    assert elsewhere.radio(key="widget_kind").value == "cross"
+    at = elsewhere.switch_page("pages/masks.py").run()
+    assert at.radio(key="widget_kind").value == "decoder"
     at.radio(key="widget_kind").set_value("cross").run()  # a kind the visitor chose is kept, here and elsewhere
     assert "Nothing is masked here" in at.info[0].value
     at = at.switch_page("pages/masks.py").run()

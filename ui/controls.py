@@ -9,12 +9,19 @@ from transformer.model.kinds import AttentionKind
 from ui import keys
 
 
-def attention_kind(container=st, horizontal: bool = False) -> AttentionKind:
-    """The shared choice of attention kind as a radio (cross-attention until the visitor picks another)."""
+def attention_kind(container=st, horizontal: bool = False, page_default: AttentionKind | None = None) -> AttentionKind:
+    """The shared choice of attention kind as a radio (cross-attention until the visitor picks another).
+
+    A page may open on its own `page_default` until the visitor (or a link) chooses a kind: shown on that page
+    only, the shared choice the other pages read is left as it was.
+    """
     st.session_state.setdefault("kind", AttentionKind.CROSS.value)
+    binding = keys.shared("kind")
+    if page_default is not None and not st.session_state.get("kind_chosen"):
+        st.session_state[binding["key"]] = page_default.value
     options = [kind.value for kind in AttentionKind]
     choice = container.radio("Attention", options, format_func=lambda value: AttentionKind(value).title,
-                             horizontal=horizontal, **keys.shared("kind"))  # fmt: skip
+                             horizontal=horizontal, **binding)  # fmt: skip
     return AttentionKind(choice)
 
 
@@ -27,10 +34,12 @@ def words_toggle(container=st) -> bool:
     )
 
 
-def kind_layer_head(result: DecodeResult, columns: list | None = None) -> tuple[AttentionKind, int, int]:
+def kind_layer_head(
+    result: DecodeResult, columns: list | None = None, page_default: AttentionKind | None = None
+) -> tuple[AttentionKind, int, int]:
     """Attention kind, layer and head (0-based) as radio + two selects, in the given columns or side by side."""
     kind_column, layer_column, head_column = columns or st.columns([3, 1, 1])
-    kind = attention_kind(kind_column)
+    kind = attention_kind(kind_column, page_default=page_default)
     return kind, *layer_head(result, kind, layer_column, head_column)
 
 
