@@ -107,6 +107,8 @@ def test_validation_sets_are_scored_each_and_averaged(tmp_path):
 def test_mismatched_corpus_lists_are_one_clear_error(tmp_path):
     with pytest.raises(ValueError, match="2 source files, 1 target files and 2 weights"):
         TrainSettings(train_src=("a", "b"), train_tgt=("c",), val_src="x", val_tgt="y", out="o", train_weights=(1, 2))
+    with pytest.raises(ValueError, match="at least one validation set"):
+        TrainSettings(train_src="a", train_tgt="b", val_src=(), val_tgt=(), out="o")
     with pytest.raises(ValueError, match="above 0"):
         TrainSettings(train_src="a", train_tgt="b", val_src="x", val_tgt="y", out="o", train_weights=(0,))
 

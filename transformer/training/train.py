@@ -80,6 +80,8 @@ class TrainSettings:
         if not len(self.train_src) == len(self.train_tgt) == len(weights):
             raise ValueError(f"{len(self.train_src)} source files, {len(self.train_tgt)} target files and "
                              f"{len(weights)} weights: give one of each per training corpus")  # fmt: skip
+        if not self.val_src:
+            raise ValueError("give at least one validation set (--val-src and --val-tgt)")
         if len(self.val_src) != len(self.val_tgt):
             raise ValueError(f"{len(self.val_src)} validation source files but {len(self.val_tgt)} target files")
         if not all(w > 0 for w in weights):
