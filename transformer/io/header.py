@@ -20,7 +20,7 @@ class CheckpointError(ValueError):
 MAX_HEADER_BYTES = 64 * 1024 * 1024
 
 
-_DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
+DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
 
 
 def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -31,8 +31,11 @@ def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def read_header(data: bytes) -> dict[str, Any]:
-    """The safetensors JSON header, checked for size and shape before anything is allocated."""
+def read_header(data: bytes, require_metadata: bool = True) -> dict[str, Any]:
+    """The safetensors JSON header, checked for size and shape before anything is allocated.
+
+    A checkpoint's must hold `__metadata__`; another safetensors file (a Hugging Face model's) need not.
+    """
     if len(data) < 8:
         raise CheckpointError(f"file is truncated: {len(data)} bytes, too short for a safetensors header")
     # A safetensors header is JSON right after its 8-byte length, whose low byte may well be 0x80 or "PK".
@@ -53,18 +56,20 @@ def read_header(data: bytes) -> dict[str, Any]:
         header = json.loads(data[8 : 8 + header_bytes], object_pairs_hook=_without_duplicates)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise CheckpointError("not a checkpoint: the safetensors header is not valid JSON") from None
-    if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
+    if not isinstance(header, dict):
+        raise CheckpointError("not a checkpoint: the safetensors header is not a JSON object")
+    if require_metadata and not isinstance(header.get("__metadata__"), dict):
         raise CheckpointError("not a checkpoint: the safetensors header has no metadata")
     return header
 
 
-def read_file_header(path: str | Path) -> dict[str, Any]:
+def read_file_header(path: str | Path, require_metadata: bool = True) -> dict[str, Any]:
     """The header of a checkpoint file, reading only its first bytes (for listing files without loading them)."""
     with open(path, "rb") as file:
         prefix = file.read(8)
         if len(prefix) == 8:
             prefix += file.read(min(struct.unpack("<Q", prefix)[0], MAX_HEADER_BYTES + 1))
-    return read_header(prefix)
+    return read_header(prefix, require_metadata)
 
 
 def _is_int_list(value: Any, length: int | None = None) -> bool:
@@ -92,7 +97,7 @@ def check_tensors(header: dict[str, Any], expected: dict[str, tuple[int, ...]], 
         )
     extents = []
     for name, entry in stored.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) or entry["dtype"] not in _DTYPE_BYTES:
+        if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) or entry["dtype"] not in DTYPE_BYTES:
             raise CheckpointError(f"tensor {name}: unsupported or missing dtype")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
         if not _is_int_list(shape):
@@ -102,7 +107,7 @@ def check_tensors(header: dict[str, Any], expected: dict[str, tuple[int, ...]], 
         if not _is_int_list(offsets, 2):
             raise CheckpointError(f"tensor {name}: malformed data offsets {offsets!r}")
         start, end = offsets
-        if not start <= end <= payload_bytes or end - start != math.prod(shape) * _DTYPE_BYTES[entry["dtype"]]:
+        if not start <= end <= payload_bytes or end - start != math.prod(shape) * DTYPE_BYTES[entry["dtype"]]:
             raise CheckpointError(f"tensor {name}: data offsets are inconsistent (file truncated or corrupt)")
         extents.append((start, end))
     covered = 0

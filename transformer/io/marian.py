@@ -14,7 +14,6 @@ import json
 import os
 import re
 import stat
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint, model_from_tensors
-from transformer.io.header import MAX_HEADER_BYTES
+from transformer.io.header import DTYPE_BYTES, read_file_header
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 
@@ -44,7 +43,6 @@ LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.([a-z_0-9]+)\
 # 250k pieces about 10 MB. A link to /dev/zero, a named pipe or a 5 GB "config" is refused, not read.
 MAX_JSON_BYTES = 1 << 20
 MAX_TOKENIZER_BYTES = 64 << 20
-WEIGHT_DTYPES = {"F32", "F16", "BF16"}
 
 
 def regular_file(directory: Path, name: str) -> Path | None:
@@ -91,13 +89,19 @@ def read_json(directory: Path, name: str, limit: int = MAX_JSON_BYTES) -> Any:
         raise CheckpointError(f"{name} in {directory.name} is not JSON: {str(error)[:120]}") from None
 
 
+def marian_config_json(path: Path) -> dict[str, Any] | None:
+    """The `config.json` of a directory saved by Hugging Face for a Marian model, or None for anything else;
+    CheckpointError for a hostile one (a config too deep, too large, not a regular file)."""
+    if not path.is_dir() or regular_file(path, "config.json") is None:
+        return None
+    config = read_json(path, "config.json")
+    return config if isinstance(config, dict) and config.get("model_type") == "marian" else None
+
+
 def is_marian_directory(path: Path) -> bool:
     """Whether path is a directory saved by Hugging Face for a Marian model (a hostile one reads as not)."""
     try:
-        if not path.is_dir() or regular_file(path, "config.json") is None:
-            return False
-        config = read_json(path, "config.json")
-        return isinstance(config, dict) and config.get("model_type") == "marian"
+        return marian_config_json(path) is not None
     except (CheckpointError, OSError):
         return False
 
@@ -182,9 +186,8 @@ def describe_marian(directory: Path) -> str:
 def import_marian(directory: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
     """A Marian model directory as a checkpoint of this project (save it with save_checkpoint)."""
     directory = Path(directory)
-    has_config = directory.is_dir() and regular_file(directory, "config.json") is not None
-    hf_config = read_json(directory, "config.json") if has_config else None
-    if not isinstance(hf_config, dict) or hf_config.get("model_type") != "marian":
+    hf_config = marian_config_json(directory)
+    if hf_config is None:
         raise CheckpointError(
             f"{directory} is not a Hugging Face Marian model directory (config.json with model_type marian)"
         )
@@ -256,20 +259,13 @@ def _safetensors(directory: Path, name: str) -> dict[str, torch.Tensor]:
     path = regular_file(directory, name)
     if path is None:
         raise CheckpointError(f"{directory.name} lacks the weights file {name}")
-    with open(path, "rb") as handle:
-        start = handle.read(8)
-        length = struct.unpack("<Q", start)[0] if len(start) == 8 else 0
-        if not 2 <= length <= MAX_HEADER_BYTES:
-            raise CheckpointError(f"{name} in {directory.name} is not a safetensors file (it may be a pickle or zip)")
-        try:
-            header = json.loads(handle.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-            raise CheckpointError(f"{name} in {directory.name} is not a safetensors file: its header is not JSON")
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{name} in {directory.name} is not a safetensors file")
+    try:
+        header = read_file_header(path, require_metadata=False)
+    except CheckpointError as error:
+        raise CheckpointError(f"{name} in {directory.name} is not a safetensors file: {error}") from None
     for tensor, entry in header.items():
         dtype = entry.get("dtype") if isinstance(entry, dict) else None
-        if tensor != "__metadata__" and dtype not in WEIGHT_DTYPES:
+        if tensor != "__metadata__" and dtype not in DTYPE_BYTES:
             raise CheckpointError(f"{name}: the tensor {tensor[:80]} is {str(dtype)[:20]}; weights must be F32, "
                                   "F16 or BF16")  # fmt: skip
     try:
