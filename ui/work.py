@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -59,10 +60,15 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
         _return_memory()
 
 
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, looked up once (find_library runs ldconfig); None on other C libraries."""
+    name = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+
+
 def _return_memory() -> None:
     """Gives the freed gradients' memory back to the system (glibc keeps freed arenas otherwise: 3 GB stayed)."""
-    name = ctypes.util.find_library("c")
-    if name:
-        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
-        if trim is not None:
-            trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
