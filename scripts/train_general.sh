@@ -7,6 +7,8 @@
 # The data: Hansard debates (0.3 of them a new draw each epoch), Tatoeba's everyday sentences less a dev
 # set of 1,000 English sentences held out (twice), WMT news (twice) and Multi30k captions (once); validated
 # on FLORES dev, newstest2013, the Tatoeba dev set and Multi30k val (300 sentences of each, mean BLEU).
+# No dropout: a CPU run sees each pair about once, so there is nothing yet to overfit, and a step without
+# dropout takes 0.7 of the time (1.85 s against 2.6 s for 4,000 tokens a side, 4+3 layers, 2 quiet cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data="$(realpath -m ../shared/data)"
@@ -36,5 +38,5 @@ exec .venv/bin/python -m transformer train \
   --val-tgt "$en/flores.dev.fr.gz" "$en/newstest2013.fr.gz" "$run/data/tatoeba.train-dev.fr.gz" "$m30k/val.fr.gz" \
   --val-limit 300 --out "$run/general.safetensors" --keep-last 3 --tokenizer-sample 400000 \
   --vocab-size 8000 --d-model 256 --n-heads 8 --d-ff 1024 --n-encoder-layers 4 --n-decoder-layers 3 \
-  --dropout 0.1 --max-len 128 --max-tokens 4000 --lr-factor 0.5 --warmup 800 --epochs 100 --patience 100 \
+  --dropout 0 --max-len 128 --max-tokens 4000 --lr-factor 0.5 --warmup 800 --epochs 100 --patience 100 \
   --save-every 200 "${resume[@]}" "$@"

@@ -176,6 +176,17 @@ def test_resuming_with_another_model_names_the_differing_settings(trained_with_s
     assert "--d-model 16 there, 32 here" in done.stderr and "--n-heads 2 there, 4 here" in done.stderr
 
 
+def test_a_resumed_run_may_change_its_dropout(trained_with_state):
+    from transformer.training.state import load_state
+
+    tmp_path, out, state = trained_with_state
+    assert load_state(state).config.dropout == 0.1
+    done = run_cli(*_train_command(tmp_path), "--out", str(out), "--resume", "--epochs", "2", "--dropout", "0")
+    assert done.returncode == 0, done.stderr
+    resumed = load_state(state)
+    assert resumed.config.dropout == 0.0 and resumed.progress.epoch == 2
+
+
 def test_temporaries_of_interrupted_saves_are_removed(trained_with_state, tmp_path):
     from transformer.io.checkpoint import write_atomically
 

@@ -108,12 +108,19 @@ def load_state(path: Path) -> LoadedState:
         ) from None
 
 
+RESUMABLE_CHANGES = {"dropout"}  # model settings a resumed run may change
+
+
 def check_same_model(path: Path, saved: TransformerConfig, asked: TransformerConfig) -> None:
-    """Refuses to resume into a model of another shape, naming each setting that differs (not 100 tensors)."""
+    """Refuses to resume into a model of another shape, naming each setting that differs (not 100 tensors).
+
+    Dropout may change: it is how training regularises, not what the weights mean (a long run on much data
+    may drop it to learn faster per step once overfitting is not the risk).
+    """
     differing = [
         f"--{f.name.replace('_', '-')} {getattr(saved, f.name)} there, {getattr(asked, f.name)} here"
         for f in fields(TransformerConfig)
-        if getattr(saved, f.name) != getattr(asked, f.name)
+        if f.name not in RESUMABLE_CHANGES and getattr(saved, f.name) != getattr(asked, f.name)
     ]
     if differing:
         raise TrainingStateError(
