@@ -36,6 +36,8 @@ action = step_player(explored.result, explored.checkpoint.tokenizer, explored.ch
                      bool(session.get("presentation")))  # fmt: skip
 if action is not None:
     session.step, session.stepped = action.step, True
+    if action.page is not None:
+        st.switch_page(action.page)
     if action.name == "what_if":
         with st.spinner("Decoding the branch ..."):
             session.branch = branch(explored.checkpoint.model, explored.checkpoint.tokenizer, explored.result,

@@ -105,6 +105,15 @@ def test_attention_maps_open_at_the_browsers_step(explorer, reference, monkeypat
     assert array(figure(at, 0)["data"][0]["z"]).shape == (3, 3) and at.query_params["step"] == "3"
 
 
+def test_leaving_by_a_link_takes_the_browsers_step_to_the_linked_page(explorer):
+    at = step_action(explorer, name="leave", step=3, page="/attribution")
+    assert not at.exception and at.session_state["step"] == 3 and at.session_state["stepped"]
+    assert at.title[0].value == "Attribution"  # the page the link named, opened by the server
+    for page in ("/../../etc/passwd", "/nowhere", "/attribution\x00", ["/attribution"], "/" + "a" * 5000):
+        at = step_action(at.switch_page("pages/explorer.py").run(), name="leave", step=2, page=page)
+        assert not at.exception and at.session_state["step"] == 3 and at.title[0].value == "Decode explorer", page
+
+
 def test_teacher_forcing_scores_the_given_target(explorer):
     explorer.text_input(key="target").input("Deux chats dorment sur le canapé.")
     explorer.button(key="FormSubmitter:teacher_forcing-Run on this target").click().run()

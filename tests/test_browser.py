@@ -277,3 +277,35 @@ def test_a_fresh_servers_first_visitor_by_a_page_link_gets_the_apps_menu(browser
         assert links[:2] == ["Decode explorer", "Attention maps"]  # not the pages/ folder's file names
         assert page.locator("h1").all_text_contents() == ["Attention maps"]
         page.close()
+
+
+def test_the_step_chosen_in_the_browser_follows_the_visitor_to_every_page(server, browser):
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(server)
+    wait_for_step_view(page, 1)
+    wait_idle(page)
+    page.get_by_role("button", name="Next").click()
+    wait_for_step_view(page, 2)
+    page.keyboard.press("ArrowRight")  # the keys step on after a click on Next (the button has the focus)
+    page.keyboard.press("ArrowRight")
+    wait_for_step_view(page, 4)
+
+    sidebar = page.locator('[data-testid="stSidebarNavLink"]')
+    sidebar.filter(has_text="Attribution").click()
+    page.get_by_role("heading", name="Step 4:").wait_for(timeout=120_000)  # not step 1
+    sidebar.filter(has_text="Attention maps").click()
+    wait_for_heatmaps(page, 1)
+    wait_idle(page)
+    assert "step=4" in page.url  # rows up to step 4, not the whole decode
+    sidebar.filter(has_text="Decode explorer").click()
+    wait_for_step_view(page, 4)
+    wait_idle(page)
+    assert step_view_position(page)[0] == 4 and "step=4" in page.url
+    page.keyboard.press("ArrowLeft")  # no focus in the view: the keys belong to the page
+    page.get_by_role("button", name="Previous").click()
+    wait_for_step_view(page, 3)
+    sidebar.filter(has_text="Positional encoding").click()  # a page that has no step keeps it for the next
+    page.get_by_role("heading", name="Positional encoding").wait_for()
+    sidebar.filter(has_text="Decode explorer").click()
+    wait_for_step_view(page, 3)
+    assert page.locator('[data-testid="stException"]').count() == 0

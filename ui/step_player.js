@@ -3,6 +3,24 @@
 
 const held = new Map(); // component key -> {id, serverStep, step, rate}: the visitor's step across redraws
 const timers = new Map(); // component key -> Play's interval (Streamlit keeps no cleanup between redraws)
+const leaving = new Map(); // component key -> (link) => whether it took the visitor to the link's page itself
+
+// A plain click on one of the app's links (the sidebar's pages, a page link) leaves the page. When the visitor has
+// stepped in the browser, the step view asks the server for that page itself, with the step: the next page opens
+// at it. One message a page left, none a step.
+document.addEventListener(
+  "click",
+  (event) => {
+    const link = event.target.closest?.("a[href]");
+    const plain = event.button === 0 && !(event.ctrlKey || event.metaKey || event.shiftKey || event.altKey);
+    if (!link || !plain || link.origin !== window.location.origin) return;
+    if ([...leaving.values()].some((leave) => leave(link))) {
+      event.preventDefault();
+      event.stopPropagation();
+    }
+  },
+  true,
+);
 
 function decoded(text) {
   const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
@@ -219,7 +237,7 @@ export default function (component) {
     }
   };
   root.onkeydown = (event) => {
-    if (event.target !== root) return;
+    if (event.target.matches("input, select")) return; // the slider and the menus step with the keys themselves
     if (event.key === "ArrowRight") go(state.step + 1);
     else if (event.key === "ArrowLeft") go(state.step - 1);
     else return;
@@ -234,7 +252,14 @@ export default function (component) {
     stop();
     setTriggerValue("action", { name: "attention", step: state.step });
   };
+  leaving.set(key, (link) => {
+    if (state.step === state.serverStep) return false; // the server knows the step: the link goes as it is
+    stop();
+    setTriggerValue("action", { name: "leave", step: state.step, page: link.pathname });
+    return true;
+  });
   draw();
   stop();
   if (state.step !== data.step) writeStepToAddress(state.step); // the server's redraw wrote its own step
+  return () => leaving.delete(key);
 }

@@ -3,7 +3,8 @@
 A decode's every step (top-k candidates, the text so far, the cross-attention and masked
 self-attention rows of every layer and head) is sent once, packed; First, Previous, Next,
 Last, the slider and Play then never ask the server. What does need it (a what-if branch,
-Attention maps at this step) comes back as one action that carries the step the visitor is on.
+Attention maps at this step) comes back as one action that carries the step the visitor is on; leaving the
+page by a link sends the step once, so that the next page opens at it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from transformer.viz.attention import head_row_labels, with_layer_means
 from transformer.viz.style import colorscale_stops
 
 HERE = Path(__file__).parent
+PAGE_NAMES = frozenset(path.stem for path in (HERE.parent / "pages").glob("*.py"))  # a page's URL path
 
 
 def _hostile_trigger_refused(deserialize: Callable[[str | None], Any]) -> Callable[[str | None], Any]:
@@ -57,9 +59,21 @@ PLAY_RATES = (1, 2, 5, 10)  # steps a second Play offers
 class StepAction:
     """What the visitor asked of the server from the step view, at the step shown."""
 
-    name: str  # "what_if": branch from this step with token; "attention": open Attention maps at this step
+    name: str  # "what_if": branch from this step with token; "attention": open Attention maps at this step;
+    # "leave": the visitor followed a link to `page` after stepping in the browser
     step: int
     token: int | None = None
+    page: str | None = None  # the page script to open ("pages/attribution.py")
+
+
+def page_of_link(path: object) -> str | None:
+    """The app's page script a link's path opens (its last part names it; none: the default page), or None."""
+    if type(path) is not str or len(path) > 2000:
+        return None
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    if name in ("", str(st.get_option("server.baseUrlPath") or "").strip("/").rsplit("/", 1)[-1]):
+        name = "explorer"
+    return f"pages/{name}.py" if name in PAGE_NAMES else None
 
 
 def packed(values: np.ndarray) -> str:
@@ -142,7 +156,7 @@ def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str,
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action
-    if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention"):
+    if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention", "leave"):
         return None
     chosen = action.get("step")
     if type(chosen) is not int or not 0 <= chosen < result.steps:  # not True, not 1.0: ids are whole numbers
@@ -150,4 +164,7 @@ def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str,
     token = action.get("token")
     if action["name"] == "what_if" and (type(token) is not int or token not in result.topk_ids[chosen].tolist()):
         return None  # only the step's own candidates can be branched on
-    return StepAction(action["name"], chosen, token if action["name"] == "what_if" else None)
+    page = page_of_link(action.get("page")) if action["name"] == "leave" else None
+    if action["name"] == "leave" and page is None:
+        return None
+    return StepAction(action["name"], chosen, token if action["name"] == "what_if" else None, page)
