@@ -309,3 +309,23 @@ def test_the_step_chosen_in_the_browser_follows_the_visitor_to_every_page(server
     sidebar.filter(has_text="Decode explorer").click()
     wait_for_step_view(page, 3)
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+LONG_SENTENCE = ("The old man who lives in the house at the end of the street walks his dogs along the "
+                 "river every morning before the shops open and children go to school.")  # fmt: skip
+MAPS_CUT_OFF = f"""() => [...{PLAYER}.querySelectorAll('.map')].filter(box => {{
+  box.scrollLeft = box.scrollWidth;  // as far right as the visitor can scroll it (nothing, unless it scrolls)
+  const last = [...box.querySelectorAll('.key-label')].at(-1).getBoundingClientRect();
+  return last.right > box.getBoundingClientRect().right + 1 || last.width === 0;
+}}).map(box => box.querySelector('.map-title').textContent)"""
+
+
+@pytest.mark.parametrize("size,presentation", [((1440, 900), False), ((1024, 768), True)], ids=["1440", "projector"])
+def test_a_long_sentences_maps_fit_or_scroll_never_cut(server, browser, size, presentation):
+    assert len(LONG_SENTENCE.split()) == 31
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    page.goto(f"{server}/?text={LONG_SENTENCE}{'&presentation=1' if presentation else ''}")
+    wait_for_step_view(page)
+    wait_idle(page)
+    page.screenshot(path=ARTIFACTS / f"long-sentence-{size[0]}.png", full_page=True)
+    assert page.evaluate(MAPS_CUT_OFF) == []  # every source token within reach

@@ -65,7 +65,7 @@ function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum
   heading.append(legend);
   box.append(heading);
   const grid = element("div", "grid");
-  grid.style.gridTemplateColumns = `max-content repeat(${labels.length}, minmax(0.9rem, 1fr))`;
+  grid.style.gridTemplateColumns = `max-content repeat(${labels.length}, minmax(0.8rem, 1fr))`;
   rows.forEach((row, r) => {
     const isMean = r % (heads + 1) === heads;
     grid.append(element("div", isMean ? "row-label mean" : "row-label", row));
