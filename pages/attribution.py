@@ -21,6 +21,7 @@ from ui.sidebar import page_frame
 from ui.text import literal
 from ui.work import ATTRIBUTION_BUDGET, heavy_job
 
+GRADIENTS = ("gradient × input", "integrated gradients")  # signed: red raised the token's probability, blue lowered it
 EXPLANATIONS = {
     "cross-attention": "the weights p_attn of the chosen head (or their mean): where the head looked. A head may "
     "look hard at a token whose value vector is nearly zero, so a large weight need not mean a large effect.",
@@ -78,8 +79,10 @@ measures = {
 }
 measures = {name: over_words(values, result.src_pieces, words)[0] for name, values in measures.items()}
 _, source_labels = over_words(cross_rows, result.src_pieces, words)
-show(measures_over_tokens(measures, source_labels, f"what produced '{plotly_text(piece)}': four measures over the source"),
-     key="attribution_step")  # fmt: skip
+show(measures_over_tokens(measures, source_labels, f"what produced '{plotly_text(piece)}': four measures over the source",
+                          signed=GRADIENTS), key="attribution_step")  # fmt: skip
+st.caption("Each row as shares of its total |value|. Attention (blue) is never negative; the gradients' rows keep "
+           "their sign: red raised the token's probability, blue lowered it, as in the tabs below.")  # fmt: skip
 share = float(found.source_share[step])
 difference = float(found.log_probs[step] - found.baseline_log_probs[step])
 delta = float(found.convergence_delta[step])
@@ -94,7 +97,8 @@ if abs(delta) > 0.1 * max(abs(difference), 1e-6):
 prefix, prefix_labels = over_words(found.integrated_gradients_target[step, : step + 1],
                                    found.decoder_input_pieces[: step + 1], words)  # fmt: skip
 show(measures_over_tokens({"integrated gradients": prefix}, prefix_labels,
-                          "...and over the output so far (the decoder's input)"), key="attribution_prefix")  # fmt: skip
+                          "...and over the output so far (the decoder's input)", signed=GRADIENTS),
+     key="attribution_prefix")  # fmt: skip
 
 st.subheader("Over every step")
 tabs = st.tabs(["cross-attention", "value-weighted", "gradient × input", "integrated gradients", "output so far",
@@ -145,11 +149,11 @@ if foil is not None:
     foil_piece = readable(checkpoint.tokenizer.id_to_piece(foil))
     show(measures_over_tokens({"source": over_words(source, result.src_pieces, words)[0]}, source_labels,
                               f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
-                              "gradients of the difference"),
+                              "gradients of the difference", signed=("source",)),
          key="attribution_contrast")  # fmt: skip
-    st.caption(f"Red in the hover's value: a token that favoured '{literal(piece)}'; negative, one that favoured "
-               f"'{literal(foil_piece)}'. The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total "
-               f"|attribution|; convergence delta {foil_delta:.3f}.")  # fmt: skip
+    st.caption(f"Red: a token that favoured '{literal(piece)}'; blue: one that favoured '{literal(foil_piece)}'. "
+               f"The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total |attribution|; "
+               f"convergence delta {foil_delta:.3f}.")  # fmt: skip
 
 with st.expander("What each measure says, and where it misleads"):
     for name, meaning in EXPLANATIONS.items():

@@ -129,10 +129,16 @@ def test_the_attribution_page_draws_the_four_measures_of_the_explorers_step():
     rows = step_figure["data"][0]["y"]
     assert [name.split(" (")[0] for name in rows] == ["cross-attention", "value-weighted", "gradient × input",
                                                       "integrated gradients"]  # fmt: skip
-    shares = array(step_figure["data"][0]["z"])
+    attention, gradients = (array(trace["z"]) for trace in step_figure["data"])
     result = at.session_state["result"]
-    assert shares.shape == (4, len(result.src_ids))
-    np.testing.assert_allclose(shares.sum(1), 1, atol=1e-5)  # each measure as shares of its row
+    assert attention.shape == gradients.shape == (4, len(result.src_ids))
+    assert np.isnan(attention[2:]).all() and np.isnan(gradients[:2]).all()  # each row drawn by one trace
+    shares = np.where(np.isnan(attention), gradients, attention)
+    np.testing.assert_allclose(np.abs(shares).sum(1), 1, atol=1e-5)  # each measure as shares of its row's |value|
+    assert (attention[:2] >= 0).all()
+    values = array(step_figure["data"][1]["customdata"])
+    np.testing.assert_array_equal(np.sign(gradients[2:]), np.sign(values[2:]))  # a gradient keeps its sign
+    assert step_figure["data"][1]["zmid"] == 0 and step_figure["data"][1]["zmin"] == -step_figure["data"][1]["zmax"]
     np.testing.assert_allclose(shares[0], result.cross[0, 0, 1].numpy() / result.cross[0, 0, 1].sum().item(), atol=1e-5)
     table = at.dataframe[0].value
     assert len(table) == 24 and list(table.columns)[0] == "mean over steps"
@@ -252,5 +258,5 @@ def test_the_contrastive_caption_shows_token_pieces_as_text():
     at.session_state["step"] = len(at.session_state["result"].tgt_ids) - 1  # the step that produces </s>
     at = at.switch_page("pages/attribution.py").run()
     assert not at.exception
-    caption = next(c.value for c in at.caption if c.value.startswith("Red in the hover"))
+    caption = next(c.value for c in at.caption if c.value.startswith("Red: a token that favoured"))
     assert f"'{literal('</s>')}'" in caption and "'</s>'" not in caption  # raw, Markdown took it for an HTML tag

@@ -122,3 +122,15 @@ def test_a_fitted_colour_scale_spans_the_weights_drawn_and_says_so():
     at.toggle(key="attention_fit").set_value(True).run()
     assert not at.exception
     assert any("fitted to the weights drawn" in caption.value for caption in at.caption)
+
+
+def test_a_gradient_that_lowered_the_output_stays_negative_beside_attention():
+    from transformer.viz.attribution import measures_over_tokens
+
+    measures = {"cross-attention": np.array([0.6, 0.4]), "gradient × input": np.array([3.0, -1.0])}
+    attention, gradient = measures_over_tokens(measures, ["▁a", "▁b"], "t", signed=("gradient × input",)).data
+    np.testing.assert_allclose(attention.z[0], [0.6, 0.4])
+    np.testing.assert_allclose(gradient.z[1], [0.75, -0.25])  # a share of the row's |value|, with its sign
+    assert np.isnan(attention.z[1]).all() and np.isnan(gradient.z[0]).all()
+    assert gradient.zmid == 0 and gradient.zmin == -0.75 and attention.zmin == 0
+    assert attention.colorbar.x != gradient.colorbar.x  # two scales, side by side

@@ -2,38 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import plotly.graph_objects as go
 
+from transformer.viz.matrices import diverging_scale
 from transformer.viz.style import COLORSCALE, axis_labels, fit_labels
 
 
-def measures_over_tokens(measures: dict[str, np.ndarray], pieces: list[str], title: str) -> go.Figure:
+def measures_over_tokens(
+    measures: dict[str, np.ndarray], pieces: list[str], title: str, signed: Collection[str] = ()
+) -> go.Figure:
     """One row per measure over the same tokens, each row as shares of its total |value| so that rows compare.
 
-    The colour is the share (one scale for every row); the hover also gives the signed value, since a
-    gradient's sign says whether the token raised or lowered the output's probability.
+    Rows named in `signed` (gradients: a token raised or lowered the output's probability) keep their sign
+    and take a diverging scale centred on 0, red raising, blue lowering, as the page's signed matrices do;
+    the others (attention, never negative) take the attention's sequential scale. The hover gives the value.
     """
     names = list(measures)
     values = np.stack([np.asarray(measures[name], dtype=np.float64) for name in names])
-    magnitude = np.abs(values)
-    shares = magnitude / np.maximum(magnitude.sum(axis=1, keepdims=True), 1e-12)
-    fig = go.Figure(
-        go.Heatmap(
-            z=shares,
-            x=axis_labels(pieces),
-            y=names,
-            customdata=values,
-            colorscale=COLORSCALE,
-            zmin=0,
-            zmax=max(float(shares.max()), 1e-6),
-            xgap=1,
-            ygap=2,
-            hovertemplate="%{y}<br>token %{x}<br>share %{z:.3f}<br>value %{customdata:.4g}<extra></extra>",
-            colorbar=dict(thickness=10, title="share"),
-        )
-    )
+    shares = values / np.maximum(np.abs(values).sum(axis=1, keepdims=True), 1e-12)
+    is_signed = np.array([name in signed for name in names])
+    x = axis_labels(pieces)
+    fig = go.Figure()
+    for signed_rows, scale in ((False, "share"), (True, "signed share")):
+        if not (is_signed == signed_rows).any():
+            continue
+        z = np.where((is_signed == signed_rows)[:, None], shares, np.nan)
+        bound = max(float(np.nanmax(np.abs(z))), 1e-6)
+        colours = diverging_scale(bound) if signed_rows else dict(colorscale=COLORSCALE, zmin=0, zmax=bound)
+        hover = f"%{{y}}<br>token %{{x}}<br>{scale} %{{z:.3f}}<br>value %{{customdata:.4g}}<extra></extra>"
+        colorbar = dict(thickness=10, title=scale, len=0.9, x=1.0 + 0.12 * len(fig.data))  # side by side
+        fig.add_trace(
+            go.Heatmap(z=z, x=x, y=names, customdata=values, xgap=1, ygap=2, hoverongaps=False, name=scale,
+                       hovertemplate=hover, colorbar=colorbar, **colours)
+        )  # fmt: skip
     fig.update_layout(title=title, height=140 + 46 * len(names), margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(type="category", showgrid=False, tickangle=-45)
-    fig.update_yaxes(type="category", showgrid=False, autorange="reversed")
+    fig.update_yaxes(type="category", showgrid=False, autorange="reversed", categoryorder="array",
+                     categoryarray=names)  # fmt: skip
     return fit_labels(fig)

@@ -13,6 +13,11 @@ from transformer.viz.style import MASKED_COLOR, axis_labels, fit_labels
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 
 
+def diverging_scale(bound: float) -> dict:
+    """Heatmap colour arguments for signed values within ±bound: white at 0, whatever the values' balance."""
+    return dict(colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound)
+
+
 def _labels(pieces: list[str] | None) -> list[str] | None:
     """Token labels, or None: Plotly numbers the rows or dimensions itself, and thins those numbers as it likes."""
     return axis_labels(pieces) if pieces is not None else None
@@ -44,7 +49,7 @@ def matrix_heatmap(
     scale = (
         dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
         if value_range is not None
-        else dict(colorscale=DIVERGING, zmid=0, zmin=-bound, zmax=bound)
+        else diverging_scale(bound)
     )
     fig = go.Figure(
         go.Heatmap(
