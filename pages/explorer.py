@@ -3,14 +3,13 @@
 import streamlit as st
 
 from transformer.analysis.views import attention_view
-from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
 from ui import keys, models, url
 from ui.charts import show
 from ui.controls import words_toggle
-from ui.sidebar import page_frame
+from ui.sidebar import page_frame, take_branch
 from ui.step_player import step_player
 from ui.text import literal
 
@@ -21,12 +20,8 @@ for note in explored.notes:
     st.warning(literal(note))
 st.markdown(f"**Source** · {literal(explored.text)}")
 if session.get("branch") is not None:
-    st.radio(
-        "Showing",
-        [False, True],
-        format_func=lambda b: "what-if branch: " + session.branch.text if b else "original: " + explored.original.text,
-        **keys.shared("show_branch"),
-    )
+    shown = {False: "original: " + explored.original.text, True: "what-if branch: " + session.branch.text}
+    st.radio("Showing", [False, True], format_func=shown.get, **keys.shared("show_branch"))
 st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explored.result.text)}")
 
 
@@ -39,10 +34,8 @@ if action is not None:
     if action.page is not None:
         st.switch_page(action.page)
     if action.name == "what_if":
-        with st.spinner("Decoding the branch ..."):
-            session.branch = branch(explored.checkpoint.model, explored.checkpoint.tokenizer, explored.result,
-                                    action.step, action.token)  # fmt: skip
-        session.show_branch = True
+        taken = session.get("branch_from", ()) if explored.result is not explored.original else ()
+        take_branch(explored.checkpoint, (*taken, (action.step, action.token)))
         st.rerun()
     st.switch_page("pages/attention.py")
 url.write_url()

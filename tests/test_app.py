@@ -76,6 +76,29 @@ def test_what_if_branch_from_the_browsers_step_changes_the_output(explorer, refe
     assert not explorer.exception and explorer.session_state["branch"] is branch
 
 
+def test_a_what_if_branchs_link_opens_the_branch_and_its_branches(explorer, reference):
+    runner_up = int(reference.topk_ids[1, 1])
+    explorer = step_action(explorer, name="what_if", step=1, token=runner_up)
+    first = explorer.session_state["branch"]
+    assert explorer.query_params["what_if"] == f"2.{runner_up}"
+    assert "'▁" not in markdown(explorer)  # the forced token reads as text, not as a raw piece
+    later = int(first.topk_ids[3, 1])
+    explorer = step_action(explorer, name="what_if", step=3, token=later)  # a branch of the branch
+    second = explorer.session_state["branch"]
+    assert second.tgt_ids[:4] == [*first.tgt_ids[:3], later] and second.tgt_ids[1] == runner_up
+    link = dict(explorer.query_params)
+    assert link["what_if"] == f"2.{runner_up},4.{later}"
+    opened = start(link)
+    assert not opened.exception and opened.session_state["show_branch"]
+    assert opened.session_state["branch"].tgt_ids == second.tgt_ids
+    assert opened.session_state["step"] == 3 and "what\\-if" in markdown(opened)
+    explorer.radio(key="widget_show_branch").set_value(False).run()
+    assert "what_if" not in explorer.query_params  # the original on screen: its link opens the original
+    for hostile in (f"2.{10**6}", "0.5", "2.x", ",".join(["2.5"] * 21)):  # no candidate, no step, too deep
+        opened = start({**link, "what_if": hostile})
+        assert not opened.exception and opened.session_state.get("branch") is None, hostile
+
+
 def test_malformed_step_view_actions_are_ignored(explorer, reference):
     from helpers import step_trigger
 

@@ -92,6 +92,7 @@ KEYS: dict[str, Key] = {
     "result": Key(DecodeResult, None, "the decode of applied_text with applied_settings"),
     "result_request": Key(DecodeRequest, None, "what `result` was decoded from"),
     "branch": Key(DecodeResult, None, "a what-if decode from a step of `result`"),
+    "branch_from": Key(tuple, None, "the (step, token id) pairs that lead from `result` to `branch`, for the link"),
     "show_branch": Key(bool, None, "whether the pages show the branch instead of the result"),
     "step": Key(int, None, "the decoding step on screen (0-based)"),
     "stepped": Key(bool, None, "whether the visitor has chosen a step (until then, maps show the whole decode)"),
@@ -105,6 +106,7 @@ KEYS: dict[str, Key] = {
         f"url_{name}": Key(int, None, f"a link's {name}, applied once the result says what is in range")
         for name in ("step", "layer", "head")
     },  # fmt: skip
+    "url_branch": Key(tuple, None, "a link's what-if (step, token id) pairs, applied once the result is decoded"),
     "url_read": Key(bool, None, "whether this visit's link has been read"),
     "view": Key(str, None, "the Attention maps page's view"),
     "words": Key(bool, None, "pieces merged into words wherever attention maps are drawn"),

@@ -10,6 +10,7 @@ import torch
 from streamlit.runtime.pages_manager import PagesManager
 
 from transformer.analysis.degenerate import decode_notes
+from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint, CheckpointError
@@ -124,9 +125,26 @@ def render() -> Explored | None:
         session.result_request = request
         session.result = result
         session.pop("branch", None)
+        session.pop("branch_from", None)
     result = session.result
+    if session.get("url_branch"):
+        take_branch(checkpoint, session.pop("url_branch"))
     active = session.get("branch") if session.get("show_branch") and session.get("branch") else result
     return Explored(checkpoint, name, key, text, active, result, _input_notes(checkpoint, text, result))
+
+
+def take_branch(checkpoint: Checkpoint, chain: tuple[tuple[int, int], ...]) -> bool:
+    """Shows the what-if branch reached from the session's result by `chain`, (step, token id) pairs each
+    taking one of its output's candidates; False, changing nothing, where a pair (a link's) is no candidate."""
+    session = st.session_state
+    output = session.result
+    with st.spinner("Decoding the branch ..."):
+        for step, token in chain:
+            if not (0 <= step < output.steps and token in output.topk_ids[step].tolist()):
+                return False
+            output = branch(checkpoint.model, checkpoint.tokenizer, output, step, token)
+    session.branch, session.branch_from, session.show_branch = output, tuple(chain), True
+    return True
 
 
 def page_frame() -> Explored:

@@ -28,6 +28,9 @@ def read_url_once(checkpoints: dict) -> None:
             st.session_state[f"url_{name}"] = number - 1  # applied once the result says what is in range
             if name == "step":
                 st.session_state.stepped = True  # the link's sender had chosen a step
+    if re.fullmatch(rf"{BRANCH_STEP}(,{BRANCH_STEP}){{0,{MAX_BRANCHES - 1}}}", params.get("what_if", "")):
+        steps = [step.split(".") for step in params["what_if"].split(",")]
+        st.session_state.url_branch = tuple((int(step) - 1, int(token)) for step, token in steps)  # checked later
     if params.get("kind") in [kind.value for kind in AttentionKind]:
         st.session_state.kind = params["kind"]
         st.session_state.kind_chosen = True
@@ -50,6 +53,9 @@ def link_flag(name: str) -> bool | None:
     value = st.query_params.get(name)
     return value == "1" if value in ("0", "1") else None
 
+
+BRANCH_STEP = r"[1-9][0-9]{0,5}\.[0-9]{1,9}"  # a what-if in a link: its step (1-based) and token id
+MAX_BRANCHES = 20  # a branch of a branch ... in a link, at most this deep (each is a decode to redo)
 
 # Links stay under the length every browser, proxy and server takes (nginx's default line buffer is 8 KB).
 MAX_URL_TEXT_BYTES = 2000
@@ -76,7 +82,8 @@ def url_text(text: str) -> str:
 
 def write_url() -> None:
     """The URL names the view on screen: checkpoint, sentence, decoding settings that differ from the
-    defaults, step, layer, head (1-based), kind, the attention view, words and presentation mode."""
+    defaults, step, layer, head (1-based), kind, the attention view, words, presentation mode and the
+    what-if branch on screen (its step, 1-based, and token id: "what_if=2.417")."""
     state = st.session_state
     text = state.get("applied_text", "")
     params = {"ckpt": state.get("checkpoint"), "text": url_text(text)}
@@ -100,4 +107,6 @@ def write_url() -> None:
             params[name] = str(state[name] + 1)
     if state.get("kind"):
         params["kind"] = state.kind
+    if state.get("show_branch") and state.get("branch_from"):
+        params["what_if"] = ",".join(f"{step + 1}.{token}" for step, token in state.branch_from[-MAX_BRANCHES:])
     st.query_params.from_dict({k: v for k, v in params.items() if v})

@@ -7,13 +7,14 @@ import torch
 from transformer.decoding.greedy import decode_ids
 from transformer.decoding.result import DecodeResult, assemble, model_device, source_ids
 from transformer.model.encoder_decoder import Transformer
+from transformer.text.pieces import readable
 from transformer.text.tokenizer import Tokenizer
 
 
 def branch(model: Transformer, tokenizer: Tokenizer, result: DecodeResult, step: int, token_id: int) -> DecodeResult:
     """What if the model had taken token_id at step: force the output up to there, then decode greedily."""
     prefix = [*result.tgt_ids[:step], token_id]
-    strategy = f"what-if: '{tokenizer.id_to_piece(token_id)}' at step {step + 1}"
+    strategy = f"what-if: '{readable(tokenizer.id_to_piece(token_id))}' at step {step + 1}"
     return decode_ids(model, tokenizer, result.src_ids, strategy=strategy, prefix=prefix, truncated=result.truncated)
 
 
