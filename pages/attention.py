@@ -22,17 +22,18 @@ result = explored.result
 session = st.session_state
 st.title("Attention maps")
 
-controls = st.columns([3, 4, 1, 1, 2])
+controls = st.columns([3, 4, 1, 1])
 kind, layer, head = kind_layer_head(result, [controls[0], controls[2], controls[3]])
 views = [v for v in VIEWS if v != "rollout" or kind is AttentionKind.ENCODER]
 if session.get("view") not in views:
     session.view = "head"
 view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **keys.shared("view"))
-words = words_toggle(controls[4])
 step = None
 if not kind.queries_from_source:
-    chosen = controls_step(result, "Rows up to decoding step (the whole decode until you step)")
+    chosen = controls_step(result, "Rows up to decoding step", last_until_stepped=True)
     step = chosen if session.get("stepped") else None  # opened directly: every row, not the first step's one
+toggles = st.columns(2)  # each label whole beside the other, at every width
+words = words_toggle(toggles[0])
 
 view = attention_view(result, kind, step, words)
 layers = view.maps.shape[0]
@@ -63,7 +64,7 @@ else:
     flow = rollout(view.maps)
     figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")
     map_for_export = flow
-fitted = st.toggle("Fit the colours to these weights", key="attention_fit",
+fitted = toggles[1].toggle("Fit the colours to these weights", key="attention_fit",
                    help="Near-uniform attention is one pale colour on the 0-1 scale; fitted, its differences show.")  # fmt: skip
 if fitted:
     low, high = fit_colour_scale(figure)

@@ -292,7 +292,10 @@ def test_attention_maps_open_on_the_whole_decode_until_the_visitor_steps():
     at = at.switch_page("pages/attention.py").run()  # opened directly, nobody stepped yet
     at.radio(key="widget_kind").set_value("decoder").run()
     assert array(figure(at, 0)["data"][0]["z"]).shape == (steps, steps)  # every row, not the first step's one
+    assert at.select_slider(key="widget_step").value == steps - 1  # and the slider says so: rows up to the last
     assert "step" not in at.query_params  # a link made now opens on the whole decode too
+    at.select_slider(key="widget_step").set_value(2).run()
+    assert array(figure(at, 0)["data"][0]["z"]).shape == (3, 3) and at.query_params["step"] == "3"
     at = step_action(at.switch_page("pages/explorer.py").run(), name="attention", step=1)
     assert array(figure(at, 0)["data"][0]["z"]).shape == (2, 2)  # rows up to the step taken
     assert at.query_params["step"] == "2"

@@ -123,10 +123,10 @@ def test_teaching_pages_draw_in_chromium(server, browser, link, figures):
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
-# What a projector would show wrongly, read from the elements' boxes: figures narrower than half the
-# content, a control's label cut (a word split over two lines, or text past its box), a figure title past
-# its figure's edge.
-PROJECTOR_PROBLEMS = """() => {
+# What a screen would show wrongly, read from the elements' boxes: a control's label cut (a word split over
+# two lines, or text past its box), a figure title past its figure's edge; on a projector (narrow: true), also
+# figures narrower than half the content.
+VIEW_PROBLEMS = """(narrow) => {
   const main = document.querySelector('[data-testid="stMainBlockContainer"]');
   const style = getComputedStyle(main);
   const content = main.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
@@ -147,17 +147,34 @@ PROJECTOR_PROBLEMS = """() => {
   for (const plot of main.querySelectorAll('.js-plotly-plot')) {
     const box = plot.getBoundingClientRect();
     if (box.width === 0) continue;  // in a closed expander or another tab
-    if (box.width < content / 2) problems.push(`figure ${Math.round(box.width)} px wide of ${Math.round(content)}`);
+    if (narrow && box.width < content / 2) problems.push(`figure ${Math.round(box.width)} px wide of ${Math.round(content)}`);
     for (const title of plot.querySelectorAll('.gtitle, .g-xtitle text, .g-ytitle text')) {
       const r = title.getBoundingClientRect();
       if (r.width && (r.left < box.left - 1 || r.right > box.right + 1)) problems.push(`title cut: ${title.textContent}`);
     }
   }
-  for (const label of main.querySelectorAll('[data-testid="stWidgetLabel"] p, button p')) {
+  const labels = '[data-testid="stWidgetLabel"] p, [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"], button p';
+  for (const label of main.querySelectorAll(labels)) {  // a toggle's label clips in its container, with an ellipsis
     if (label.getBoundingClientRect().width > 0 && cut(label)) problems.push(`label cut: ${label.textContent}`);
   }
   return problems;
 }"""
+
+
+def test_no_label_or_title_is_cut_on_a_laptop_screen(server, browser):
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    problems = {}
+    for path, figures in [("", 0), ("attention", 1), ("attribution", 4), ("masks", 8), ("computation", 8),
+                          ("compare", 3), ("heads", 1), ("positional", 4)]:  # fmt: skip
+        page.goto(f"{server}/{path}")
+        if path:
+            wait_for_heatmaps(page, figures)
+        else:
+            wait_for_step_view(page)
+        wait_idle(page)
+        page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
+        problems[path or "explorer"] = page.evaluate(VIEW_PROBLEMS, False)
+    assert problems == {name: [] for name in problems}
 
 
 @pytest.mark.parametrize("size", [(1024, 768), (1280, 720)], ids=["1024x768", "1280x720"])
@@ -180,7 +197,7 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         wait_idle(page)
         page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
         page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")
-        assert page.evaluate(PROJECTOR_PROBLEMS) == [], path
+        assert page.evaluate(VIEW_PROBLEMS, True) == [], path
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
 
 

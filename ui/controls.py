@@ -53,10 +53,17 @@ def layer_head(result: DecodeResult, kind: AttentionKind, layer_column, head_col
     return layer, head
 
 
-def step(result: DecodeResult, label: str = "Decoding step") -> int | None:
-    """The shared decoding step (0-based) as a slider; None when the output has a single step."""
+def step(result: DecodeResult, label: str = "Decoding step", last_until_stepped: bool = False) -> int | None:
+    """The shared decoding step (0-based) as a slider; None when the output has a single step.
+
+    With last_until_stepped, a page that draws the whole decode until the visitor steps shows the last
+    step on the slider meanwhile (the shared step stays unchosen until the slider moves).
+    """
     if result.steps < 2:
         return None
     keys.clamp_index("step", result.steps)
     options = list(range(result.steps))
-    return st.select_slider(label, options, format_func=lambda i: f"{i + 1}", **keys.shared("step"))
+    widget = keys.shared("step")
+    if last_until_stepped and not st.session_state.get("stepped"):
+        st.session_state[widget["key"]] = result.steps - 1
+    return st.select_slider(label, options, format_func=lambda i: f"{i + 1}", **widget)
