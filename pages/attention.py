@@ -39,7 +39,7 @@ view = attention_view(result, kind, step, words)
 layers = view.maps.shape[0]
 title = f"{kind.title}, layer {layer + 1}"
 layer_names = [f"layer {i + 1}" for i in range(layers)]
-map_for_export = view.maps[layer, head]
+map_for_export, exported = view.maps[layer, head], f"layer {layer + 1}, head {head + 1}"
 
 if view_name == "head":
     figure = attention_heatmap(
@@ -48,7 +48,7 @@ if view_name == "head":
 elif view_name == "mean":
     figure = attention_grid(view.mean_over_heads()[:, None], view.query_pieces, view.key_pieces, layer_names,
                             ["mean over heads"], kind.title, view.mask)  # fmt: skip
-    map_for_export = view.mean_over_heads()[layer]
+    map_for_export, exported = view.mean_over_heads()[layer], f"layer {layer + 1}, mean over heads"
 elif view_name in ("layer", "model"):
     maps, rows, name = (
         (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, kind.title)
@@ -59,11 +59,11 @@ elif view_name in ("layer", "model"):
             f"This input gives {view.maps[0, 0].size:,} cells per map, too many to draw every head at once without "
             "slowing the page; showing the mean over heads instead. Pick one head to see it alone."
         )
-        map_for_export = view.mean_over_heads()[layer]
+        map_for_export, exported = view.mean_over_heads()[layer], f"layer {layer + 1}, mean over heads"
 else:
     flow = rollout(view.maps)
     figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")
-    map_for_export = flow
+    map_for_export, exported = flow, "rollout"
 fitted = toggles[1].toggle("Fit the colours to these weights", key="attention_fit",
                    help="Near-uniform attention is one pale colour on the 0-1 scale; fitted, its differences show.")  # fmt: skip
 if fitted:
@@ -75,10 +75,11 @@ show(figure, key="attention_chart")
 st.caption(f"{scale}. Grey: masked, the model could not look there.")
 
 downloads = st.columns(3)
+several = view_name in ("layer", "model", "mean")  # several maps drawn: the button names the one it exports
 downloads[0].download_button(
-    "This map as CSV",
+    f"The map of {exported} as CSV" if several else "This map as CSV",
     attention_csv(np.asarray(map_for_export), view.query_pieces, view.key_pieces),
-    file_name=f"attention-{kind}-{view_name}.csv",
+    file_name=f"attention-{kind}-{exported.replace(', ', '-').replace(' ', '')}.csv",
     mime="text/csv",
     on_click="ignore",
     key="csv_download",

@@ -25,9 +25,12 @@ default = "en-fr-epoch1" if "en-fr-epoch1" in others else others[0]
 other_name = st.selectbox(
     "Compare the sidebar's checkpoint with", others, index=others.index(default), key="compare_with"
 )
-opened = models.open_checkpoint(other_name)
+opened = models.open_or_explain(other_name)
+if opened is None:
+    st.stop()
 other, other_key = opened.checkpoint, opened.key
-other_free = models.decode_cached(other, other_key, explored.text, session.applied_settings)
+with st.spinner(f"Translating the sentence with {other_name} ..."):
+    other_free = models.decode_cached(other, other_key, explored.text, session.applied_settings)
 
 first = explored.result
 columns = st.columns(2)

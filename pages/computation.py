@@ -1,4 +1,4 @@
-"""Attention computed before your eyes (sections 3.2.1, 3.2.2): every stage on the model's real tensors."""
+"""Attention, step by step (sections 3.2.1, 3.2.2): every stage computed again on the model's real tensors."""
 
 import streamlit as st
 import torch
@@ -18,7 +18,7 @@ from ui.text import literal
 explored = page_frame()
 checkpoint, result = explored.checkpoint, explored.result
 config = checkpoint.config
-st.title("Attention, computed before your eyes")
+st.title("Attention, step by step")
 st.markdown(
     "One layer and head of the model, worked through with plain matrix products on its own weights, for your "
     "sentence (the decoder reads the output the model produced). Scaled dot-product attention (section 3.2.1):"

@@ -4,6 +4,7 @@ import streamlit as st
 
 from transformer.analysis.views import attention_view
 from transformer.decoding.result import DecodeInputError
+from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
 from ui import keys, models, url
@@ -29,6 +30,11 @@ words = words_toggle()
 step = keys.clamp_index("step", explored.result.steps)
 action = step_player(explored.result, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
                      bool(session.get("presentation")))  # fmt: skip
+candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
+if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
+    st.caption(f"{SPACE}: the start of a word alone, its letters to come as the next pieces (the vocabulary has "
+               f"no piece that starts the word with them). {CONTINUES_WORD}: a piece that carries on the word "
+               "before it.")  # fmt: skip
 if action is not None:
     session.step, session.stepped = action.step, True
     if action.page is not None:

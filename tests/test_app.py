@@ -385,3 +385,40 @@ def test_the_words_toggle_merges_pieces_on_every_page_with_maps(page):
     words = _titled(at, title)["data"][0]["x"]
     assert len(words) < len(pieces) and "Sunbathers" in words  # "▁Sun" "bath" "ers" read as one word
     assert at.session_state["words"]
+
+
+def test_each_page_is_headed_with_its_name_in_the_sidebar():
+    import ast
+
+    from helpers import REPO
+
+    def calls(path, name):
+        tree = ast.parse((REPO / path).read_text())
+        return [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == name]
+
+    for page in calls("app.py", "st.Page"):
+        path, title = page.args[0].value, next(k.value.value for k in page.keywords if k.arg == "title")
+        assert [ast.literal_eval(call.args[0]) for call in calls(path, "st.title")] == [title], path
+
+
+def test_a_lone_word_start_is_explained_where_it_shows():
+    tokenizer = load_checkpoint(DEFAULT_CHECKPOINT).tokenizer
+    seen = []
+    for text in ("Xylophone zebra.", "Two dogs play."):  # no piece starts a word with "X" in this vocabulary
+        at = start({"text": text})
+        result = at.session_state["result"]
+        candidates = [tokenizer.id_to_piece(i) for i in result.topk_ids.flatten().tolist()]
+        shown = "▁" in [*result.src_pieces, *result.tgt_pieces, *candidates]
+        explained = any(c.value.startswith("␣: the start of a word alone") for c in at.caption)
+        assert explained == shown, text
+        seen.append(shown)
+    assert seen[0]
+
+
+def test_the_csv_button_of_a_view_of_many_maps_names_the_map_it_exports():
+    at = start({"text": "Two dogs play.", "view": "model", "layer": "2", "head": "3"})
+    at = at.switch_page("pages/attention.py").run()
+    button = next(b for b in at.get("download_button") if b.proto.label.endswith("as CSV"))
+    assert button.proto.label == "The map of layer 2, head 3 as CSV"
+    at.radio(key="widget_view").set_value("head").run()
+    assert any(b.proto.label == "This map as CSV" for b in at.get("download_button"))  # one map drawn: that one

@@ -90,6 +90,21 @@ def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch
     assert "cannot be used" in at.error[0].value and "pickle" in at.error[0].value
 
 
+def test_compare_with_a_checkpoint_that_cannot_be_used_says_why(tmp_path, monkeypatch):
+    from helpers import REPO
+
+    import ui.models
+
+    shutil.copy(REPO / "checkpoints" / "en-fr.safetensors", tmp_path / "en-fr.safetensors")
+    (tmp_path / "broken.safetensors").write_bytes(b"\x80\x04 not a checkpoint")
+    monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
+    at = start().switch_page("pages/compare.py").run()
+    at.selectbox(key="compare_with").set_value("broken").run()
+    assert not at.exception and "Checkpoint broken cannot be used" in at.error[0].value
+    assert len(at.get("plotly_chart")) == 0
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=st.text(max_size=80))
 def test_any_unicode_decodes_to_a_well_formed_result_or_a_clear_refusal(model, tokenizer, text):

@@ -25,11 +25,13 @@ from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
     DEFAULT_CHECKPOINT,
     Checkpoint,
+    CheckpointError,
     describe,
 )
 from transformer.io.marian import describe_marian, is_marian_directory, load_checkpoint_or_marian
 from transformer.model.probes import Probe
 from ui.cache import RESULTS
+from ui.text import literal
 
 
 def device() -> torch.device:
@@ -89,6 +91,17 @@ def open_checkpoint(name: str) -> KeyedCheckpoint:
         return uploads[name]
     path = checkpoint_files()[name]
     return KeyedCheckpoint(load(path), checkpoint_key(path))
+
+
+def open_or_explain(name: str) -> KeyedCheckpoint | None:
+    """open_checkpoint behind a spinner (a first load takes seconds); None, with the reason on the page,
+    when the file cannot be used (corrupt, refused, removed, or no memory left for it)."""
+    try:
+        with st.spinner(f"Loading {name} ..."):
+            return open_checkpoint(name)
+    except (CheckpointError, OSError, MemoryError, torch.OutOfMemoryError) as error:
+        st.error(literal(f"Checkpoint {name} cannot be used: {str(error) or 'the server is out of memory'}"))
+        return None
 
 
 def checkpoint_key(path: Path) -> str:

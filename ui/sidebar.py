@@ -13,7 +13,7 @@ from transformer.analysis.degenerate import decode_notes
 from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
-from transformer.io.checkpoint import Checkpoint, CheckpointError
+from transformer.io.checkpoint import Checkpoint
 from transformer.io.metadata import read_metadata
 from ui import keys, models, url
 from ui.text import literal
@@ -98,13 +98,10 @@ def render() -> Explored | None:
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: keys.MAX_CHARACTERS]
         session.applied_settings = DecodeSettings(**{name: session[name] for name in keys.SETTINGS})
-    try:
-        with st.spinner(f"Loading {name} ..."):
-            opened = models.open_checkpoint(name)
-        checkpoint, key = opened.checkpoint, opened.key
-    except (CheckpointError, OSError, MemoryError, torch.OutOfMemoryError) as error:
-        st.error(literal(f"Checkpoint {name} cannot be used: {str(error) or 'the server is out of memory'}"))
+    opened = models.open_or_explain(name)
+    if opened is None:
         return None
+    checkpoint, key = opened.checkpoint, opened.key
     for problem in checkpoint.problems:
         st.sidebar.warning(literal(f"{problem}: its outputs cannot be trusted."))
     trained_on = read_metadata(checkpoint.metadata).trained_on
