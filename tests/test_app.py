@@ -331,6 +331,16 @@ def test_a_sentence_outside_what_the_model_knows_gets_notes_not_a_refusal():
     at = translate(at, "Two dogs are playing in the snow.")
     notes = " ".join(element.value for element in [*at.warning, *at.info])
     assert "falls apart" not in notes and "repeats" not in notes and "length limit" not in notes
+    assert "unsure" not in notes
+
+
+def test_nonsense_from_an_everyday_sentence_is_noted_and_english_is_not_called_foreign():
+    at = translate(start(), "I love you.")  # "Je vous vous Je." from a model of image captions
+    notes = " ".join(element.value for element in at.warning).replace("\\", "")
+    assert "The model is unsure of this output" in notes
+    at = translate(at, "The agreement on the European Economic Area was signed in August 1992.")
+    notes = " ".join(element.value for element in at.warning).replace("\\", "")
+    assert "unsure" in notes and "language" not in notes  # the pieces show a vocabulary, not a language
 
 
 def test_the_positional_page_says_what_its_own_norms_show(explorer):

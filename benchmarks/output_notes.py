@@ -1,0 +1,83 @@
+"""How well the "unsure" note finds nonsense: each checkpoint greedy-decodes the first N sentences of each dev
+set, and the note (mean log-probability of the output's tokens under UNSURE_BELOW) is scored against the
+sentence chrF of its output: the share of poor outputs (chrF < 20) it notes, and of good ones (chrF > 60).
+
+    python -m benchmarks.output_notes --checkpoint checkpoints/en-fr.safetensors \\
+        --pairs ../shared/data/en-fr/flores.dev.en.gz ../shared/data/en-fr/flores.dev.fr.gz ... --per-set 150
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import sacrebleu
+import torch
+
+from transformer.analysis.degenerate import UNSURE_BELOW, mean_log_prob
+from transformer.decoding.greedy import decode
+from transformer.io.checkpoint import load_checkpoint
+from transformer.text.files import read_lines
+
+POOR, GOOD = 20.0, 60.0  # sentence chrF
+MOST_GOOD_NOTED = 0.10  # the calibration's bound: notes on at most this share of good outputs
+
+
+def measure(checkpoint_path: Path, pairs: list[tuple[Path, Path]], per_set: int) -> dict[str, np.ndarray]:
+    """Per dev set, (chrF, mean log-probability) of each output."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    found = {}
+    for source, reference in pairs:
+        rows = []
+        for text, wanted in zip(read_lines(source)[:per_set], read_lines(reference)[:per_set], strict=True):
+            result = decode(checkpoint.model, checkpoint.tokenizer, text)
+            rows.append((sacrebleu.sentence_chrf(result.text, [wanted]).score, mean_log_prob(result)))
+        found[source.name.removesuffix(".gz").removesuffix(".en")] = np.array(rows)
+    return found
+
+
+def percent(share: float) -> str:
+    return "–" if np.isnan(share) else f"{share:.0%}"
+
+
+def noted(rows: np.ndarray, below: float) -> tuple[float, float]:
+    """Shares of poor and of good outputs that get the note (NaN where a set has none)."""
+    chrf, confidence = rows[:, 0], rows[:, 1]
+    flagged = confidence < below
+    poor, good = chrf < POOR, chrf > GOOD
+    return (flagged[poor].mean() if poor.any() else np.nan, flagged[good].mean() if good.any() else np.nan)
+
+
+def calibrated(rows: np.ndarray) -> float | None:
+    """The highest threshold that notes at most MOST_GOOD_NOTED of the good outputs (the most poor ones noted)."""
+    good = np.sort(rows[rows[:, 0] > GOOD, 1])
+    return float(good[int(MOST_GOOD_NOTED * good.size)]) if good.size else None  # that many good ones below it
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.output_notes", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--checkpoint", type=Path, action="append", required=True, help="repeat for several")
+    parser.add_argument("--pairs", type=Path, nargs=2, action="append", required=True, metavar=("SRC", "REF"))
+    parser.add_argument("--per-set", type=int, default=150)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    for path in args.checkpoint:
+        found = measure(path, [tuple(pair) for pair in args.pairs], args.per_set)
+        print(f"\n{path.name}: the note below {UNSURE_BELOW} (mean log-probability of the output's tokens)")
+        print("| dev set | outputs | mean chrF | poor (< 20) | poor noted | good (> 60) | good noted |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for name, rows in [*found.items(), ("all", np.concatenate(list(found.values())))]:
+            poor_noted, good_noted = noted(rows, UNSURE_BELOW)
+            print(f"| {name} | {len(rows)} | {rows[:, 0].mean():.1f} | {np.mean(rows[:, 0] < POOR):.0%} | "
+                  f"{percent(poor_noted)} | {np.mean(rows[:, 0] > GOOD):.0%} | {percent(good_noted)} |")  # fmt: skip
+        everything = np.concatenate(list(found.values()))
+        best = calibrated(everything)
+        if best is not None:
+            poor_noted, good_noted = noted(everything, best)
+            print(f"calibrated on these outputs: {best:.3f} (poor noted {poor_noted:.0%}, good noted {good_noted:.0%})")
+
+
+if __name__ == "__main__":
+    main()
