@@ -109,3 +109,18 @@ def test_the_unsure_notes_calibration_counts_poor_and_good_outputs_noted():
     assert calibrated(rows) == -0.9  # four good outputs: none may be noted
     good = np.array([[70, -0.1 * i] for i in range(1, 21)])
     assert calibrated(good) == pytest.approx(-1.8) and noted(good, calibrated(good))[1] == 0.10  # 2 of 20 noted
+
+
+def test_merged_decoder_rows_are_the_words_produced_each_read_from_its_first_input():
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+    from transformer.text.pieces import readable_label
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    result = decode(shipped.model, shipped.tokenizer, "A man in a red T-shirt is walking down the street.")
+    for kind in ("cross", "decoder"):
+        view = attention_view(result, kind, words=True)
+        labels = [readable_label(label) for label in view.query_pieces]
+        assert "en → T-shirt" in labels and "la → rue." in labels and ". → </s>" in labels, labels
+        produced = "".join(label.split(" → ")[1] for label in view.query_pieces)
+        assert produced == "".join(result.tgt_pieces)  # every output piece in exactly one row, in order
+        assert np.allclose(view.maps.sum(-1), 1, atol=1e-5)

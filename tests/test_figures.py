@@ -134,3 +134,19 @@ def test_a_gradient_that_lowered_the_output_stays_negative_beside_attention():
     assert np.isnan(attention.z[1]).all() and np.isnan(gradient.z[0]).all()
     assert gradient.zmid == 0 and gradient.zmin == -0.75 and attention.zmin == 0
     assert attention.colorbar.x != gradient.colorbar.x  # two scales, side by side
+
+
+def test_a_grid_too_narrow_for_its_key_labels_wraps_its_heads_onto_more_lines():
+    from transformer.viz.attention import GRID_WIDTH, KEY_LABEL_SLOT
+
+    maps = np.random.default_rng(2).random((2, 8, 15, 15))
+    pieces = [f"▁w{i}" for i in range(15)]
+    fig = attention_grid(maps, pieces, pieces, ["layer 1", "layer 2"], [f"head {h + 1}" for h in range(8)])
+    layout = fig.to_dict()["layout"]
+    domains = {tuple(axis["domain"]) for name, axis in layout.items() if name.startswith("xaxis")}
+    assert len(domains) == 4  # two lines of four heads a layer, not eight maps of 6 px a label
+    assert all((high - low) * GRID_WIDTH / 15 >= 0.9 * KEY_LABEL_SLOT for low, high in domains)
+    assert np.allclose(np.asarray(fig.data[13].z), maps[1, 5])  # traces still layer by layer, head by head
+    assert fig.data[13].xaxis == "x14" and [a["text"] for a in layout["annotations"]][13] == "head 6"
+    short = attention_grid(maps[:, :, :4, :4], pieces[:4], pieces[:4], ["l1", "l2"], [f"h{h}" for h in range(8)])
+    assert len({tuple(a["domain"]) for n, a in short.to_dict()["layout"].items() if n.startswith("xaxis")}) == 8

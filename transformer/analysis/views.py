@@ -46,13 +46,17 @@ def attention_view(
     produced = None if kind.queries_from_source else result.tgt_pieces[rows]
     if not words:
         return AttentionView(kind, maps, _query_labels(list(queries), produced), list(keys), mask)
-    query_spans, key_spans = word_spans(list(queries)), word_spans(list(keys))
+    key_spans = word_spans(list(keys))
+    if produced is None:
+        query_spans = word_spans(list(queries))
+        labels = word_labels(list(queries), query_spans)
+    else:  # a row per word produced, the mean of the rows that wrote its pieces ("en → T-shirt"): the rows
+        # of an input word would straddle two outputs ("T-shirt → -shirt rouge"), its input shifted by one
+        query_spans = word_spans(list(produced))
+        labels = _query_labels([queries[start] for start, _ in query_spans], word_labels(list(produced), query_spans))
     merged = merge_words(maps, query_spans, key_spans)
     if mask is not None:  # a word is hidden from a query word when all its pieces were
         mask = merge_words((~mask).astype(np.float32), query_spans, key_spans) == 0
-    labels = word_labels(list(queries), query_spans)
-    if produced is not None:
-        labels = _query_labels(labels, ["".join(produced[start:end]) for start, end in query_spans])
     return AttentionView(kind, merged, labels, word_labels(list(keys), key_spans), mask)
 
 

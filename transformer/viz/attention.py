@@ -15,6 +15,8 @@ from transformer.viz.style import COLORSCALE, MASKED_COLOR, axis_labels, fit_lab
 
 HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{fullData.name}</extra>"
 CELL_BUDGET = 120_000  # cells in one figure beyond which pages draw a cheaper view
+GRID_WIDTH = 1000  # px: a grid's width on a laptop's page (1440 px wide, sidebar open), what it is laid out for
+KEY_LABEL_SLOT = 13  # px a key's label needs beside the next one (a 10-11 px font, slanted)
 
 
 def _masked(weights: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
@@ -66,6 +68,13 @@ def attention_heatmap(
     return _attention_layout(fig, height=max(320, 140 + 22 * len(query_pieces)), title=title)
 
 
+def grid_columns(maps_in_a_row: int, keys: int) -> int:
+    """How many maps side by side leave each key's label its slot: a divisor of the row's maps (8 heads: 8, 4,
+    2 or 1), so that a row of the grid (a layer) wraps onto whole lines of the same length."""
+    fit = max(1, GRID_WIDTH // (KEY_LABEL_SLOT * keys + 20))
+    return max(c for c in range(1, maps_in_a_row + 1) if maps_in_a_row % c == 0 and c <= fit)
+
+
 def attention_grid(
     maps: np.ndarray,
     query_pieces: list[str],
@@ -75,21 +84,29 @@ def attention_grid(
     title: str | None = None,
     mask: np.ndarray | None = None,
 ) -> go.Figure:
-    """A grid of maps (R, C, Q, K) in one figure with one colour scale: all heads of a layer, or the whole model."""
-    rows, columns = maps.shape[:2]
+    """A grid of maps (R, C, Q, K) in one figure with one colour scale: all heads of a layer, or the whole model.
+
+    A row of C maps too narrow for its key labels wraps onto several lines (8 heads of 15 keys: two lines
+    of 4), each map titled with its column's name; labels overlapping unreadably said nothing.
+    """
+    grid_rows, per_row = maps.shape[:2]
+    columns = grid_columns(per_row, len(key_pieces))
+    lines = per_row // columns  # lines per row of the grid
+    rows = grid_rows * lines
     fig = make_subplots(
         rows=rows,
         cols=columns,
-        row_titles=row_titles,
-        column_titles=column_titles,
+        row_titles=[row_titles[r // lines] for r in range(rows)],
+        subplot_titles=[column_titles[c] for _ in range(grid_rows) for c in range(per_row)],
         horizontal_spacing=0.015,
-        vertical_spacing=0.04 / rows,
+        vertical_spacing=(0.04 if lines == 1 else 0.1) / rows,
     )
     query_labels, key_labels = axis_labels(query_pieces), axis_labels(key_pieces)
-    for r in range(rows):
-        for c in range(columns):
+    for r in range(grid_rows):
+        for c in range(per_row):
             name = f"{row_titles[r]} {column_titles[c]}".strip()
-            fig.add_trace(_heatmap_trace(maps[r, c], query_labels, key_labels, mask, name), row=r + 1, col=c + 1)
+            trace = _heatmap_trace(maps[r, c], query_labels, key_labels, mask, name)
+            fig.add_trace(trace, row=r * lines + c // columns + 1, col=c % columns + 1)
     # Token labels on the grid's outer edges only (queries left, keys below): labels between the maps
     # covered the neighbouring map, or were cut by the next row.
     for r in range(rows):
