@@ -94,6 +94,16 @@ def test_legends_sit_above_the_plot_clear_of_the_axis_titles():
         assert legend.orientation == "h" and legend.y >= 1 and legend.yanchor == "bottom"
 
 
+def test_a_mask_says_what_its_two_colours_mean():
+    from transformer.viz.matrices import mask_heatmap
+
+    fig = mask_heatmap(np.tril(np.ones((3, 3), dtype=bool)), list("abc"), list("abc"), "look-ahead")
+    heatmap, *legend = fig.data
+    assert [trace.name for trace in legend] == ["may look", "masked (−∞ before the softmax)"]
+    assert [trace.marker.color for trace in legend] == [heatmap.colorscale[1][1], heatmap.colorscale[0][1]]
+    assert fig.layout.showlegend and fig.layout.legend.y >= 1
+
+
 def test_grid_labels_sit_on_the_outer_edges_only():
     from transformer.viz.attention import attention_grid
 

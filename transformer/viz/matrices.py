@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from transformer.viz.style import MASKED_COLOR, axis_labels, fit_labels
+from transformer.viz.style import LEGEND_ABOVE, MASKED_COLOR, axis_labels, fit_labels
 
 DIVERGING = "RdBu_r"  # negative blue, zero white, positive red
 
@@ -79,8 +79,11 @@ def matrix_heatmap(
     return fit_labels(fig)
 
 
+KEEP_COLOR = "#1f4e9c"
+
+
 def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str], title: str) -> go.Figure:
-    """A boolean mask: dark where the query may look at the key, grey where it may not."""
+    """A boolean mask: dark where the query may look at the key, grey where it may not, with a legend that says so."""
     keep = np.asarray(keep, dtype=bool)
     fig = go.Figure(
         go.Heatmap(
@@ -89,7 +92,7 @@ def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str
             y=axis_labels(query_pieces),
             text=np.where(keep, "may look", "masked"),
             hovertemplate="query %{y}<br>key %{x}<br>%{text}<extra></extra>",
-            colorscale=[[0, MASKED_COLOR], [1, "#1f4e9c"]],
+            colorscale=[[0, MASKED_COLOR], [1, KEEP_COLOR]],
             zmin=0,
             zmax=1,
             showscale=False,
@@ -97,8 +100,12 @@ def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str
             ygap=1,
         )
     )
+    for name, colour in (("may look", KEEP_COLOR), ("masked (−∞ before the softmax)", MASKED_COLOR)):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
+                                 marker=dict(symbol="square", size=12, color=colour)))  # fmt: skip
     rows, columns = keep.shape
-    fig.update_layout(title=title, height=max(240, min(800, 110 + 20 * rows)), margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_layout(title=title, height=max(260, min(820, 130 + 20 * rows)), margin=dict(l=10, r=10, t=80, b=10),
+                      legend=LEGEND_ABOVE, showlegend=True)  # fmt: skip
     fig.update_xaxes(type="category", title="key", tickangle=-60, range=[-0.5, columns - 0.5], showgrid=False)
     fig.update_yaxes(type="category", title="query", range=[rows - 0.5, -0.5], showgrid=False)
     return fit_labels(fig)
