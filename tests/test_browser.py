@@ -179,6 +179,23 @@ def test_no_label_or_title_is_cut_on_a_laptop_screen(server, browser):
     assert problems == {name: [] for name in problems}
 
 
+# Text in the page (not a figure's: Plotly sizes its own) smaller than a room can read from the back, as
+# computed: labels, values of selects, sliders and inputs, tags, captions, formulas and their subscripts.
+SMALL_TEXT = """() => {
+  const small = new Set();
+  const texts = document.createTreeWalker(document.querySelector('[data-testid="stMain"]'), NodeFilter.SHOW_TEXT);
+  for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+    const element = node.parentElement;
+    if (!node.textContent.replace(/[\\s\\u200b]/g, '') || element.closest('svg, .js-plotly-plot, style, script, '
+        + '[data-testid="stIconMaterial"], .katex-mathml')) continue;  // figures, icon glyphs, hidden MathML
+    const box = element.getBoundingClientRect();
+    const size = parseFloat(getComputedStyle(element).fontSize);
+    if (box.width > 0 && box.height > 0 && size < 18) small.add(`${node.textContent.trim().slice(0, 30)} (${size} px)`);
+  }
+  return [...small];
+}"""
+
+
 @pytest.mark.parametrize("size", [(1024, 768), (1280, 720)], ids=["1024x768", "1280x720"])
 def test_presentation_mode_fits_a_projector(server, browser, size):
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
@@ -189,7 +206,8 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
     page.get_by_text("Presentation mode").click()
     page.wait_for_function(f"{font} > {before}")
     page.locator('[data-testid="stExpandSidebarButton"]').wait_for()  # collapsed, and the way to reopen it shown
-    for path, figures in [("", 0), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3)]:
+    pages = [("", 0), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3), ("positional", 4)]
+    for path, figures in pages:
         if path:  # the other pages as a shared link opens them
             page.goto(f"{server}/{path}?presentation=1")
             wait_for_heatmaps(page, figures)
@@ -200,6 +218,7 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
         page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")
         assert page.evaluate(VIEW_PROBLEMS, True) == [], path
+        assert page.evaluate(SMALL_TEXT) == [], path
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
 
 

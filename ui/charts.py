@@ -34,7 +34,10 @@ PRESENTATION_CSS = """
 <style>
 [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li,
 [data-testid="stWidgetLabel"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem !important; }
-[data-baseweb="select"] div, [data-testid="stTextArea"] textarea { font-size: 1.2rem !important; }
+[data-baseweb="select"] div, [data-testid="stTextArea"] textarea, [data-testid="stMultiSelectTagsContainer"] span,
+[data-testid="stFileUploaderDropzoneInstructions"] span { font-size: 1.2rem !important; }
+.katex { font-size: 1.7rem !important; }  /* its sub- and superscripts, at 0.7 of it, still 19 px, */
+.katex .reset-size3.size1 { font-size: 0.95em !important; }  /* and a subscript's subscript too */
 [data-testid="stMainMenu"], [data-testid="stAppDeployButton"] { display: none; }
 [data-testid="stHorizontalBlock"] { flex-wrap: wrap; }
 [data-testid="stHorizontalBlock"] > [data-testid="stColumn"] { min-width: min(15rem, 100%); }
