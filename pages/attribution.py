@@ -19,7 +19,7 @@ from ui.controls import layer_head, words_toggle
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
 from ui.text import literal
-from ui.work import ATTRIBUTION_BUDGET, heavy_job
+from ui.work import ATTRIBUTION_BUDGET, Progress, heavy_job, stop_button
 
 GRADIENTS = ("gradient × input", "integrated gradients")  # signed: red raised the token's probability, blue lowered it
 EXPLANATIONS = {
@@ -52,9 +52,25 @@ if n_steps < DEFAULT_STEPS:
     st.info(f"This decode is long ({work}): integrated gradients take {n_steps} interpolation steps instead of "
             f"{DEFAULT_STEPS}, to stay within the {ATTRIBUTION_BUDGET:,} token-steps a request may take here "
             "(the convergence delta below says how exact they are).")  # fmt: skip
-with heavy_job("attributions") as should_stop, st.spinner("Computing gradients for every output token ..."):
+request = (explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids))
+stop = st.empty()  # Stop while computing; once stopped, the way to start again (the page computes on opening)
+if session.get("attribution_stopped") == request:
+    if stop.button("Compute the attributions", key="attribution_resume", type="primary"):
+        session.pop("attribution_stopped")
+        st.rerun()
+    st.info("Attribution stopped: nothing was computed for this output.")
+    st.stop()
+if stop_button("attribution_stop", stop):  # pressed: this rerun ended the computation at its last update
+    session.attribution_stopped = request
+    st.rerun()
+with heavy_job("attributions") as should_stop:
+    costs = [len(result.src_ids) + step + 1 for step in range(result.steps)]  # a later step reads a longer input
+    progress = Progress("Integrated gradients", result.steps, "output tokens", costs)
     found = models.attribution_cached(checkpoint, explored.checkpoint_key, tuple(result.src_ids),
-                                      tuple(result.tgt_ids), n_steps, _result=result, _should_stop=should_stop)  # fmt: skip
+                                      tuple(result.tgt_ids), n_steps, _result=result, _should_stop=should_stop,
+                                      _progress=progress)  # fmt: skip
+    progress.close()
+stop.empty()
 
 layers, heads = result.cross.shape[:2]
 controls = st.columns([1, 1, 2, 3, 4])  # the words toggle's label whole at 1440 px

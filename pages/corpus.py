@@ -11,7 +11,7 @@ from transformer.decoding.translate import translate_texts
 from ui import keys, uploads, url
 from ui.sidebar import page_frame
 from ui.text import literal
-from ui.work import heavy_job
+from ui.work import Progress, heavy_job, stop_button
 
 MAX_SENTENCES = 2000
 MAX_AGREEMENT_SENTENCES = 200  # integrated gradients cost about two seconds a sentence
@@ -44,17 +44,20 @@ if run:
     elif references is not None and len(references) != len(sources):
         st.error(f"The references have {len(references)} lines for {len(sources)} source lines: not a parallel pair.")
     else:
-        bar = st.progress(0.0, text="Translating ...")
+        stop_button("corpus_stop")  # pressed: the page runs again, without the form's submit, so stops here
+        # Sentences go shortest first in batches of 16 (not 64: the last, longest batch held the bar still for
+        # 50 s); a sentence's cost grows with its length squared (its steps, each reading all before it).
+        costs = sorted(len(line) ** 2 for line in sources)
+        progress = Progress("Translating", len(sources), "sentences", costs)
         done = [0]
 
         def advance(count: int) -> None:  # translate_texts reports sentences finished since the last call
             done[0] += count
-            bar.progress(min(done[0] / len(sources), 1.0), text=f"{done[0]}/{len(sources)} sentences")
+            progress(done[0])
 
-        outputs = translate_texts(
-            checkpoint.model, checkpoint.tokenizer, sources, DecodeSettings.greedy_or_beam(beam), progress=advance
-        )
-        bar.empty()
+        outputs = translate_texts(checkpoint.model, checkpoint.tokenizer, sources, DecodeSettings.greedy_or_beam(beam),
+                                  batch_size=16, progress=advance)  # fmt: skip
+        progress.close()
         table = pd.DataFrame({"source": sources, "translation": outputs})
         if references is not None:
             table["reference"] = references
@@ -88,22 +91,20 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
     st.subheader("Which heads agree with the gradients, over the file")
     st.caption("For each sentence (decoded greedily): Spearman's rank correlation of each head's cross-attention row "
                "with |integrated gradients| over the source, averaged over its steps, then over the sentences. "
-               "About two seconds a sentence on a CPU.")  # fmt: skip
+               "The bar says how long is left, from the pace of the sentences done.")  # fmt: skip
     sample = st.number_input("Sentences (from the top)", 1, min(MAX_AGREEMENT_SENTENCES, len(table)),
                              min(20, len(table)), key="agreement_sentences")  # fmt: skip
     if st.button("Compute the agreement", key="agreement_run"):
         sentences = table["source"].tolist()[: int(sample)]
-        bar = st.progress(0.0, text="Integrated gradients ...")
+        stop_button("agreement_stop")
+        progress = Progress("Integrated gradients", len(sentences), "sentences", [len(s) ** 2 for s in sentences])
         with heavy_job("attributions"):  # one of the server's slots; a visitor who leaves stops it
             try:
-                values, used = corpus_agreement(
-                    checkpoint.model, checkpoint.tokenizer, sentences,
-                    progress=lambda done: bar.progress(done / len(sentences), text=f"{done}/{len(sentences)} sentences"),
-                )  # fmt: skip
+                values, used = corpus_agreement(checkpoint.model, checkpoint.tokenizer, sentences, progress=progress)
                 session.corpus_agreement = keys.CorpusAgreement(explored.checkpoint_key, used, values)
             except ValueError as error:
                 st.warning(literal(str(error)))
-        bar.empty()
+        progress.close()
     found = session.get("corpus_agreement")
     if found and found.checkpoint_key == explored.checkpoint_key:
         layers, heads = found.agreement.shape

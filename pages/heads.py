@@ -18,6 +18,7 @@ from ui import controls, keys, models, uploads, url
 from ui.charts import show
 from ui.sidebar import page_frame
 from ui.text import literal
+from ui.work import Progress, stop_button
 
 explored = page_frame()
 session = st.session_state
@@ -65,7 +66,8 @@ if run and uploaded is not None:
     if sentences == []:
         st.warning(literal(f"{uploaded.name} has no sentences: it is empty or only blank lines."))
     elif sentences:
-        bar = st.progress(0.0, text="Decoding ...")
+        stop_button("stats_stop")  # pressed: the page runs again, without the form's submit, so stops here
+        progress = Progress("Decoding", len(sentences), "sentences", [len(s) ** 2 for s in sentences])
         session.stats_over_corpus = keys.CorpusStatistics(
             kind.value,
             explored.checkpoint_key,
@@ -75,7 +77,7 @@ if run and uploaded is not None:
                 checkpoint.tokenizer,
                 sentences,
                 kind,
-                progress=lambda done: bar.progress(done / len(sentences), text=f"{done}/{len(sentences)} sentences"),
+                progress=progress,
             ),  # fmt: skip
         )
         st.rerun()  # both maps drawn again on one colour range per statistic

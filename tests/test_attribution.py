@@ -260,3 +260,41 @@ def test_the_contrastive_caption_shows_token_pieces_as_text():
     assert not at.exception
     caption = next(c.value for c in at.caption if c.value.startswith("Red: a token that favoured"))
     assert f"'{literal('</s>')}'" in caption and "'</s>'" not in caption  # raw, Markdown took it for an HTML tag
+
+
+def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped, monkeypatch):
+    import types
+
+    import ui.work
+
+    result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
+    heard = []
+    attribute(shipped.model, result, n_steps=4, progress=lambda done, total: heard.append((done, total)))
+    assert heard[-1] == (result.steps, result.steps) and [d for d, _ in heard] == sorted({d for d, _ in heard})
+
+    shown = []
+    monkeypatch.setattr(ui.work.st, "progress", lambda value, text: types.SimpleNamespace(
+        progress=lambda value, text: shown.append((value, text)), empty=lambda: None))  # fmt: skip
+    clock = iter([100.0, 110.0])  # started at 100 s; 10 s later, one item of three is done
+    monkeypatch.setattr(ui.work.time, "monotonic", lambda: next(clock))
+    ui.work.Progress("Translating", 3, "sentences", costs=[1, 1, 2])(1)
+    assert shown == [(0.25, "Translating: 1 of 3 sentences · about 30 s left")]  # a quarter of the work in 10 s
+    assert ui.work.duration(200) == "about 3 min"
+
+
+def test_attribution_can_be_stopped_and_started_again(monkeypatch):
+    from helpers import start, step_action, translate
+
+    import ui.work  # each run of the page imports stop_button from it afresh
+
+    at = translate(start(), "Two dogs are playing in the snow.")
+    at = step_action(at, name="attention", step=1)
+    with monkeypatch.context() as pressed:  # Stop pressed while computing: the rerun finds it pressed
+        pressed.setattr(ui.work, "stop_button", lambda key, container=None: True)
+        at = at.switch_page("pages/attribution.py").run()
+    assert not at.exception and any("Attribution stopped" in i.value for i in at.info)
+    assert len(at.get("plotly_chart")) == 0
+    at.run()
+    assert any("Attribution stopped" in i.value for i in at.info)  # stays stopped: the page does not start again
+    at.button(key="attribution_resume").click().run()
+    assert not at.exception and len(at.get("plotly_chart")) >= 3 and not at.info

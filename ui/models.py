@@ -151,10 +151,10 @@ def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_i
 @RESULTS
 def attribution_cached(
     _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], n_steps: int,
-    *, _result: DecodeResult, _should_stop: Callable[[], bool],
+    *, _result: DecodeResult, _should_stop: Callable[[], bool], _progress: Callable[[int, int], None] | None = None,
 ) -> Attribution:  # fmt: skip
     """Every attribution of a result, keyed by its tokens (a decode and a teacher forcing of the same tokens agree)."""
-    return attribute(_checkpoint.model, _result, n_steps, _should_stop)
+    return attribute(_checkpoint.model, _result, n_steps, _should_stop, _progress)
 
 
 @RESULTS

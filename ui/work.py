@@ -14,7 +14,8 @@ import ctypes.util
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import streamlit as st
@@ -58,6 +59,43 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
     finally:
         SLOTS.release()
         _return_memory()
+
+
+def duration(seconds: float) -> str:
+    """A time left as a reader says it: "about 40 s", "about 3 min"."""
+    return f"about {max(1, round(seconds))} s" if seconds < 90 else f"about {round(seconds / 60)} min"
+
+
+class Progress:
+    """A bar for work of more than a second: what is done, and how long is left at the pace so far.
+
+    Items may differ in cost (a long sentence takes longer than a short one): `costs`, in the order the work
+    does them, weigh each item's share of the estimate. Each update is a Streamlit call, so a visitor who
+    presses Stop, or leaves, ends the work there.
+    """
+
+    def __init__(self, what: str, total: int, unit: str, costs: Sequence[float] | None = None) -> None:
+        self.what, self.total, self.unit = what, total, unit
+        self.done_costs = None if costs is None else [sum(costs[:i]) / max(sum(costs), 1e-9) for i in range(total + 1)]
+        self.started = time.monotonic()
+        self.bar = st.progress(0.0, text=f"{what} ...")
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        """`done` items of `total` (the work's own count when it reports one) are finished."""
+        total = total or self.total
+        share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
+        elapsed = time.monotonic() - self.started
+        left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 else ""
+        self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
+
+    def close(self) -> None:
+        self.bar.empty()
+
+
+def stop_button(key: str, container=st) -> bool:
+    """A Stop button drawn before long work: pressing it reruns the page, which ends the work at its next
+    progress update; True on that run, so the page can say it stopped rather than start again."""
+    return container.button("Stop", key=key, help="Stops the computation; nothing else is lost.")
 
 
 @functools.cache

@@ -108,15 +108,17 @@ def attribute(
     result: DecodeResult,
     n_steps: int = DEFAULT_STEPS,
     should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Attribution:
     """Every measure for every step of a decode result (greedy, beam, sampling, a branch or teacher forcing).
 
-    `should_stop` is asked between groups of steps; AttributionStopped is raised once it says yes.
+    `should_stop` is asked between groups of steps; AttributionStopped is raised once it says yes. `progress`
+    hears (output steps done, output steps) after each group: integrated gradients are nearly all the work.
     """
     steps = torch.arange(result.steps)
     tokens = torch.tensor(result.tgt_ids)
     integrated, delta = _integrated_gradients(
-        model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps, should_stop
+        model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps, should_stop, progress
     )
     gradient = _gradient_x_input(model, result.src_ids, result.tgt_ids, steps, tokens)
     src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
@@ -274,7 +276,8 @@ def embedded_inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int], 
     return src, decoder_input, embedded
 
 
-def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps, should_stop=lambda: False):
+def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps, should_stop=lambda: False,
+                          progress=None):  # fmt: skip
     """captum's integrated gradients for each (step, token[, foil]): (source (N, S), prefix (N, T)), deltas (N,).
 
     Steps go in groups of STEPS_PER_GROUP whose decoder input is cut after the group's last step: a causal
@@ -304,6 +307,8 @@ def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps
         source[group.numpy()] = attributions[0].sum(-1).detach().float().cpu().numpy()
         prefix[group.numpy(), :length] = attributions[1].sum(-1).detach().float().cpu().numpy()
         deltas[group.numpy()] = delta.detach().float().cpu().numpy()
+        if progress:
+            progress(int(group[-1]) + 1, len(steps))
     return (source, prefix), deltas
 
 
