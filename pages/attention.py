@@ -8,12 +8,13 @@ from transformer.analysis.views import attention_view
 from transformer.io.export import attention_csv, to_npz
 from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_grid, attention_heatmap, fit_colour_scale, heads_or_means
-from transformer.viz.report import html_report
-from ui import keys, url
+from transformer.viz.report import REPORT_FIGURES
+from ui import keys, models, url
 from ui.charts import show
 from ui.controls import kind_layer_head, words_toggle
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
+from ui.work import Progress
 
 VIEWS = keys.ATTENTION_VIEWS
 
@@ -92,12 +93,14 @@ downloads[1].download_button(
     on_click="ignore",
     key="npz_download",
 )
-downloads[2].download_button(
-    "HTML report (offline)",
-    lambda: html_report(result, explored.text, explored.checkpoint_name),
-    file_name="attention-report.html",
-    mime="text/html",
-    on_click="ignore",
-    key="report_download",
-)
+report = (explored.checkpoint_key, explored.text, result.strategy, tuple(result.tgt_ids), explored.checkpoint_name)
+if session.get("report_built") != report and downloads[2].button("Build the HTML report", key="report_build"):
+    progress = Progress("Building the report", REPORT_FIGURES, "figures")
+    models.report_cached(explored.checkpoint, *report, _result=result, _progress=progress)
+    progress.close()
+    session.report_built = report
+if session.get("report_built") == report:  # built: the download takes it from the shared cache (or builds it again)
+    downloads[2].download_button("HTML report (offline)", lambda: models.report_cached(explored.checkpoint, *report,
+                                 _result=result), file_name="attention-report.html", mime="text/html",
+                                 on_click="ignore", key="report_download")  # fmt: skip
 url.write_url()

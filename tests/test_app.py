@@ -218,7 +218,12 @@ def test_the_url_holds_the_view_and_opens_it(reference):
 def test_report_and_exports_are_offered(explorer):
     at = explorer.switch_page("pages/attention.py").run()
     labels = [button.proto.label for button in at.get("download_button")]
-    assert labels == ["This map as CSV", "Every map as .npz", "HTML report (offline)"]
+    assert labels == ["This map as CSV", "Every map as .npz"]  # the report is built first, with its progress
+    at.button(key="report_build").click().run()
+    labels = [button.proto.label for button in at.get("download_button")]
+    assert not at.exception and labels == ["This map as CSV", "Every map as .npz", "HTML report (offline)"]
+    at = translate(at.switch_page("pages/explorer.py").run(), "A dog runs.").switch_page("pages/attention.py").run()
+    assert len(at.get("download_button")) == 2  # another sentence: its own report to build
 
 
 def test_positional_page_draws_the_models_own_encoding(explorer):

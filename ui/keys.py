@@ -118,6 +118,7 @@ KEYS: dict[str, Key] = {
     "corpus_run": Key(CorpusRun, None, "the Corpus page's translated file"),
     "stats_over_corpus": Key(CorpusStatistics, None, "head statistics over an uploaded file"),
     "ablated": Key(tuple, None, "the heads switched off on Head statistics, applied with its button"),
+    "report_built": Key(tuple, None, "the view whose HTML report was built, offered for download"),
     "attribution_stopped": Key(tuple, None, "the (checkpoint, source, output) whose attribution the visitor stopped"),
     "corpus_agreement": Key(CorpusAgreement, None, "heads' agreement with the gradients over the Corpus file"),
 }

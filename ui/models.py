@@ -30,6 +30,7 @@ from transformer.io.checkpoint import (
 )
 from transformer.io.marian import describe_marian, is_marian_directory, load_checkpoint_or_marian
 from transformer.model.probes import Probe
+from transformer.viz.report import html_report
 from ui.cache import RESULTS
 from ui.text import literal
 
@@ -74,6 +75,15 @@ def decode_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, setti
 @RESULTS
 def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, target: str) -> DecodeResult:
     return teacher_force(_checkpoint.model, _checkpoint.tokenizer, text, target)
+
+
+@RESULTS
+def report_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, text: str, strategy: str, tgt_ids: tuple[int, ...], name: str,
+    *, _result: DecodeResult, _progress: Callable[[int], None] | None = None,
+) -> str:  # fmt: skip
+    """The HTML report of a result (5 MB, most of it plotly.js), shared by the visitors who ask for the same one."""
+    return html_report(_result, text, name, _progress)
 
 
 @dataclass(frozen=True)

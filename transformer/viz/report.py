@@ -8,6 +8,7 @@ and is drawn when it comes near the screen (an IntersectionObserver), so the fir
 from __future__ import annotations
 
 import html
+from collections.abc import Callable, Iterator
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -20,29 +21,21 @@ from transformer.text.pieces import readable
 from transformer.viz.attention import attention_heatmap, heads_or_means
 from transformer.viz.charts import token_probabilities
 
+REPORT_FIGURES = 2 + len(AttentionKind)
 
-def report_figures(result: DecodeResult) -> list[tuple[str, go.Figure]]:
-    """The figures of the report: output probabilities, each kind's heads by layer, and the encoder rollout."""
-    figures = [
-        (
-            "Output",
-            token_probabilities(result.tgt_pieces, result.token_probs.numpy(), "probability of each output token"),
-        )
-    ]
+
+def report_figures(result: DecodeResult) -> Iterator[tuple[str, go.Figure]]:
+    """The REPORT_FIGURES figures of the report, one at a time (each takes a while): output probabilities, each
+    kind's heads by layer, and the encoder rollout."""
+    probabilities = result.token_probs.numpy()
+    yield "Output", token_probabilities(result.tgt_pieces, probabilities, "probability of each output token")
     for kind in AttentionKind:
-        name = kind.title
         view = attention_view(result, kind)
         rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
-        figure, _ = heads_or_means(view.maps, view.query_pieces, view.key_pieces, rows, name, view.mask)
-        figures.append((name, figure))
-    encoder = result.encoder_self.numpy()
-    figures.append(
-        (
-            "Encoder rollout",
-            attention_heatmap(rollout(encoder), result.src_pieces, result.src_pieces, "attention rollout"),
-        )
-    )
-    return figures
+        figure, _ = heads_or_means(view.maps, view.query_pieces, view.key_pieces, rows, kind.title, view.mask)
+        yield kind.title, figure
+    flow = rollout(result.encoder_self.numpy())
+    yield "Encoder rollout", attention_heatmap(flow, result.src_pieces, result.src_pieces, "attention rollout")
 
 
 # Draws a figure (its JSON in the script element after it) when it comes within 200 px of the viewport.
@@ -67,9 +60,16 @@ def figure_section(title: str, figure: go.Figure) -> str:
             f'<script type="application/json">{spec}</script>')  # fmt: skip
 
 
-def html_report(result: DecodeResult, source_text: str, checkpoint_name: str) -> str:
-    """The page as a string; every piece of user text is escaped."""
-    sections = "\n".join(figure_section(title, figure) for title, figure in report_figures(result))
+def html_report(
+    result: DecodeResult, source_text: str, checkpoint_name: str, progress: Callable[[int], None] | None = None
+) -> str:
+    """The page as a string; every piece of user text is escaped. `progress` hears the figures done so far."""
+    drawn = []
+    for title, figure in report_figures(result):
+        drawn.append(figure_section(title, figure))
+        if progress:
+            progress(len(drawn))
+    sections = "\n".join(drawn)
     rows = "\n".join(
         f"<tr><td>{t + 1}</td><td>{html.escape(readable(piece))}</td><td>{float(p):.3f}</td></tr>"
         for t, (piece, p) in enumerate(zip(result.tgt_pieces, result.token_probs.tolist()))
