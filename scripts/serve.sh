@@ -78,7 +78,6 @@ security_headers='    add_header X-Frame-Options SAMEORIGIN always;
     add_header Content-Security-Policy "frame-ancestors '"'self'"'" always;
     add_header X-Content-Type-Options nosniff always;
     add_header Referrer-Policy same-origin always;'
-root_script='<head><script>window.__streamlit={BACKEND_BASE_URL:location.origin+"/",MAIN_PAGE_BASE_URL:location.origin+"/"}</script>'
 cat >"$run/nginx.conf" <<EOF
 worker_processes auto;
 pid $run/nginx.pid;
@@ -119,10 +118,7 @@ $security_headers
     proxy_next_upstream error timeout http_502 http_503;  # a stopped replica: try the next one
 
     location / {
-      proxy_pass http://replicas;
-      proxy_set_header Accept-Encoding "";  # plain HTML, so that sub_filter can name the root
-      sub_filter '<head>' '$root_script';
-      sub_filter_once on;
+      proxy_pass http://replicas;  # each page names the app's root itself (ui/asgi.py)
     }
     location = /_stcore/metrics { return 404; }  # the server's own counters are not the room's to read
     location = /_stcore/stream {

@@ -308,9 +308,12 @@ def test_a_link_opens_the_same_view_in_a_fresh_browser(server, browser):
 def test_a_fresh_servers_first_visitor_by_a_page_link_gets_the_apps_menu(browser):
     with app_server(ARTIFACTS / "first-visit.log") as fresh:  # nobody has opened the app's root page yet
         page = browser.new_page()
+        failed = []
+        page.on("response", lambda response: failed.append(response.url) if response.status >= 400 else None)
         page.goto(f"{fresh.url}/attention?text=Two%20dogs.")
         wait_for_heatmaps(page, 1)
         wait_idle(page)
+        assert failed == []  # the page names the app's root: no /attention/_stcore/health asked first, answered 404
         links = page.locator('[data-testid="stSidebarNavLink"]').all_text_contents()
         assert links[:2] == ["Decode explorer", "Attention maps"]  # not the pages/ folder's file names
         assert page.locator("h1").all_text_contents() == ["Attention maps"]

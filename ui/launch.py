@@ -4,7 +4,8 @@ Under a plain `streamlit run app.py` nothing of the model exists until the first
 runs: then it imports PyTorch, reads the default checkpoint and decodes the default sentence
 (about 1.5 s on a 2-core CPU), after the browser has loaded the page's code. Here a thread
 does that work as soon as the server takes connections, while the browser loads, and the first
-page finds the checkpoint and its result in the process's caches (the same ones every page uses).
+page finds the checkpoint and its result in the process's caches (the same ones every page uses). It serves
+ui/asgi.py: app.py, with pages that name the app's root.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+SERVED = Path(__file__).resolve().parent / "asgi.py"  # app.py, its pages naming the app's root
 
 
 def serving() -> bool:
@@ -51,7 +52,7 @@ def main() -> None:
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     from streamlit.web import cli
 
-    sys.argv = ["streamlit", "run", str(APP), *sys.argv[1:]]
+    sys.argv = ["streamlit", "run", str(SERVED), *sys.argv[1:]]
     sys.exit(cli.main())
 
 
