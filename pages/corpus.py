@@ -61,8 +61,9 @@ if run:
         table = pd.DataFrame({"source": sources, "translation": outputs})
         if references is not None:
             table["reference"] = references
-            table["BLEU"] = [sacrebleu.sentence_bleu(o, [r]).score for o, r in zip(outputs, references)]
-            table["chrF"] = [sacrebleu.sentence_chrf(o, [r]).score for o, r in zip(outputs, references)]
+            table.insert(0, "BLEU", [sacrebleu.sentence_bleu(o, [r]).score for o, r in zip(outputs, references)])
+            table.insert(1, "chrF", [sacrebleu.sentence_chrf(o, [r]).score for o, r in zip(outputs, references)])
+            # the scores first: after three columns of sentences they sat past the table's right edge
             metric = BLEU()
             score = f"corpus BLEU {metric.corpus_score(outputs, [references]).score:.2f} ({metric.get_signature()})"
         else:

@@ -214,6 +214,8 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         else:
             stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"  # fmt: skip
             page.wait_for_function(stacked)  # the step view's maps take the whole width, as the figures do
+            starts = f"new Set([...{PLAYER}.querySelectorAll('.bar-track')].map(t => Math.round(t.getBoundingClientRect().left))).size"  # fmt: skip
+            assert page.evaluate(starts) == 1  # the top-10 bars start at one x, whatever their labels' lengths
         wait_idle(page)
         page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
         page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")

@@ -196,7 +196,7 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
     at.button(key="FormSubmitter:corpus-Translate the file").click().run()
     assert not at.exception
     table = at.dataframe[0].value
-    assert list(table.columns) == ["source", "translation", "reference", "BLEU", "chrF"]
+    assert list(table.columns) == ["BLEU", "chrF", "source", "translation", "reference"]  # the scores in view
     score = next(m.value for m in at.markdown if m.value.startswith("corpus BLEU"))
     assert re.fullmatch(
         r"corpus BLEU \d+\.\d\d \(nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|version:[\d.]+\)", score

@@ -90,6 +90,8 @@ function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum
 function drawBars(box, title, labels, probs, chosenIndex) {
   box.replaceChildren();
   box.append(element("div", "map-title", title));
+  const bars = element("div", "bars");  // one grid: every bar starts where the longest label ends
+  box.append(bars);
   labels.forEach((label, i) => {
     const line = element("div", "bar-line");
     line.append(element("span", "bar-label", label));
@@ -99,7 +101,7 @@ function drawBars(box, title, labels, probs, chosenIndex) {
     track.append(bar);
     line.append(track, element("span", "bar-value", number(probs[i])));
     line.title = `${label}: ${number(probs[i])}`;
-    box.append(line);
+    bars.append(line);
   });
 }
 
