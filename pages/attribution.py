@@ -14,7 +14,7 @@ from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from transformer.viz.style import plotly_text
 from ui import models, url
-from ui.charts import show
+from ui.charts import show, table
 from ui.controls import layer_head, words_toggle
 from ui.controls import step as controls_step
 from ui.sidebar import page_frame
@@ -150,7 +150,7 @@ agreement = pd.DataFrame(
     {"mean over steps": found.agreement.reshape(-1), f"at step {step + 1}": found.agreement_per_step[..., step].reshape(-1)},
     index=pd.Index(names, name="head"),
 ).sort_values("mean over steps", ascending=False)  # fmt: skip
-st.dataframe(agreement.style.format("{:.2f}", na_rep="—"), width="stretch", height=300, key="agreement_table")
+table(agreement.style.format("{:.2f}", na_rep="—"), width="stretch", height=300, key="agreement_table")
 
 st.subheader("Contrastive: why this token rather than another")
 candidates = [int(i) for i in result.topk_ids[step].tolist() if int(i) != result.tgt_ids[step]]

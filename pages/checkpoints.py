@@ -11,7 +11,7 @@ from transformer.io.checkpoint import CheckpointError
 from transformer.io.metadata import TrainingRecord, read_metadata
 from transformer.viz.charts import lines
 from ui import uploads, url
-from ui.charts import show
+from ui.charts import show, table
 from ui.sidebar import page_frame
 from ui.text import literal
 
@@ -57,19 +57,18 @@ facts = {
 left, right = st.columns(2)
 with left:
     st.markdown("**Summary**")
-    st.dataframe(pd.DataFrame({"value": facts}), width="stretch")
+    table(pd.DataFrame({"value": facts}), width="stretch")
     st.markdown("**Configuration**")
-    st.dataframe(pd.DataFrame({"value": {k: str(v) for k, v in json.loads(config.to_json()).items()}}), width="stretch")
+    table(pd.DataFrame({"value": {k: str(v) for k, v in json.loads(config.to_json()).items()}}), width="stretch")
 with right:
     st.markdown("**Parameters by component**")
-    st.dataframe(parameter_counts(checkpoint.model).style.format({"parameters": "{:,}", "share": "{:.1%}"}),
-                 width="stretch")  # fmt: skip
+    table(parameter_counts(checkpoint.model).style.format({"parameters": "{:,}", "share": "{:.1%}"}), width="stretch")
     if about.data:
         st.markdown("**Training data**")
-        st.dataframe(pd.DataFrame(about.data).T, width="stretch")
+        table(pd.DataFrame(about.data).T, width="stretch")
     if about.scores:
         st.markdown("**Scores** (sacreBLEU, chrF)")
-        st.dataframe(pd.DataFrame({name: asdict(score) for name, score in about.scores.items()}).T, width="stretch")
+        table(pd.DataFrame({name: asdict(score) for name, score in about.scores.items()}).T, width="stretch")
 
 st.subheader("Training curves")
 if training.loss_curve:

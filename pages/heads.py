@@ -15,7 +15,7 @@ from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
 from ui import controls, keys, models, uploads, url
-from ui.charts import show
+from ui.charts import show, table
 from ui.sidebar import page_frame
 from ui.text import literal
 from ui.work import Progress, stop_button
@@ -33,7 +33,7 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
     frame = statistics_frame(statistics)
     left, right = st.columns([3, 2])
     with left:
-        st.dataframe(frame.style.format("{:.3f}"), width="stretch", height=320)
+        table(frame.style.format("{:.3f}"), width="stretch", height=320)
         st.download_button("Table as CSV", frame.to_csv(), file_name=f"head-statistics-{kind}-{key}.csv", mime="text/csv",
                            on_click="ignore", key=f"{key}_csv")  # fmt: skip
     with right:

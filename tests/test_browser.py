@@ -206,7 +206,8 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
     page.get_by_text("Presentation mode").click()
     page.wait_for_function(f"{font} > {before}")
     page.locator('[data-testid="stExpandSidebarButton"]').wait_for()  # collapsed, and the way to reopen it shown
-    pages = [("", 0), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3), ("positional", 4)]
+    pages = [("", 0), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3), ("positional", 4),
+             ("heads", 1)]  # fmt: skip
     for path, figures in pages:
         if path:  # the other pages as a shared link opens them
             page.goto(f"{server}/{path}?presentation=1")
@@ -221,6 +222,7 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")
         assert page.evaluate(VIEW_PROBLEMS, True) == [], path
         assert page.evaluate(SMALL_TEXT) == [], path
+        assert page.locator('[data-testid="stDataFrame"]').count() == 0, path  # a canvas: its text unread above
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
 
 

@@ -36,6 +36,7 @@ PRESENTATION_CSS = """
 [data-testid="stWidgetLabel"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem !important; }
 [data-baseweb="select"] div, [data-testid="stTextArea"] textarea, [data-testid="stMultiSelectTagsContainer"] span,
 [data-testid="stFileUploaderDropzoneInstructions"] span { font-size: 1.2rem !important; }
+[data-testid="stTable"] th, [data-testid="stTable"] td { font-size: 1.2rem !important; }
 .katex { font-size: 1.7rem !important; }  /* its sub- and superscripts, at 0.7 of it, still 19 px, */
 .katex .reset-size3.size1 { font-size: 0.95em !important; }  /* and a subscript's subscript too */
 [data-testid="stMainMenu"], [data-testid="stAppDeployButton"] { display: none; }
@@ -45,6 +46,15 @@ PRESENTATION_CSS = """
 </style>
 """  # text sizes only: changing the root font size would resize the layout under already drawn figures.
 # Columns too narrow for the big text wrap onto the next line, and columns of figures stack, each the page's width.
+
+
+def table(data, **dataframe_options) -> None:
+    """A table: interactive (sortable) as a rule; in presentation mode plain HTML, whose text the presentation
+    style sheet enlarges (the interactive table draws on a canvas, at its own small size)."""
+    if st.session_state.get("presentation"):
+        st.table(data)
+    else:
+        st.dataframe(data, **dataframe_options)
 
 
 def sidebar_state() -> str | None:
