@@ -126,7 +126,8 @@ def test_teaching_pages_draw_in_chromium(server, browser, link, figures):
 
 
 # What a screen would show wrongly, read from the elements' boxes: a control's label cut (a word split over
-# two lines, or text past its box), a figure title past its figure's edge; on a projector (narrow: true), also
+# two lines, or text past its box), a figure title past its figure's edge, an axis title over a tick label;
+# on a projector (narrow: true), also
 # figures narrower than half the content.
 VIEW_PROBLEMS = """(narrow) => {
   const main = document.querySelector('[data-testid="stMainBlockContainer"]');
@@ -153,6 +154,17 @@ VIEW_PROBLEMS = """(narrow) => {
     for (const title of plot.querySelectorAll('.gtitle, .g-xtitle text, .g-ytitle text')) {
       const r = title.getBoundingClientRect();
       if (r.width && (r.left < box.left - 1 || r.right > box.right + 1)) problems.push(`title cut: ${title.textContent}`);
+    }
+    for (const [titles, ticks] of [['.g-xtitle text', '.xtick text'], ['.g-ytitle text', '.ytick text']]) {
+      for (const title of plot.querySelectorAll(titles)) {
+        const t = title.getBoundingClientRect();
+        for (const tick of plot.querySelectorAll(ticks)) {
+          const k = tick.getBoundingClientRect();
+          if (k.width && t.left < k.right && k.left < t.right && t.top < k.bottom && k.top < t.bottom) {
+            problems.push(`axis title over a label: ${title.textContent} / ${tick.textContent}`);
+          }
+        }
+      }
     }
   }
   const labels = '[data-testid="stWidgetLabel"] p, [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"], button p';

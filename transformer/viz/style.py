@@ -30,8 +30,10 @@ def fit_labels(fig: go.Figure) -> go.Figure:
     Plotly thins crowded category labels by itself, so a label would vanish with no word; here each
     token axis gets a tick per category, with a smaller font where there are many.
     """
-    fig.update_xaxes(automargin=True)
-    fig.update_yaxes(automargin=True)
+    # A standoff given, Plotly places an axis title that far from the tick labels' far edge (without one it
+    # placed "query" by the axis, over a long row label in presentation mode) and widens the margin to fit.
+    fig.update_xaxes(automargin=True, title_standoff=6)
+    fig.update_yaxes(automargin=True, title_standoff=6)
     for trace in fig.data:
         for letter in ("x", "y"):
             values = getattr(trace, letter, None)
