@@ -8,10 +8,11 @@ from pathlib import Path
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
+from ui.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, long_input_row, machine, step_view_row
 from .attribution_speed import attribution_row
-from .model_speed import Row, batched_beam_row, decode_rows, lower_bound_row, training_row
+from .model_speed import Row, batched_beam_row, corpus_batch_row, decode_rows, lower_bound_row, training_row
 from .report_speed import report_rows
 
 MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
@@ -43,7 +44,9 @@ def main() -> None:
     rows = decode_rows(checkpoint, repeats)
     rows.append(lower_bound_row(checkpoint, repeats))
     if args.sentences.exists():
-        rows.append(batched_beam_row(checkpoint, read_lines(args.sentences)[:BEAM_SENTENCES]))
+        sentences = read_lines(args.sentences)[:BEAM_SENTENCES]
+        rows.append(batched_beam_row(checkpoint, sentences))
+        rows.append(corpus_batch_row(checkpoint, sentences, TRANSLATE_BATCH))
     else:
         print(f"{args.sentences} is missing: no batched beam row", flush=True)
     rows.append(training_row(checkpoint, max(3, repeats // 2)))

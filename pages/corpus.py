@@ -11,7 +11,7 @@ from transformer.decoding.translate import translate_texts
 from ui import keys, uploads, url
 from ui.sidebar import page_frame
 from ui.text import literal
-from ui.work import Progress, heavy_job, stop_button
+from ui.work import TRANSLATE_BATCH, Progress, heavy_job, stop_button
 
 MAX_SENTENCES = 2000
 MAX_AGREEMENT_SENTENCES = 200  # integrated gradients cost about two seconds a sentence
@@ -45,10 +45,11 @@ if run:
         st.error(f"The references have {len(references)} lines for {len(sources)} source lines: not a parallel pair.")
     else:
         stop_button("corpus_stop")  # pressed: the page runs again, without the form's submit, so stops here
-        # Sentences go shortest first in batches of 16 (not 64: the last, longest batch held the bar still for
-        # 50 s); a sentence's cost grows with its length squared (its steps, each reading all before it).
-        costs = sorted(len(line) ** 2 for line in sources)
-        progress = Progress("Translating", len(sources), "sentences", costs)
+        # Sentences go shortest first in small batches; a sentence's cost grows with its length squared (its
+        # steps, each reading all before it).
+        # Blank lines are not translated (nor counted by translate_texts), so the bar counts only the others.
+        costs = sorted(len(line) ** 2 for line in sources if line.strip())
+        progress = Progress("Translating", len(costs), "sentences", costs)
         done = [0]
 
         def advance(count: int) -> None:  # translate_texts reports sentences finished since the last call
@@ -56,7 +57,7 @@ if run:
             progress(done[0])
 
         outputs = translate_texts(checkpoint.model, checkpoint.tokenizer, sources, DecodeSettings.greedy_or_beam(beam),
-                                  batch_size=16, progress=advance)  # fmt: skip
+                                  batch_size=TRANSLATE_BATCH, progress=advance)  # fmt: skip
         progress.close()
         table = pd.DataFrame({"source": sources, "translation": outputs})
         if references is not None:

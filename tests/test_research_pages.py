@@ -208,6 +208,20 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
     assert "A man is riding a bicycle\\." in markdown(at) and step_view(at)["step"] == 0
 
 
+def test_corpus_progress_counts_the_sentences_translated_not_the_blank_lines(monkeypatch):
+    import ui.work
+
+    shown = []
+    monkeypatch.setattr(ui.work.Progress, "__call__", lambda self, done, total=None: shown.append((done, self.total)))
+    at = start().switch_page("pages/corpus.py").run()
+    sources = "Two dogs are playing in the snow.\n\nA man is riding a bicycle.\n\n"
+    at.file_uploader(key="corpus_src").set_value(("src.txt", sources.encode(), "text/plain"))
+    at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    assert not at.exception
+    assert shown[-1] == (2, 2)  # the bar ends full: blank lines are not translated (it stopped at 2 of 4)
+    assert list(at.dataframe[0].value["translation"].str.len() > 0) == [True, False, True, False]
+
+
 def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypatch):
     import ui.models
     import ui.uploads

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from itertools import accumulate
 
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
@@ -25,6 +26,7 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 
 from transformer.analysis.attribution import AttributionStopped
 
+TRANSLATE_BATCH = 16  # sentences a batch under a progress bar: 64 held it still for 50 s on the last, longest
 HEAVY_JOBS = int(os.environ.get("TRANSFORMER_EXPLORER_HEAVY_JOBS", "1"))  # at once per process (one per core)
 SLOTS = threading.BoundedSemaphore(HEAVY_JOBS)
 # Token-steps of integrated gradients one request may ask (output steps x interpolation steps x tokens):
@@ -76,7 +78,7 @@ class Progress:
 
     def __init__(self, what: str, total: int, unit: str, costs: Sequence[float] | None = None) -> None:
         self.what, self.total, self.unit = what, total, unit
-        self.done_costs = None if costs is None else [sum(costs[:i]) / max(sum(costs), 1e-9) for i in range(total + 1)]
+        self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
         self.started = time.monotonic()
         self.bar = st.progress(0.0, text=f"{what} ...")
 
