@@ -13,6 +13,7 @@ from playwright.sync_api import Page
 
 from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode, decode_ids
+from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.encoder_decoder import Transformer
@@ -70,6 +71,24 @@ def step_view_row(checkpoint: Checkpoint, repeats: int) -> Row:
     size = step_view_payload(result, checkpoint.tokenizer)
     note = f"{size / 1024:.0f} KiB of JSON for all {result.steps} steps; a step click then costs the server nothing"
     return Row("server side of the step view, once per decode", "—", None, ms, "≤ 100 ms", note)
+
+
+def lens_row(checkpoint: Checkpoint, repeats: int) -> Row:
+    """The logit lens of a 30-step decode against the whole decode (which includes it), and its share of the step
+    view's JSON."""
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    ids = tokenizer.encode(SENTENCE) + [model.config.eos_id]
+    chooser = no_eos_chooser(model.config.eos_id)
+    result = decode_ids(model, tokenizer, ids, chooser, max_new_tokens=30)
+    decode_ms = median_ms(lambda: decode_ids(model, tokenizer, ids, chooser, max_new_tokens=30), repeats)
+    decoder_input = torch.tensor([[model.config.start_id, *result.tgt_ids[:-1]]])
+    with torch.inference_mode():
+        output = model(torch.tensor([ids]), decoder_input, need_weights=True)
+    states = torch.cat(output.decoder_layer_states)
+    lens_ms = median_ms(lambda: logit_lens(model, states, output.log_probs[0], result.tgt_ids), repeats * 3)
+    data = step_data(result, tokenizer, 0, False, "benchmark")
+    note = f"lens JSON {len(json.dumps(data['lens'])) / 1024:.1f} KiB of the step view's {len(json.dumps(data)) / 1024:.0f} KiB"
+    return Row(f"logit lens of a {result.steps}-step decode", "the whole decode", decode_ms, lens_ms, "≤ 0.1", note)
 
 
 def long_input_row(checkpoint: Checkpoint) -> Row:

@@ -51,6 +51,16 @@ def test_explorer_sends_every_step_to_the_browser_once(explorer, reference):
     assert len(view["rows"]) == layers * (heads + 1) and view["rows"][heads] == "layer 1 · mean"
 
 
+def test_the_step_view_carries_each_layers_guesses_and_the_steps_entropy(explorer, reference):
+    lens, view = reference.lens, step_view(explorer)["lens"]
+    assert view["top_ids"] == lens.top_ids.transpose(0, 1).tolist()  # (steps, layers, 5)
+    np.testing.assert_allclose(view["top_probs"], lens.top_probs.transpose(0, 1).numpy(), atol=1e-4)
+    assert view["rank"] == lens.chosen_rank.T.tolist()
+    np.testing.assert_allclose(view["chosen_prob"], lens.chosen_probs.T.numpy(), atol=1e-4)
+    assert [view["labels"][str(row[-1][0])] for row in view["top_ids"]] == step_view(explorer)["next"]  # greedy
+    np.testing.assert_allclose(step_view(explorer)["entropy"], reference.entropy_bits.numpy(), atol=1e-4)
+
+
 def test_the_words_toggle_merges_the_step_views_keys_and_keeps_the_step(explorer, reference):
     explorer = step_action(explorer, name="nothing", step=3)  # an unknown action is ignored
     assert not explorer.exception and step_view(explorer)["step"] == 0

@@ -248,10 +248,15 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert steps > 10, "the default sentence is too short to step ten times"
     page.wait_for_timeout(500)
     before = len(sent)
+    lens = page.locator(".lens")
     for step in range(2, 12):
         page.get_by_role("button", name="Next").click()
         wait_for_step_view(page, step)
+        assert lens.locator(".map-title").text_content() == f"what each decoder layer would predict at step {step}"
+        assert lens.locator(".strip .cell.now").count() == lens.locator(".lens-layer").count() > 1  # its column
     assert "step=11" in page.url  # the address bar names the step, for a copied link
+    lens.locator(".strip .cell").nth(2).click()  # the lens strip's third column opens step 3
+    wait_for_step_view(page, 3)
     page.get_by_role("button", name="First").click()
     page.get_by_label("Steps a second when playing").select_option("10")
     page.get_by_role("button", name="Play").click()

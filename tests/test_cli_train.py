@@ -32,6 +32,9 @@ def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
     assert arrays["encoder_self"].shape == (2, heads, src, src)
     assert arrays["decoder_self"].shape == (layers, heads, steps, steps)
     assert arrays["topk_probs"].shape[0] == steps == len(arrays["tgt_pieces"])
+    assert arrays["layer_top_pieces"].shape == arrays["layer_top_probs"].shape == (layers, steps, 5)
+    assert arrays["layer_chosen_rank"].shape == arrays["layer_chosen_probs"].shape == (layers, steps)
+    assert list(arrays["layer_top_pieces"][-1, :, 0]) == list(arrays["topk_pieces"][:, 0])  # the last layer's guess
 
 
 def test_bad_bytes_cost_only_their_own_line(tmp_path):

@@ -105,6 +105,65 @@ function drawBars(box, title, labels, probs, chosenIndex) {
   });
 }
 
+// The logit lens at one step: each decoder layer's top guesses and the rank it gave the token taken; beside it a
+// strip of every step (a column each) coloured by the probability each layer gave that step's token.
+function drawLens(box, data, step, go) {
+  const lens = data.lens;
+  const layers = lens.rank[0].length;
+  const guesses = lens.top_ids[0][0].length;
+  box.replaceChildren();
+  box.append(element("div", "map-title", `what each decoder layer would predict at step ${step + 1}`));
+  const table = element("div", "lens-table");
+  table.style.gridTemplateColumns = `max-content max-content repeat(${guesses}, minmax(4.5rem, max-content))`;
+  table.append(element("span", "lens-head", ""), element("span", "lens-head", `'${data.next[step]}', taken`));
+  const heading = element("span", "lens-head", "its guesses, best first");
+  heading.style.gridColumn = `span ${guesses}`;
+  table.append(heading);
+  for (let layer = 0; layer < layers; layer++) {
+    const rank = lens.rank[step][layer];
+    table.append(element("span", "lens-layer", layer === layers - 1 ? `layer ${layer + 1} (output)` : `layer ${layer + 1}`));
+    const chosen = element("span", rank === 1 ? "lens-chosen top" : "lens-chosen",
+      `rank ${rank.toLocaleString("en")} · ${number(lens.chosen_prob[step][layer])}`);
+    chosen.title = `the rank and probability layer ${layer + 1} gave '${data.next[step]}'`;
+    table.append(chosen);
+    lens.top_ids[step][layer].forEach((id, i) => {
+      const guess = element("span", id === data.chosen[step] ? "guess taken" : "guess");
+      guess.append(element("span", "guess-token", lens.labels[id]), ` ${number(lens.top_probs[step][layer][i])}`);
+      guess.title = `${lens.labels[id]}: ${number(lens.top_probs[step][layer][i])}`;
+      table.append(guess);
+    });
+  }
+  const strip = element("div", "strip");
+  strip.style.gridTemplateColumns = `max-content repeat(${data.steps}, minmax(0.9rem, 1.6rem))`;
+  for (let layer = 0; layer < layers; layer++) {
+    strip.append(element("div", "row-label", `layer ${layer + 1}`));
+    for (let t = 0; t < data.steps; t++) {
+      const p = lens.chosen_prob[t][layer];
+      const cell = element("div", t === step ? "cell now" : "cell");
+      cell.style.background = p === null ? "#d5d7de" : colorOf(data.colors, p);
+      cell.title = `step ${t + 1}, '${data.next[t]}'\nlayer ${layer + 1}: probability ${number(p)}, rank ${lens.rank[t][layer]}`;
+      cell.onclick = () => go(t);
+      strip.append(cell);
+    }
+  }
+  strip.append(element("div"));
+  data.next.forEach((token, t) => {
+    const label = element("div", t === step ? "key-label now" : "key-label", token);
+    label.title = token;
+    strip.append(label);
+  });
+  const stripBox = element("div", "map");
+  stripBox.append(element("div", "strip-title", "the probability each layer gave the token taken, at every step "
+    + "(a column opens its step)"), strip);
+  const parts = element("div", "lens-parts");
+  parts.append(table, stripBox);
+  box.append(parts, element("p", "lens-note",
+    "Each layer's output is put through the model's final normalisation and output layer as if it were the last (the "
+    + "logit lens). Early layers need not use the output layer's basis, so the lens understates what they hold: read a "
+    + "low probability there as 'not yet readable this way', not 'not yet known' (Belrose et al. 2023 fit a map per "
+    + "layer, the tuned lens, for this)."));
+}
+
 function writeStepToAddress(step) {
   const url = new URL(window.location.href);
   if (url.searchParams.get("step") === String(step + 1)) return;
@@ -166,10 +225,11 @@ export default function (component) {
   const right = element("div", "right");
   const crossBox = element("div", "map");
   const selfBox = element("div", "map");
+  const lensBox = element("div", "lens");
   right.append(crossBox, selfBox);
   body.append(left, right);
   const open = button("Open Attention maps at this step", "The full maps, rows up to this step");
-  root.append(controls, slider, caption, body, open);
+  root.append(controls, slider, caption, body, lensBox, open);
   parentElement.querySelector(".player")?.remove();
   parentElement.append(root);
 
@@ -182,7 +242,7 @@ export default function (component) {
       element("b", "", `Step ${step + 1} of ${data.steps}`),
       ` · so far: ${data.so_far[step] || "(nothing yet)"} → next token `,
       element("b", "", data.next[step]),
-      ` (probability ${number(data.prob[step])})`,
+      ` (probability ${number(data.prob[step])}; the step's entropy ${number(data.entropy[step])} bits)`,
     );
     const ids = data.topk_ids[step];
     const labels = data.topk_labels[step];
@@ -200,6 +260,7 @@ export default function (component) {
       data.cross_labels, cross, step * crossSize, data.colors, data.heads, data.quantum);
     drawMap(selfBox, `masked self-attention of step ${step + 1} over the output so far`, data.rows,
       data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.heads, data.quantum);
+    drawLens(lensBox, data, step, go);
   }
 
   function go(step, byVisitor = true) {

@@ -1,7 +1,7 @@
 """The explorer's step view, stepped in the browser.
 
 A decode's every step (top-k candidates, the text so far, the cross-attention and masked
-self-attention rows of every layer and head) is sent once, packed; First, Previous, Next,
+self-attention rows of every layer and head, what each decoder layer would predict) is sent once, packed; First, Previous, Next,
 Last, the slider and Play then never ask the server. What does need it (a what-if branch,
 Attention maps at this step) comes back as one action that carries the step the visitor is on; leaving the
 page by a link sends the step once, so that the next page opens at it.
@@ -114,6 +114,8 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         self_labels.append([readable_label(label) for label in labels])
         self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
+    lens = result.lens
+    lens_ids = lens.top_ids.transpose(0, 1).tolist()  # (T, L, LENS_TOP): a step's layers together
     return {
         "id": identity,
         "step": step,
@@ -127,6 +129,16 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         "topk_ids": topk_ids,
         "topk_labels": [[readable(tokenizer.id_to_piece(i)) for i in ids] for ids in topk_ids],
         "topk_probs": _rounded(result.topk_probs.numpy()),
+        "entropy": _rounded(result.entropy_bits.numpy()),
+        "lens": {
+            "top_ids": lens_ids,
+            "top_probs": _rounded(lens.top_probs.transpose(0, 1).numpy()),
+            "rank": lens.chosen_rank.T.tolist(),  # (T, L)
+            "chosen_prob": _rounded(lens.chosen_probs.T.numpy()),
+            "labels": {
+                str(i): readable(tokenizer.id_to_piece(i)) for i in sorted({i for s in lens_ids for r in s for i in r})
+            },
+        },
         "cross_labels": [readable_label(label) for label in cross_labels],
         "cross": packed(with_layer_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
         "self_labels": self_labels,

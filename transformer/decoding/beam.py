@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from transformer.decoding.greedy import KeysSoFar, default_max_new_tokens, encode_source
+from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer
@@ -24,6 +25,7 @@ class _Step:
     log_probs: torch.Tensor  # (W, V)
     self_rows: torch.Tensor | None  # (W, L, H, t+1)
     cross_rows: torch.Tensor | None  # (W, L, H, S)
+    states: torch.Tensor | None  # (W, L, d_model) each decoder layer's output
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ def beam_search_ids(
                 log_probs,
                 torch.stack([m[:, :, 0] for m in decoded.self_attentions], 1) if need_weights else None,
                 torch.stack([m[:, :, 0] for m in decoded.cross_attentions], 1) if need_weights else None,
+                torch.stack([x[:, -1] for x in decoded.layer_states], 1) if need_weights else None,
             )
         )
         if search.done:
@@ -210,12 +213,14 @@ def beam_search(
     trace = beam_search_ids(model, ids, width, alpha, max_new_tokens, need_weights=True)
     tokens, indices, encoder = trace.tokens, trace.hypotheses, trace.encoder_attentions
     chosen = [trace.steps[t] for t in range(len(tokens))]
+    log_probs = torch.stack([s.log_probs[i] for s, i in zip(chosen, indices)])
     return assemble(
         tokenizer,
         model.config.start_id,
         ids,
         tokens,
-        torch.stack([s.log_probs[i] for s, i in zip(chosen, indices)]),
+        log_probs,
+        logit_lens(model, torch.stack([s.states[i] for s, i in zip(chosen, indices)], dim=1), log_probs, tokens),
         encoder,
         lower_triangle([s.self_rows[i] for s, i in zip(chosen, indices)]),
         torch.stack([s.cross_rows[i] for s, i in zip(chosen, indices)], dim=2),

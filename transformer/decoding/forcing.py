@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from transformer.decoding.greedy import decode_ids
+from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult, assemble, model_device, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.pieces import readable
@@ -40,6 +41,7 @@ def teacher_force_ids(
         src_ids,
         tgt_ids,
         output.log_probs[0],
+        logit_lens(model, torch.cat(output.decoder_layer_states), output.log_probs[0], tgt_ids),
         torch.cat(maps.encoder_self),
         torch.cat(maps.decoder_self),
         torch.cat(maps.cross),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
 from transformer.model.encoder_decoder import EncoderOutput, Transformer
 from transformer.model.masks import padding_mask
@@ -34,6 +35,7 @@ class Generation:
     encoder_attentions: tuple[torch.Tensor, ...]  # per layer (B, H, S, S), when recorded
     self_rows: list[torch.Tensor]  # per step (B, L, H, t+1): the new query's masked self-attention
     cross_rows: list[torch.Tensor]  # per step (B, L, H, S)
+    state_rows: list[torch.Tensor]  # per step (B, L, d_model): each decoder layer's output for the new position
 
 
 Chooser = Callable[[torch.Tensor], torch.Tensor]  # log-probs (B, V) -> token ids (B,)
@@ -110,7 +112,7 @@ def generate(
     last = torch.full((batch, 1), config.start_id, dtype=torch.long, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     keys = KeysSoFar.start(batch, src.device)
-    tokens, log_probs_per_step, self_rows, cross_rows = [], [], [], []
+    tokens, log_probs_per_step, self_rows, cross_rows, state_rows = [], [], [], [], []
     for step in range(steps):
         decoded = model.decode(last, memory, src_mask, keys.mask(), need_weights, cache, probe)
         cache = decoded.cache
@@ -125,14 +127,16 @@ def generate(
         if need_weights:
             self_rows.append(torch.stack([m[:, :, 0] for m in decoded.self_attentions], dim=1))  # (B, L, H, t+1)
             cross_rows.append(torch.stack([m[:, :, 0] for m in decoded.cross_attentions], dim=1))  # (B, L, H, S)
+            state_rows.append(torch.stack([x[:, -1] for x in decoded.layer_states], dim=1))  # (B, L, d_model)
         finished |= token == config.eos_id
         if finished.all():
             break
         last = token[:, None]
         keys = keys.extended(token, config.pad_id)
     return Generation(
-        torch.stack(tokens, 1), torch.stack(log_probs_per_step, 1), encoded.attentions, self_rows, cross_rows
-    )
+        torch.stack(tokens, 1), torch.stack(log_probs_per_step, 1), encoded.attentions, self_rows, cross_rows,
+        state_rows,
+    )  # fmt: skip
 
 
 def default_max_new_tokens(model: Transformer, src_len: int) -> int:
@@ -170,12 +174,16 @@ def decode_ids(
     src = torch.tensor([ids], device=model_device(model))
     limit = max_new_tokens or max(default_max_new_tokens(model, len(ids)), len(prefix))
     generation = generate(model, src, limit, choose, True, prefix, probe)
+    tokens = generation.tokens[0].tolist()
     return assemble(
         tokenizer,
         model.config.start_id,
         ids,
-        generation.tokens[0].tolist(),
+        tokens,
         generation.log_probs[0],
+        logit_lens(
+            model, torch.stack([row[0] for row in generation.state_rows], dim=1), generation.log_probs[0], tokens
+        ),  # fmt: skip
         torch.cat(generation.encoder_attentions),
         lower_triangle([row[0] for row in generation.self_rows]),
         torch.stack([row[0] for row in generation.cross_rows], dim=2),  # (L, H, T, S)

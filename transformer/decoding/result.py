@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from transformer.decoding.lens import LogitLens
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import Tokenizer
@@ -34,6 +36,8 @@ class DecodeResult:
     topk_ids: torch.Tensor  # (T, k) the most probable next tokens at each step
     topk_probs: torch.Tensor  # (T, k)
     token_probs: torch.Tensor  # (T,) probability of the token taken at each step
+    entropy_bits: torch.Tensor  # (T,) how spread each step's next-token distribution is
+    lens: LogitLens  # what each decoder layer would have predicted at each step
     encoder_self: torch.Tensor  # (L_enc, H, S, S)
     decoder_self: torch.Tensor  # (L_dec, H, T, T), zero above the diagonal
     cross: torch.Tensor  # (L_dec, H, T, S)
@@ -103,7 +107,8 @@ def assemble(
     start_id: int,  # the decoder's first input token (the config's start_id)
     src_ids: list[int],
     tgt_ids: list[int],
-    step_log_probs: torch.Tensor,
+    step_log_probs: torch.Tensor,  # (T, V)
+    lens: LogitLens,
     encoder_self: torch.Tensor,
     decoder_self: torch.Tensor,
     cross: torch.Tensor,
@@ -122,6 +127,8 @@ def assemble(
         topk_ids=topk.indices,
         topk_probs=topk.values,
         token_probs=probs.gather(1, chosen[:, None]).squeeze(1),
+        entropy_bits=torch.special.entr(probs).sum(dim=-1) / math.log(2),
+        lens=lens,
         encoder_self=encoder_self.float().cpu(),
         decoder_self=decoder_self.float().cpu(),
         cross=cross.float().cpu(),

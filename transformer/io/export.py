@@ -14,7 +14,7 @@ from transformer.text.tokenizer import Tokenizer
 
 
 def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
-    """Every attention map (L, H, query, key), the pieces and the per-step top-k candidates."""
+    """Every attention map (L, H, query, key), the pieces, the per-step top-k candidates and the logit lens."""
     return {
         "encoder_self": result.encoder_self.numpy(),
         "decoder_self": result.decoder_self.numpy(),
@@ -32,6 +32,14 @@ def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.nd
         "topk_ids": result.topk_ids.numpy(),
         "topk_pieces": np.array([[tokenizer.id_to_piece(i) for i in row] for row in result.topk_ids.tolist()]),
         "topk_probs": result.topk_probs.numpy(),
+        "entropy_bits": result.entropy_bits.numpy(),
+        "layer_top_ids": result.lens.top_ids.numpy(),
+        "layer_top_pieces": np.array(
+            [[[tokenizer.id_to_piece(i) for i in row] for row in layer] for layer in result.lens.top_ids.tolist()]
+        ),
+        "layer_top_probs": result.lens.top_probs.numpy(),
+        "layer_chosen_rank": result.lens.chosen_rank.numpy(),
+        "layer_chosen_probs": result.lens.chosen_probs.numpy(),
         "translation": np.array(result.text),
         "strategy": np.array(result.strategy),
     }

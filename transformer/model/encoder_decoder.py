@@ -34,20 +34,24 @@ class EncoderOutput:
 
 @dataclass(frozen=True)
 class DecoderOutput:
-    """The decoder's states, each layer's attention if asked for, and the cache extended by these positions."""
+    """The decoder's states, each layer's attention and output if asked for, and the cache extended by these
+    positions."""
 
     hidden: torch.Tensor  # (B, T, d_model)
     self_attentions: tuple[torch.Tensor, ...]  # (B, H, T, T + cached)
     cross_attentions: tuple[torch.Tensor, ...]  # (B, H, T, S)
     cache: list[LayerCache] | None
+    layer_states: tuple[torch.Tensor, ...] = ()  # (B, T, d_model) each layer's output, before the final norm
 
 
 @dataclass(frozen=True)
 class ModelOutput:
-    """Log-probabilities over the target vocabulary, (B, T, V), and the attention if asked for."""
+    """Log-probabilities over the target vocabulary, (B, T, V); the attention and each decoder layer's output
+    (B, T, d_model), if asked for."""
 
     log_probs: torch.Tensor
     attentions: AttentionMaps | None
+    decoder_layer_states: tuple[torch.Tensor, ...] = ()
 
 
 class Transformer(nn.Module):
@@ -114,7 +118,7 @@ class Transformer(nn.Module):
         """
         offset = 0 if cache is None else cache[0].length
         x = self.tgt_position(self.tgt_embed(tgt) if embedded is None else embedded, offset)
-        self_maps, cross_maps, new_cache = [], [], []
+        self_maps, cross_maps, new_cache, states = [], [], [], []
         for i, layer in enumerate(self.decoder_layers):
             x, self_p, cross_p, layer_cache = layer(
                 x,
@@ -129,10 +133,15 @@ class Transformer(nn.Module):
             self_maps.append(self_p)
             cross_maps.append(cross_p)
             new_cache.append(layer_cache)
+            states.append(x)
         if not need_weights:
-            self_maps, cross_maps = [], []
+            self_maps, cross_maps, states = [], [], []
         return DecoderOutput(
-            self.decoder_norm(x), tuple(self_maps), tuple(cross_maps), new_cache if cache is not None else None
+            self.decoder_norm(x),
+            tuple(self_maps),
+            tuple(cross_maps),
+            new_cache if cache is not None else None,
+            tuple(states),
         )
 
     def _sublayer_probe(self, probe: Probe | None, kind: AttentionKind, layer: int):
@@ -149,6 +158,12 @@ class Transformer(nn.Module):
         logits = self.generator(hidden)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)
 
+    def lens_log_probs(self, states: torch.Tensor) -> torch.Tensor:
+        """What the output layer makes of decoder layer outputs (..., d_model), as if each were the last (the
+        logit lens): the final norm, where the model has one, then the generator. The last layer's is the model's
+        own output distribution."""
+        return self.log_probs(self.decoder_norm(states))
+
     def forward(
         self, src: torch.Tensor, tgt: torch.Tensor, need_weights: bool = False, probe: Probe | None = None
     ) -> ModelOutput:
@@ -163,7 +178,7 @@ class Transformer(nn.Module):
             if need_weights
             else None
         )
-        return ModelOutput(self.log_probs(decoded.hidden), attentions)
+        return ModelOutput(self.log_probs(decoded.hidden), attentions, decoded.layer_states)
 
     def logits(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Unnormalised scores (B, T, V) for training, where the loss applies its own softmax."""

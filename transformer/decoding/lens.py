@@ -1,0 +1,48 @@
+"""The logit lens: what each decoder layer's output would predict if the layers after it were skipped.
+
+Each layer's output goes through the model's final norm (where it has one) and the generator, as the last
+layer's does (nostalgebraist 2020). It reads every layer in the last layer's basis, which early layers need
+not share, so it understates what they hold; Belrose et al. (2023) fit a per-layer affine map (the tuned
+lens) to correct for that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from transformer.model.encoder_decoder import Transformer
+
+LENS_TOP = 5  # guesses kept per layer and step
+
+
+@dataclass(frozen=True)
+class LogitLens:
+    """Each decoder layer's guesses at each step; the last layer's are the model's own output distribution."""
+
+    top_ids: torch.Tensor  # (L_dec, T, LENS_TOP)
+    top_probs: torch.Tensor  # (L_dec, T, LENS_TOP)
+    chosen_rank: torch.Tensor  # (L_dec, T) the taken token's rank among the layer's guesses, 1 for the top
+    chosen_probs: torch.Tensor  # (L_dec, T)
+
+
+@torch.inference_mode()
+def logit_lens(
+    model: Transformer, states: torch.Tensor, output_log_probs: torch.Tensor, tgt_ids: Sequence[int]
+) -> LogitLens:
+    """The lens over decoder layer outputs `states` (L_dec, T, d_model) for the output `tgt_ids` (T).
+
+    The last layer's row is the decode's own `output_log_probs` (T, V): the same numbers the step view shows
+    (the lens computes them too, but a matrix product of another shape may differ in the last bit).
+    """
+    chosen = torch.tensor(list(tgt_ids), dtype=torch.long, device=states.device)[:, None]
+    layers = []
+    for i, layer_states in enumerate(states):  # a layer at a time: (T, V) of a 60k vocabulary is 15 MB a 60 steps
+        log_probs = output_log_probs if i == len(states) - 1 else model.lens_log_probs(layer_states)
+        probs = log_probs.float().exp()
+        top = probs.topk(min(LENS_TOP, probs.size(-1)), dim=-1)
+        chosen_probs = probs.gather(1, chosen)
+        layers.append((top.indices, top.values, (probs > chosen_probs).sum(dim=-1) + 1, chosen_probs[:, 0]))
+    return LogitLens(*(torch.stack(part).cpu() for part in zip(*layers)))
