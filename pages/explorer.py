@@ -10,7 +10,7 @@ from transformer.viz.charts import token_probabilities
 from ui import keys, models, url
 from ui.charts import show
 from ui.controls import words_toggle
-from ui.sidebar import page_frame, take_branch
+from ui.sidebar import page_frame, take_branch, take_prefix
 from ui.step_player import step_player
 from ui.text import literal
 
@@ -42,6 +42,9 @@ if action is not None:
     if action.name == "what_if":
         taken = session.get("branch_from", ()) if explored.result is not explored.original else ()
         take_branch(explored.checkpoint, (*taken, (action.step, action.token)))
+        st.rerun()
+    if action.name == "beam_node":  # the tree is the original beam search's: its branches start from it
+        take_prefix(explored.checkpoint, explored.result.beam_tree.prefix(action.node))
         st.rerun()
     st.switch_page("pages/attention.py")
 url.write_url()

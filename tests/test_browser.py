@@ -390,3 +390,50 @@ def test_a_long_sentences_maps_fit_or_scroll_never_cut(server, browser, size, pr
     wait_idle(page)
     page.screenshot(path=ARTIFACTS / f"long-sentence-{size[0]}.png", full_page=True)
     assert page.evaluate(MAPS_CUT_OFF) == []  # every source token within reach
+
+
+TREE_LAYOUT = f"""() => {{
+  const nodes = [...{PLAYER}.querySelectorAll('.tree .node')];
+  const boxes = nodes.map((node) => node.querySelector('rect').getBoundingClientRect());
+  const overlapping = boxes.filter((a, i) => boxes.some((b, j) => j < i && a.left < b.right && b.left < a.right
+    && a.top < b.bottom && b.top < a.bottom)).length;
+  const overflowing = nodes.filter((node) => node.querySelector('text').getBBox().width + 5
+    > node.querySelector('rect').getBBox().width).map((node) => node.textContent);
+  return {{drawn: nodes.length, overlapping, overflowing}};
+}}"""
+
+
+@pytest.mark.parametrize("width", [2, 8])
+def test_the_beam_tree_stays_readable_and_a_hypothesis_opens_as_a_branch(server, browser, width):
+    from urllib.parse import quote
+
+    long = ("A man in a red shirt and a woman in a blue dress are riding their bicycles down the busy street "
+            "while two small dogs run beside them.")  # fmt: skip
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(f"{server}/?text={quote(long)}&strategy=beam&beam_width={width}")
+    wait_for_step_view(page)
+    wait_idle(page)
+    tree = page.locator(".tree")
+    tree.wait_for()
+    show_dropped = page.get_by_label(re.compile(r"show the \d+ dropped hypotheses"))
+    dropped = int(re.search(r"\d+", show_dropped.locator("xpath=..").text_content()).group())
+    steps = int(tree.locator(".tree-step").last.text_content())
+    layout = page.evaluate(TREE_LAYOUT)
+    assert layout["drawn"] > 2 * steps and layout["overlapping"] == 0 and layout["overflowing"] == []
+    if width == 8:  # a 40-step search of width 8: its dropped hypotheses start folded away
+        assert steps >= 30 and not show_dropped.is_checked()
+        folded = layout["drawn"]
+        show_dropped.check()
+        assert page.evaluate(TREE_LAYOUT)["drawn"] == folded + dropped
+    else:
+        assert show_dropped.is_checked()
+    page.get_by_role("button", name="Next").click()
+    column = f"""() => {{
+      const now = {PLAYER}.querySelector('.tree .tree-now').getBBox();
+      return [...{PLAYER}.querySelectorAll('.tree .tree-step')]
+        .filter((t) => t.getBBox().x > now.x && t.getBBox().x < now.x + now.width).map((t) => t.textContent);
+    }}"""
+    page.wait_for_function(f"({column})().join() === '2'")  # the highlighted column follows the step
+    tree.locator(".node.dropped").first.click()
+    page.get_by_text("what-if branch:").first.wait_for(timeout=60_000)
+    assert page.locator('[data-testid="stException"]').count() == 0

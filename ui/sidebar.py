@@ -133,15 +133,47 @@ def render() -> Explored | None:
 def take_branch(checkpoint: Checkpoint, chain: tuple[tuple[int, int], ...]) -> bool:
     """Shows the what-if branch reached from the session's result by `chain`, (step, token id) pairs each
     taking one of its output's candidates; False, changing nothing, where a pair (a link's) is no candidate."""
-    session = st.session_state
-    output = session.result
+    output = st.session_state.result
     with st.spinner("Decoding the branch ..."):
         for step, token in chain:
-            if not (0 <= step < output.steps and token in output.topk_ids[step].tolist()):
+            output = _branched(checkpoint, output, step, token)
+            if output is None:
                 return False
-            output = branch(checkpoint.model, checkpoint.tokenizer, output, step, token)
-    session.branch, session.branch_from, session.show_branch = output, tuple(chain), True
+    _show_branch(output, chain)
     return True
+
+
+def take_prefix(checkpoint: Checkpoint, prefix: list[int]) -> bool:
+    """Shows the output that starts with `prefix` (a beam hypothesis) and goes on greedily, as the chain of what-if
+    branches from the session's result that forces it (one where the output so far first differs), so that its
+    link opens it as any branch's does; False, changing nothing, where a token is no candidate."""
+    output, chain = st.session_state.result, []
+    with st.spinner("Decoding the branch ..."):
+        for step, token in enumerate(prefix):
+            if step < output.steps and output.tgt_ids[step] == token:
+                continue
+            output = _branched(checkpoint, output, step, token)
+            if output is None:
+                return False
+            chain.append((step, token))
+    _show_branch(output, tuple(chain))
+    return True
+
+
+def _branched(checkpoint: Checkpoint, output: DecodeResult, step: int, token: int) -> DecodeResult | None:
+    """The what-if branch of `output` taking `token` at `step`; None where it is not one of that step's candidates."""
+    if not (0 <= step < output.steps and token in output.topk_ids[step].tolist()):
+        return None
+    return branch(checkpoint.model, checkpoint.tokenizer, output, step, token)
+
+
+def _show_branch(output: DecodeResult, chain: tuple[tuple[int, int], ...]) -> None:
+    """Shows `output`, reached by `chain` (none: the session's result itself)."""
+    session = st.session_state
+    if chain:
+        session.branch, session.branch_from, session.show_branch = output, chain, True
+    else:
+        session.show_branch = False
 
 
 def page_frame() -> Explored:

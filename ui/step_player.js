@@ -164,6 +164,88 @@ function drawLens(box, data, step, go) {
     + "layer, the tuned lens, for this)."));
 }
 
+function svg(tag, attributes = {}, text) {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  Object.entries(attributes).forEach(([name, value]) => node.setAttribute(name, String(value)));
+  if (text !== undefined) node.textContent = text; // text, never markup
+  return node;
+}
+
+const TREE = { column: 84, row: 26, box: 70, top: 22, left: 4, bars: 34 }; // the beam tree's grid, in px
+const TREE_ALL_UNDER = 150; // nodes: a larger search opens with its dropped hypotheses folded away
+
+// A beam search as a tree: a column per step, each hypothesis kept (in the beam's order) then those finished there;
+// the output's path in blue, dropped ones grey, finished ones marked; under it, P(</s>) at each step of the output.
+// A click on a hypothesis asks the server to continue it greedily as a what-if branch.
+function drawTree(box, beam, step, choose) {
+  box.replaceChildren();
+  const count = beam.step.length;
+  const dropped = beam.dropped.filter(Boolean).length;
+  box.append(element("div", "map-title", `the beam's whole search (width ${beam.width}): every hypothesis kept, step by step`));
+  const options = element("label", "tree-option");
+  const showAll = element("input");
+  showAll.type = "checkbox";
+  showAll.checked = box.dataset.showAll ? box.dataset.showAll === "1" : count <= TREE_ALL_UNDER;
+  options.append(showAll, ` show the ${dropped} dropped hypotheses`);
+  showAll.onchange = () => {
+    box.dataset.showAll = showAll.checked ? "1" : "0";
+    drawTree(box, beam, step, choose);
+  };
+  box.append(element("p", "tree-legend", "Blue: the output's path. Grey: dropped (nothing grown from it was left "
+    + "at the end). ■: finished with </s>. Hover for a hypothesis' text and scores; click one to continue it greedily "
+    + "as a what-if branch."), options);
+  const steps = Math.max(...beam.step) + 1;
+  const rows = Math.max(...beam.slot) + 1;
+  const x = (t) => TREE.left + t * TREE.column;
+  const y = (slot) => TREE.top + slot * TREE.row;
+  const height = y(rows) + TREE.bars + 16;
+  const drawing = svg("svg", { width: x(steps) + 8, height, class: "tree" });
+  drawing.append(svg("rect", { x: x(step) - 4, y: 0, width: TREE.column, height, class: "tree-now" }));
+  for (let t = 0; t < steps; t++) drawing.append(svg("text", { x: x(t) + TREE.box / 2, y: 13, class: "tree-step" }, `${t + 1}`));
+  const shown = beam.step.map((_, i) => showAll.checked || !beam.dropped[i]);
+  const edges = svg("g");
+  const nodes = svg("g");
+  for (let i = 0; i < count; i++) {
+    if (!shown[i]) continue;
+    const kind = beam.on_path[i] ? "winner" : beam.dropped[i] ? "dropped" : "kept";
+    const [nx, ny] = [x(beam.step[i]), y(beam.slot[i])];
+    const parent = beam.parent[i];
+    if (parent >= 0) {
+      const [px, py] = [x(beam.step[parent]) + TREE.box, y(beam.slot[parent]) + 10];
+      const middle = (px + nx) / 2;
+      edges.append(svg("path", { d: `M${px},${py} C${middle},${py} ${middle},${ny + 10} ${nx},${ny + 10}`, class: `edge ${kind}` }));
+    }
+    const node = svg("g", { class: `node ${kind}${beam.finished[i] ? " finished" : ""}`, transform: `translate(${nx},${ny})` });
+    node.append(svg("rect", { width: TREE.box, height: 20, rx: 4 }));
+    const label = beam.label[i].length > 8 ? `${beam.label[i].slice(0, 7)}…` : beam.label[i];
+    node.append(svg("text", { x: 5, y: 14 }, beam.finished[i] ? `■ ${label}` : label));
+    node.append(svg("title", {}, `${beam.text[i] || "(nothing yet)"}${beam.finished[i] ? " </s>" : ""}\nlog-probability ${number(beam.log_prob[i])}\nscore with the length penalty ${number(beam.score[i])}`));
+    node.onclick = () => choose(i);
+    nodes.append(node);
+  }
+  drawing.append(edges, nodes);
+  const base = y(rows) + TREE.bars;
+  beam.eos_probs.forEach((p, t) => {
+    const tall = Math.max((p ?? 0) * (TREE.bars - 6), 1);
+    const bar = svg("rect", { x: x(t), y: base - tall, width: TREE.box, height: tall, class: "eos-bar" });
+    bar.append(svg("title", {}, `step ${t + 1}: P(</s>) for the output ${number(p)}`));
+    drawing.append(bar);
+  });
+  drawing.append(svg("text", { x: x(0), y: base + 13, class: "tree-caption" }, "P(</s>) at each step of the output"));
+  const scroller = element("div", "map");
+  scroller.append(drawing);
+  box.append(scroller);
+  scroller.scrollLeft = Math.max(0, x(step) - scroller.clientWidth / 2);
+  const winner = beam.winner;
+  const best = beam.best_unpenalised;
+  const penalty = best === null || best === winner
+    ? "With no length penalty the same hypothesis wins among those finished."
+    : `With no length penalty, "${beam.text[best]}" would win (log-probability ${number(beam.log_prob[best])} against `
+      + `${number(beam.log_prob[winner])}): the length penalty, ((5 + length) / 6)^${beam.alpha}, favoured the longer one.`;
+  box.append(element("p", "tree-legend", `The output: log-probability ${number(beam.log_prob[winner])}, score `
+    + `${number(beam.score[winner])}. ${penalty}`));
+}
+
 function writeStepToAddress(step) {
   const url = new URL(window.location.href);
   if (url.searchParams.get("step") === String(step + 1)) return;
@@ -226,10 +308,11 @@ export default function (component) {
   const crossBox = element("div", "map");
   const selfBox = element("div", "map");
   const lensBox = element("div", "lens");
+  const treeBox = element("div", "lens");
   right.append(crossBox, selfBox);
   body.append(left, right);
   const open = button("Open Attention maps at this step", "The full maps, rows up to this step");
-  root.append(controls, slider, caption, body, lensBox, open);
+  root.append(controls, slider, caption, body, lensBox, ...(data.beam ? [treeBox] : []), open);
   parentElement.querySelector(".player")?.remove();
   parentElement.append(root);
 
@@ -261,6 +344,10 @@ export default function (component) {
     drawMap(selfBox, `masked self-attention of step ${step + 1} over the output so far`, data.rows,
       data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.heads, data.quantum);
     drawLens(lensBox, data, step, go);
+    if (data.beam) drawTree(treeBox, data.beam, step, (node) => {
+      stop();
+      setTriggerValue("action", { name: "beam_node", node });
+    });
   }
 
   function go(step, byVisitor = true) {

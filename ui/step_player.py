@@ -22,6 +22,7 @@ import streamlit as st
 from streamlit.components.v2.bidi_component import serialization as bidi_serialization
 
 from transformer.analysis.words import over_words
+from transformer.decoding.beam_tree import BeamTree
 from transformer.decoding.result import DecodeResult
 from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import Tokenizer
@@ -60,10 +61,12 @@ class StepAction:
     """What the visitor asked of the server from the step view, at the step shown."""
 
     name: str  # "what_if": branch from this step with token; "attention": open Attention maps at this step;
-    # "leave": the visitor followed a link to `page` after stepping in the browser
+    # "leave": the visitor followed a link to `page` after stepping in the browser; "beam_node": open a beam
+    # search's hypothesis (`node` of its tree) as a what-if branch
     step: int
     token: int | None = None
     page: str | None = None  # the page script to open ("pages/attribution.py")
+    node: int | None = None
 
 
 def page_of_link(path: object) -> str | None:
@@ -143,9 +146,32 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         "cross": packed(with_layer_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
         "self_labels": self_labels,
         "self": packed(np.concatenate(self_rows)),  # step t: (L, H + 1, t + 1 keys, or its words)
+        "beam": None if result.beam_tree is None else beam_data(result.beam_tree, tokenizer),
         "colors": colorscale_stops(),
         "rates": list(PLAY_RATES),
         "quantum": QUANTUM,
+    }
+
+
+def beam_data(tree: BeamTree, tokenizer: Tokenizer) -> dict:
+    """A beam search's tree for the browser, a list per field (a node's index is its place in each)."""
+    nodes = tree.nodes
+    return {
+        "width": tree.width,
+        "alpha": tree.alpha,
+        "winner": tree.winner,
+        "best_unpenalised": tree.best_unpenalised,
+        "eos_probs": _rounded(np.array(tree.eos_probs)),
+        "step": [node.step for node in nodes],
+        "slot": [node.slot for node in nodes],
+        "parent": [-1 if node.parent is None else node.parent for node in nodes],
+        "label": [readable(tokenizer.id_to_piece(node.token)) for node in nodes],
+        "text": [tokenizer.decode(tree.prefix(i)) for i in range(len(nodes))],
+        "log_prob": _rounded(np.array([node.log_prob for node in nodes])),
+        "score": _rounded(np.array([node.score for node in nodes])),
+        "finished": [node.finished for node in nodes],
+        "dropped": [node.dropped for node in nodes],
+        "on_path": [node.winner for node in nodes],
     }
 
 
@@ -168,8 +194,13 @@ def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str,
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action
-    if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention", "leave"):
+    if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention", "leave", "beam_node"):
         return None
+    if action["name"] == "beam_node":
+        node = action.get("node")
+        if result.beam_tree is None or type(node) is not int or not 0 <= node < len(result.beam_tree.nodes):
+            return None
+        return StepAction("beam_node", result.beam_tree.nodes[node].step, node=node)
     chosen = action.get("step")
     if type(chosen) is not int or not 0 <= chosen < result.steps:  # not True, not 1.0: ids are whole numbers
         return None

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from transformer.decoding.beam_tree import BeamTree, grow_tree
 from transformer.decoding.greedy import KeysSoFar, default_max_new_tokens, encode_source
 from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
@@ -36,6 +37,7 @@ class BeamTrace:
     hypotheses: list[int]  # which beam row the winner was at each step
     steps: list[_Step]
     encoder_attentions: torch.Tensor | None  # (L, H, S, S) when recorded
+    search: _Search  # everything it kept and finished
 
 
 def _trace(origins: list, added: list, last_step: int, beam: int, final_token: int) -> tuple[list[int], list[int]]:
@@ -55,11 +57,12 @@ class _Search:
     limit: int
     width: int
     alpha: float
-    finished: list[tuple[float, int, int, int]] = field(
+    finished: list[tuple[float, int, int, int, float]] = field(
         default_factory=list
-    )  # (normalised score, step, hypothesis, token)
+    )  # (normalised score, step, hypothesis, token, log-probability)
     origins: list[list[int]] = field(default_factory=list)  # per step: which hypothesis each new one extends
     added: list[list[int]] = field(default_factory=list)  # per step: the token each new one adds
+    scores: list[list[float]] = field(default_factory=list)  # per step: each new one's log-probability
     done: bool = False
 
     def extend(self, step: int, candidates: list[tuple[float, int]], vocab: int, eos: int) -> tuple[list, list, list]:
@@ -71,13 +74,14 @@ class _Search:
             if score == float("-inf"):
                 break
             if token == eos:
-                self.finished.append((score / length_penalty(step + 1, self.alpha), step, hypothesis, token))
+                self.finished.append((score / length_penalty(step + 1, self.alpha), step, hypothesis, token, score))
             elif len(origins) < self.width:
                 origins.append(hypothesis)
                 new_tokens.append(token)
                 new_scores.append(score)
         self.origins.append(origins)
         self.added.append(new_tokens)
+        self.scores.append(new_scores)
         alive_best = max(new_scores) / length_penalty(self.limit, self.alpha) if new_scores else float("-inf")
         self.done = (
             len(self.finished) >= self.width
@@ -90,10 +94,22 @@ class _Search:
     def best(self) -> tuple[list[int], list[int]]:
         """The winner's tokens and hypothesis per step: the best finished one, else the best alive at the limit."""
         if self.finished:
-            _, step, hypothesis, token = max(self.finished)
+            _, step, hypothesis, token, _ = max(self.finished)
             return _trace(self.origins, self.added, step, hypothesis, token)
         last = len(self.origins) - 1
         return _trace(self.origins, self.added, last, self.origins[-1][0], self.added[-1][0])
+
+    def tree(self, eos_probs: list[float]) -> BeamTree:
+        """Everything this search kept and finished, with the winner's path (eos_probs: along that path)."""
+        kept = [[(o, t, s, s / length_penalty(step + 1, self.alpha)) for o, t, s in zip(*at)]
+                for step, at in enumerate(zip(self.origins, self.added, self.scores))]  # fmt: skip
+        ended = [(step, hypothesis, token, raw, score) for score, step, hypothesis, token, raw in self.finished]
+        if self.finished:
+            best = max(self.finished)
+            winner = (best[1], [e for e in self.finished if e[1] == best[1]].index(best), True)
+        else:
+            winner = (len(self.origins) - 1, 0, False)
+        return grow_tree(self.width, self.alpha, kept, ended, winner, eos_probs)
 
 
 @torch.inference_mode()
@@ -144,7 +160,7 @@ def beam_search_ids(
         keys = keys.selected(origin).extended(last[:, 0], config.pad_id)
     tokens, indices = search.best()
     encoder = torch.cat([m[:1] for m in encoded.attentions]) if need_weights else None
-    return BeamTrace(tokens, indices, steps, encoder)
+    return BeamTrace(tokens, indices, steps, encoder, search)
 
 
 @torch.inference_mode()
@@ -214,6 +230,7 @@ def beam_search(
     tokens, indices, encoder = trace.tokens, trace.hypotheses, trace.encoder_attentions
     chosen = [trace.steps[t] for t in range(len(tokens))]
     log_probs = torch.stack([s.log_probs[i] for s, i in zip(chosen, indices)])
+    tree = trace.search.tree(log_probs[:, model.config.eos_id].float().exp().tolist())
     return assemble(
         tokenizer,
         model.config.start_id,
@@ -226,4 +243,5 @@ def beam_search(
         torch.stack([s.cross_rows[i] for s, i in zip(chosen, indices)], dim=2),
         f"beam {width}",
         truncated,
+        tree,
     )

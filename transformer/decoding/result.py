@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer.decoding.beam_tree import BeamTree
 from transformer.decoding.lens import LogitLens
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -44,6 +45,7 @@ class DecodeResult:
     strategy: str
     start_piece: str  # the piece the decoder input starts with (bos, or the config's decoder_start_id)
     truncated: bool = False  # the source was cut to the model's max_len
+    beam_tree: BeamTree | None = None  # beam search's whole search
 
     @property
     def decoder_input_pieces(self) -> list[str]:
@@ -114,6 +116,7 @@ def assemble(
     cross: torch.Tensor,
     strategy: str,
     truncated: bool,
+    beam_tree: BeamTree | None = None,
 ) -> DecodeResult:
     probs = step_log_probs.float().exp().cpu()
     topk = probs.topk(min(TOP_K, probs.size(-1)), dim=-1)
@@ -135,4 +138,5 @@ def assemble(
         strategy=strategy,
         truncated=truncated,
         start_piece=tokenizer.id_to_piece(start_id),
+        beam_tree=beam_tree,
     )
