@@ -85,6 +85,22 @@ def test_report_is_self_contained_and_escapes_user_text(model, tokenizer):
     assert all("<" not in spec for spec in specs)  # escaped: no text inside a figure can end its element
 
 
+def test_the_reports_plotly_js_is_the_cartesian_bundle_of_the_packages_version_and_draws_its_traces(model, tokenizer):
+    from plotly.offline import get_plotlyjs
+
+    from transformer.viz.report import plotly_js, report_figures
+
+    bundle, full = plotly_js(), get_plotlyjs()
+    version = re.compile(r"plotly\.js (?:\(cartesian - minified\) )?v(\d+\.\d+\.\d+)")
+    assert "(cartesian - minified)" in bundle[:200]
+    assert version.search(bundle[:200]).group(1) == version.search(full[:200]).group(1)  # the JSON's own plotly.js
+    drawn = set(re.findall(r'moduleType:"trace",name:"(\w+)"', bundle))
+    used = {trace.type for _, figure in report_figures(decode(model, tokenizer, "the dog")) for trace in figure.data}
+    assert used and used <= drawn
+    assert len(bundle) < len(full) / 3
+    assert bundle in html_report(decode(model, tokenizer, "the dog"), "the dog", "tiny")
+
+
 def test_legends_sit_above_the_plot_clear_of_the_axis_titles():
     from transformer.viz.charts import curves, grouped_bars, lines
 
