@@ -2,7 +2,9 @@
 
 import streamlit as st
 
+from transformer.analysis.tuned_lens import TunedLens, TunedLensError
 from transformer.analysis.views import attention_view
+from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeInputError
 from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
 from transformer.viz.attention import attention_heatmap
@@ -10,9 +12,25 @@ from transformer.viz.charts import token_probabilities
 from ui import keys, models, url
 from ui.charts import show
 from ui.controls import words_toggle
-from ui.sidebar import page_frame, take_branch, take_prefix
+from ui.sidebar import Explored, page_frame, take_branch, take_prefix
 from ui.step_player import step_player
 from ui.text import literal
+
+
+def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
+    """The tuned lens' guesses over this result where the checkpoint has a lens that fits it (said, where not)."""
+    try:
+        lens = models.tuned_lens(explored.checkpoint_name)
+    except TunedLensError as error:
+        st.caption(literal(f"The tuned lens beside this checkpoint is not used: {error}"))
+        return None
+    if lens is None:
+        return None
+    result = explored.result
+    rows = models.tuned_lens_cached(explored.checkpoint, explored.checkpoint_key, result.strategy,
+                                    tuple(result.src_ids), tuple(result.tgt_ids), _result=result, _tuned=lens)  # fmt: skip
+    return rows, lens
+
 
 explored = page_frame()
 session = st.session_state
@@ -29,7 +47,7 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 words = words_toggle()
 step = keys.clamp_index("step", explored.result.steps)
 action = step_player(explored.result, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
-                     bool(session.get("presentation")))  # fmt: skip
+                     bool(session.get("presentation")), tuned_lens(explored))  # fmt: skip
 candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
 if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
     st.caption(f"{SPACE}: the start of a word alone, its letters to come as the next pieces (the vocabulary has "

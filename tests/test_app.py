@@ -61,6 +61,29 @@ def test_the_step_view_carries_each_layers_guesses_and_the_steps_entropy(explore
     np.testing.assert_allclose(step_view(explorer)["entropy"], reference.entropy_bits.numpy(), atol=1e-4)
 
 
+def test_the_step_view_offers_the_tuned_lens_shipped_beside_the_default(explorer, reference):
+    view = step_view(explorer)
+    tuned, plain = view["tuned_lens"], view["lens"]
+    layers = reference.cross.shape[0]
+    assert tuned is not None and [len(kl) for kl in tuned["kl"]] == [layers - 1, layers - 1]
+    assert all(after < before for before, after in zip(*tuned["kl"]))  # fitted: closer to the output, held out
+    assert [row[-1] for row in tuned["rank"]] == [row[-1] for row in plain["rank"]]  # the last layer: the output
+    assert [row[0] for row in tuned["rank"]] != [row[0] for row in plain["rank"]]  # the first: read otherwise
+
+
+def test_a_tuned_lens_that_does_not_fit_its_checkpoint_is_said_and_not_used(monkeypatch):
+    import ui.models
+    from transformer.analysis.tuned_lens import TunedLensError
+
+    def refused(name):
+        raise TunedLensError("en-fr.safetensors was fitted to another checkpoint (its SHA-256 differs)")
+
+    monkeypatch.setattr(ui.models, "tuned_lens", refused)
+    at = translate(start(), SENTENCE)
+    assert not at.exception and step_view(at)["tuned_lens"] is None
+    assert any("tuned lens beside this checkpoint is not used" in c.value for c in at.caption)
+
+
 def test_the_words_toggle_merges_the_step_views_keys_and_keeps_the_step(explorer, reference):
     explorer = step_action(explorer, name="nothing", step=3)  # an unknown action is ignored
     assert not explorer.exception and step_view(explorer)["step"] == 0

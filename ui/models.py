@@ -16,9 +16,11 @@ import streamlit as st
 import torch
 
 from transformer.analysis.attribution import Attribution, attribute, contrastive
+from transformer.analysis.tuned_lens import TunedLens, file_sha256, load_tuned_lens, read_with, tuned_lens_path
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
 from transformer.decoding.forcing import teacher_force, teacher_force_ids
 from transformer.decoding.greedy import decode
+from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import (
@@ -64,6 +66,32 @@ def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
 
 def load(path: Path) -> Checkpoint:
     return _load_shared(str(path), path.stat().st_mtime_ns, str(device()))
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def _load_tuned_lens(lens_path: str, modified_ns: int, checkpoint_path: str, checkpoint_modified_ns: int) -> TunedLens:
+    """One copy per process of a checkpoint file's tuned lens, checked against that very file."""
+    path = Path(checkpoint_path)
+    return load_tuned_lens(lens_path, load(path).model, file_sha256(path))
+
+
+def tuned_lens(name: str) -> TunedLens | None:
+    """The tuned lens fitted to a shipped checkpoint file (lenses/NAME.safetensors beside it), if it has one;
+    a TunedLensError where the file is there but does not fit."""
+    path = checkpoint_files().get(name)
+    lens_path = None if path is None or not path.is_file() else tuned_lens_path(path)
+    if lens_path is None or not lens_path.is_file():
+        return None
+    return _load_tuned_lens(str(lens_path), lens_path.stat().st_mtime_ns, str(path), path.stat().st_mtime_ns)
+
+
+@RESULTS
+def tuned_lens_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, strategy: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...],
+    *, _result: DecodeResult, _tuned: TunedLens,
+) -> LogitLens:  # fmt: skip
+    """The tuned lens over a result's layer outputs, shared by the visitors who look at the same result."""
+    return read_with(_checkpoint.model, _tuned, _result.lens, _result.tgt_ids)
 
 
 @RESULTS

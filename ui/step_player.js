@@ -107,12 +107,27 @@ function drawBars(box, title, labels, probs, chosenIndex) {
 
 // The logit lens at one step: each decoder layer's top guesses and the rank it gave the token taken; beside it a
 // strip of every step (a column each) coloured by the probability each layer gave that step's token.
-function drawLens(box, data, step, go) {
-  const lens = data.lens;
+function drawLens(box, data, step, go, state) {
+  const tuned = data.tuned_lens !== null && state.lens === "tuned";
+  const lens = tuned ? data.tuned_lens : data.lens;
   const layers = lens.rank[0].length;
   const guesses = lens.top_ids[0][0].length;
   box.replaceChildren();
   box.append(element("div", "map-title", `what each decoder layer would predict at step ${step + 1}`));
+  if (data.tuned_lens !== null) {
+    const choice = element("div", "lens-choice");
+    choice.append("read with ");
+    [["logit", "the logit lens"], ["tuned", "the tuned lens"]].forEach(([name, label]) => {
+      const option = button(label, name === "tuned" ? "each early layer's output first mapped as fitted for the output layer to read" : "each layer's output read as it is");
+      option.setAttribute("aria-pressed", String(name === (tuned ? "tuned" : "logit")));
+      option.onclick = () => {
+        state.lens = name;
+        drawLens(box, data, step, go, state);
+      };
+      choice.append(option);
+    });
+    box.append(choice);
+  }
   const table = element("div", "lens-table");
   table.style.gridTemplateColumns = `max-content max-content repeat(${guesses}, minmax(4.5rem, max-content))`;
   table.append(element("span", "lens-head", ""), element("span", "lens-head", `'${data.next[step]}', taken`));
@@ -157,11 +172,19 @@ function drawLens(box, data, step, go) {
     + "(a column opens its step)"), strip);
   const parts = element("div", "lens-parts");
   parts.append(table, stripBox);
-  box.append(parts, element("p", "lens-note",
-    "Each layer's output is put through the model's final normalisation and output layer as if it were the last (the "
-    + "logit lens). Early layers need not use the output layer's basis, so the lens understates what they hold: read a "
-    + "low probability there as 'not yet readable this way', not 'not yet known' (Belrose et al. 2023 fit a map per "
-    + "layer, the tuned lens, for this)."));
+  const kl = data.tuned_lens?.kl;
+  const measured = kl ? " Held out, the mean KL divergence from the output: " + kl[0].map((plain, layer) =>
+    `layer ${layer + 1} ${number(plain)} nats with the logit lens, ${number(kl[1][layer])} with the tuned lens`).join("; ")
+    + "." : "";
+  box.append(parts, element("p", "lens-note", tuned
+    ? "Each early layer's output is first moved by an affine map fitted on a corpus so that the output layer reads it "
+      + "as it reads the last layer's (the tuned lens, Belrose et al. 2023), then put through the final normalisation "
+      + "and output layer. The maps are fitted, not the model: a guess here is what a layer's output holds in a form a "
+      + "trained reader can find." + measured
+    : "Each layer's output is put through the model's final normalisation and output layer as if it were the last (the "
+      + "logit lens). Early layers need not use the output layer's basis, so the lens understates what they hold: read a "
+      + "low probability there as 'not yet readable this way', not 'not yet known' (Belrose et al. 2023 fit a map per "
+      + "layer, the tuned lens, for this" + (kl ? ": offered above for this checkpoint" : "") + ")." + measured));
 }
 
 function svg(tag, attributes = {}, text) {
@@ -269,6 +292,7 @@ export default function (component) {
     serverStep: data.step,
     step: Math.min(kept ? before.step : data.step, last),
     rate: before ? before.rate : data.rates[1],
+    lens: before ? before.lens : "logit",
   };
   held.set(key, state);
 
@@ -343,7 +367,7 @@ export default function (component) {
       data.cross_labels, cross, step * crossSize, data.colors, data.heads, data.quantum);
     drawMap(selfBox, `masked self-attention of step ${step + 1} over the output so far`, data.rows,
       data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.heads, data.quantum);
-    drawLens(lensBox, data, step, go);
+    drawLens(lensBox, data, step, go, state);
     if (data.beam) drawTree(treeBox, data.beam, step, (node) => {
       stop();
       setTriggerValue("action", { name: "beam_node", node });

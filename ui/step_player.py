@@ -21,8 +21,10 @@ import numpy as np
 import streamlit as st
 from streamlit.components.v2.bidi_component import serialization as bidi_serialization
 
+from transformer.analysis.tuned_lens import TunedLens
 from transformer.analysis.words import over_words
 from transformer.decoding.beam_tree import BeamTree
+from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
 from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import Tokenizer
@@ -105,8 +107,27 @@ def result_identity(result: DecodeResult, checkpoint_key: str) -> str:
     return hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
-def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool, identity: str) -> dict:
-    """Everything the step view shows, for every step, as JSON-ready values."""
+def lens_data(lens: LogitLens, tokenizer: Tokenizer) -> dict:
+    """A lens' guesses by step (each step's layers together), with the text of every token they name."""
+    ids = lens.top_ids.transpose(0, 1).tolist()  # (T, L, LENS_TOP)
+    return {
+        "top_ids": ids,
+        "top_probs": _rounded(lens.top_probs.transpose(0, 1).numpy()),
+        "rank": lens.chosen_rank.T.tolist(),  # (T, L)
+        "chosen_prob": _rounded(lens.chosen_probs.T.numpy()),
+        "labels": {str(i): readable(tokenizer.id_to_piece(i)) for i in sorted({i for s in ids for r in s for i in r})},
+    }
+
+
+def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: Tokenizer) -> dict:
+    """lens_data of the tuned lens, with each early layer's held-out mean KL from the output, logit then tuned."""
+    return lens_data(rows, tokenizer) | {"kl": [_rounded(np.array(lens.kl_logit)), _rounded(np.array(lens.kl_tuned))]}
+
+
+def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool, identity: str,
+              tuned: tuple[LogitLens, TunedLens] | None = None) -> dict:  # fmt: skip
+    """Everything the step view shows, for every step, as JSON-ready values; `tuned`: a tuned lens' guesses and the
+    lens (whose held-out KL figures the view gives)."""
     layers, heads = result.cross.shape[:2]
     steps = result.steps
     cross, cross_labels = over_words(result.cross.numpy(), result.src_pieces, words)  # (L, H, T, S)
@@ -117,8 +138,6 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         self_labels.append([readable_label(label) for label in labels])
         self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
-    lens = result.lens
-    lens_ids = lens.top_ids.transpose(0, 1).tolist()  # (T, L, LENS_TOP): a step's layers together
     return {
         "id": identity,
         "step": step,
@@ -133,15 +152,8 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         "topk_labels": [[readable(tokenizer.id_to_piece(i)) for i in ids] for ids in topk_ids],
         "topk_probs": _rounded(result.topk_probs.numpy()),
         "entropy": _rounded(result.entropy_bits.numpy()),
-        "lens": {
-            "top_ids": lens_ids,
-            "top_probs": _rounded(lens.top_probs.transpose(0, 1).numpy()),
-            "rank": lens.chosen_rank.T.tolist(),  # (T, L)
-            "chosen_prob": _rounded(lens.chosen_probs.T.numpy()),
-            "labels": {
-                str(i): readable(tokenizer.id_to_piece(i)) for i in sorted({i for s in lens_ids for r in s for i in r})
-            },
-        },
+        "lens": lens_data(result.lens, tokenizer),
+        "tuned_lens": None if tuned is None else tuned_lens_data(*tuned, tokenizer),
         "cross_labels": [readable_label(label) for label in cross_labels],
         "cross": packed(with_layer_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
         "self_labels": self_labels,
@@ -187,10 +199,11 @@ def sent_step_data(sent_json: str) -> dict:
 
 
 def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str, step: int, words: bool,
-                presentation: bool) -> StepAction | None:  # fmt: skip
-    """Mounts the step view; the visitor's action of this run, if any."""
+                presentation: bool, tuned: tuple[LogitLens, TunedLens] | None = None) -> StepAction | None:  # fmt: skip
+    """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one); the visitor's
+    action of this run, if any."""
     identity = result_identity(result, checkpoint_key)
-    data = step_data(result, tokenizer, step, words, identity) | {"presentation": presentation}
+    data = step_data(result, tokenizer, step, words, identity, tuned) | {"presentation": presentation}
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action

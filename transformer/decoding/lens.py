@@ -26,6 +26,15 @@ class LogitLens:
     top_probs: torch.Tensor  # (L_dec, T, LENS_TOP)
     chosen_rank: torch.Tensor  # (L_dec, T) the taken token's rank among the layer's guesses, 1 for the top
     chosen_probs: torch.Tensor  # (L_dec, T)
+    states: torch.Tensor  # (L_dec, T, d_model) the layer outputs read, for a lens fitted to them (tuned_lens)
+
+
+def guesses(log_probs: torch.Tensor, chosen: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One layer's top ids and probabilities, the chosen tokens' (T, 1) rank and probability, from (T, V)."""
+    probs = log_probs.float().exp()
+    top = probs.topk(min(LENS_TOP, probs.size(-1)), dim=-1)
+    chosen_probs = probs.gather(1, chosen)
+    return top.indices.cpu(), top.values.cpu(), ((probs > chosen_probs).sum(dim=-1) + 1).cpu(), chosen_probs[:, 0].cpu()
 
 
 @torch.inference_mode()
@@ -38,11 +47,6 @@ def logit_lens(
     (the lens computes them too, but a matrix product of another shape may differ in the last bit).
     """
     chosen = torch.tensor(list(tgt_ids), dtype=torch.long, device=states.device)[:, None]
-    layers = []
-    for i, layer_states in enumerate(states):  # a layer at a time: (T, V) of a 60k vocabulary is 15 MB a 60 steps
-        log_probs = output_log_probs if i == len(states) - 1 else model.lens_log_probs(layer_states)
-        probs = log_probs.float().exp()
-        top = probs.topk(min(LENS_TOP, probs.size(-1)), dim=-1)
-        chosen_probs = probs.gather(1, chosen)
-        layers.append((top.indices, top.values, (probs > chosen_probs).sum(dim=-1) + 1, chosen_probs[:, 0]))
-    return LogitLens(*(torch.stack(part).cpu() for part in zip(*layers)))
+    layers = [guesses(model.lens_log_probs(layer_states), chosen) for layer_states in states[:-1]]  # a layer at a
+    layers.append(guesses(output_log_probs, chosen))  # time: (T, V) of a 60k vocabulary is 15 MB every 60 steps
+    return LogitLens(*(torch.stack(part) for part in zip(*layers)), states=states.float().cpu())

@@ -1,0 +1,91 @@
+"""The tuned lens: fitted maps that leave the model alone, stored beside the checkpoint, refused for another."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers import REPO, make_sentences
+
+from transformer.analysis.tuned_lens import (
+    TunedLens,
+    TunedLensError,
+    file_sha256,
+    fit_tuned_lens,
+    load_tuned_lens,
+    read_with,
+    save_tuned_lens,
+    tuned_lens_path,
+)
+from transformer.decoding.greedy import decode
+
+
+def zero_lens(model) -> TunedLens:
+    layers, width = model.config.n_decoder_layers - 1, model.config.d_model
+    return TunedLens(torch.zeros(layers, width, width), torch.zeros(layers, width))
+
+
+def test_maps_at_zero_read_as_the_logit_lens(model, tokenizer):
+    result = decode(model, tokenizer, "the red ball")
+    read = read_with(model, zero_lens(model), result.lens, result.tgt_ids)
+    assert torch.equal(read.top_ids, result.lens.top_ids)
+    assert torch.allclose(read.top_probs, result.lens.top_probs, atol=1e-6)
+    assert torch.equal(read.chosen_rank, result.lens.chosen_rank)
+
+
+def test_fitting_brings_early_layers_closer_to_the_output_and_leaves_the_model_alone(model, tokenizer):
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    sentences = make_sentences(300, seed=3)
+    lens = fit_tuned_lens(model, tokenizer, sentences, sentences[::-1], steps=40, batch_tokens=300,
+                          learning_rate=3e-3)  # fmt: skip
+    assert len(lens.kl_logit) == len(lens.kl_tuned) == model.config.n_decoder_layers - 1
+    assert all(tuned < plain for plain, tuned in zip(lens.kl_logit, lens.kl_tuned)), (lens.kl_logit, lens.kl_tuned)
+    assert all(torch.equal(before[name], value) for name, value in model.state_dict().items())
+    assert all(parameter.requires_grad for parameter in model.parameters())  # as it was
+    assert not lens.weights.requires_grad
+
+
+def test_a_lens_is_read_back_only_for_the_checkpoint_it_was_fitted_to(model, checkpoint_path, tmp_path):
+    lens = TunedLens(torch.randn(2, 16, 16), torch.randn(2, 16), (1.0, 2.0), (0.5, 0.25))
+    path = tuned_lens_path(checkpoint_path)
+    assert path == checkpoint_path.parent / "lenses" / "tiny.safetensors"
+    save_tuned_lens(path, lens, file_sha256(checkpoint_path), "a / b")
+    read = load_tuned_lens(path, model, file_sha256(checkpoint_path))
+    assert torch.equal(read.weights, lens.weights) and read.kl_tuned == (0.5, 0.25)
+    with pytest.raises(TunedLensError, match="another checkpoint"):
+        load_tuned_lens(path, model, "0" * 64)
+    with pytest.raises(TunedLensError, match="not a tuned lens"):
+        load_tuned_lens(checkpoint_path, model, file_sha256(checkpoint_path))  # a checkpoint is no lens
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"\xff" * 100)
+    with pytest.raises(TunedLensError, match="not a readable tuned lens"):
+        load_tuned_lens(garbage, model, file_sha256(checkpoint_path))
+    wrong = tmp_path / "wrong.safetensors"
+    save_tuned_lens(wrong, TunedLens(torch.zeros(1, 16, 16), torch.zeros(1, 16)), file_sha256(checkpoint_path), "")
+    with pytest.raises(TunedLensError, match="does not fit"):
+        load_tuned_lens(wrong, model, file_sha256(checkpoint_path))
+    broken = tmp_path / "broken.safetensors"
+    save_tuned_lens(broken, TunedLens(torch.full((2, 16, 16), float("nan")), torch.zeros(2, 16)),
+                    file_sha256(checkpoint_path), "")  # fmt: skip
+    with pytest.raises(TunedLensError, match="not finite"):
+        load_tuned_lens(broken, model, file_sha256(checkpoint_path))
+
+
+def test_the_command_line_fits_and_stores_a_lens_beside_the_checkpoint(checkpoint_path, model, tmp_path):
+    sentences = make_sentences(200, seed=5)
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(sentences) + "\n")
+    tgt.write_text("\n".join(reversed(sentences)) + "\n")
+    out = tmp_path / "lens.safetensors"
+    done = subprocess.run([sys.executable, "-m", "transformer", "train-lens", "--checkpoint", str(checkpoint_path),
+                           "--src", str(src), "--tgt", str(tgt), "--steps", "3", "--out", str(out)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "decoder layer 2: mean KL from the output" in done.stdout and f"wrote {out}" in done.stdout
+    assert load_tuned_lens(out, model, file_sha256(checkpoint_path)).weights.shape == (2, 16, 16)
+    done = subprocess.run([sys.executable, "-m", "transformer", "train-lens", "--checkpoint", str(tmp_path),
+                           "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 2 and "is not a checkpoint file" in done.stderr
