@@ -229,6 +229,8 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
             page.wait_for_function(stacked)  # the step view's maps take the whole width, as the figures do
             starts = f"new Set([...{PLAYER}.querySelectorAll('.bar-track')].map(t => Math.round(t.getBoundingClientRect().left))).size"  # fmt: skip
             assert page.evaluate(starts) == 1  # the top-10 bars start at one x, whatever their labels' lengths
+            cut = f"[...{PLAYER}.querySelectorAll('.lens-table > span')].filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"  # fmt: skip
+            assert page.evaluate(cut) == []  # each guess within its own column of the lens table
         wait_idle(page)
         page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
         page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")

@@ -129,7 +129,7 @@ function drawLens(box, data, step, go, state) {
     box.append(choice);
   }
   const table = element("div", "lens-table");
-  table.style.gridTemplateColumns = `max-content max-content repeat(${guesses}, minmax(4.5rem, max-content))`;
+  table.style.gridTemplateColumns = `max-content max-content repeat(${guesses}, max-content)`;
   table.append(element("span", "lens-head", ""), element("span", "lens-head", `'${data.next[step]}', taken`));
   const heading = element("span", "lens-head", "its guesses, best first");
   heading.style.gridColumn = `span ${guesses}`;
