@@ -10,7 +10,7 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 from ui.work import TRANSLATE_BATCH
 
-from .app_speed import browser_rows, lens_row, long_input_row, machine, step_view_row
+from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, machine, step_view_row
 from .attribution_speed import attribution_row
 from .model_speed import Row, batched_beam_row, corpus_batch_row, decode_rows, lower_bound_row, training_row
 from .report_speed import report_rows
@@ -52,6 +52,7 @@ def main() -> None:
     rows.append(training_row(checkpoint, max(3, repeats // 2)))
     rows.append(step_view_row(checkpoint, repeats))
     rows.append(lens_row(checkpoint, repeats))
+    rows.append(candidate_words_row(checkpoint, repeats))
     rows.append(long_input_row(checkpoint))
     rows.append(attribution_row(checkpoint, repeats))
     if not args.no_browser:

@@ -12,6 +12,7 @@ import torch
 from playwright.sync_api import Page
 
 from transformer.analysis.views import attention_view
+from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.greedy import decode, decode_ids
 from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult
@@ -89,6 +90,22 @@ def lens_row(checkpoint: Checkpoint, repeats: int) -> Row:
     data = step_data(result, tokenizer, 0, False, "benchmark")
     note = f"lens JSON {len(json.dumps(data['lens'])) / 1024:.1f} KiB of the step view's {len(json.dumps(data)) / 1024:.0f} KiB"
     return Row(f"logit lens of a {result.steps}-step decode", "the whole decode", decode_ms, lens_ms, "≤ 0.1", note)
+
+
+def candidate_words_row(checkpoint: Checkpoint, repeats: int) -> Row:
+    """The word each candidate of a 30-step decode would make (computed once per decode, beside it) against the
+    decode itself, and its share of the step view's JSON."""
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    ids = tokenizer.encode(SENTENCE) + [model.config.eos_id]
+    chooser = no_eos_chooser(model.config.eos_id)
+    result = decode_ids(model, tokenizer, ids, chooser, max_new_tokens=30)
+    decode_ms = median_ms(lambda: decode_ids(model, tokenizer, ids, chooser, max_new_tokens=30), repeats)
+    words_ms = median_ms(lambda: candidate_words(model, tokenizer, result), repeats)
+    words = candidate_words(model, tokenizer, result)
+    made = sum(word is not None for row in words for word in row)
+    note = (f"{made} of {result.topk_ids.numel()} candidates grow into a longer word; "
+            f"JSON {len(json.dumps(words)) / 1024:.1f} KiB")  # fmt: skip
+    return Row(f"candidates' words of a {result.steps}-step decode", "the decode", decode_ms, words_ms, "≤ 1.5", note)
 
 
 def long_input_row(checkpoint: Checkpoint) -> Row:

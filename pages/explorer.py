@@ -46,8 +46,11 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 
 words = words_toggle()
 step = keys.clamp_index("step", explored.result.steps)
-action = step_player(explored.result, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
-                     bool(session.get("presentation")), tuned_lens(explored))  # fmt: skip
+shown = explored.result
+candidate_words = models.candidate_words_cached(explored.checkpoint, explored.checkpoint_key, shown.strategy,
+                                                tuple(shown.src_ids), tuple(shown.tgt_ids), _result=shown)  # fmt: skip
+action = step_player(shown, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
+                     bool(session.get("presentation")), tuned_lens(explored), candidate_words)  # fmt: skip
 candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
 if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
     st.caption(f"{SPACE}: the start of a word alone, its letters to come as the next pieces (the vocabulary has "

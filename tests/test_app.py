@@ -9,6 +9,7 @@ import pytest
 from helpers import array, figure, markdown, start, step_action, step_view, translate
 from streamlit.testing.v1 import AppTest
 
+from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from ui.step_player import unpacked
@@ -59,6 +60,13 @@ def test_the_step_view_carries_each_layers_guesses_and_the_steps_entropy(explore
     np.testing.assert_allclose(view["chosen_prob"], lens.chosen_probs.T.numpy(), atol=1e-4)
     assert [view["labels"][str(row[-1][0])] for row in view["top_ids"]] == step_view(explorer)["next"]  # greedy
     np.testing.assert_allclose(step_view(explorer)["entropy"], reference.entropy_bits.numpy(), atol=1e-4)
+
+
+def test_the_step_view_carries_the_word_each_candidate_would_make(explorer, reference):
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    words = step_view(explorer)["topk_words"]
+    assert len(words) == reference.steps and any(word for row in words for word in row)
+    assert words == candidate_words(checkpoint.model, checkpoint.tokenizer, reference)
 
 
 def test_the_step_view_offers_the_tuned_lens_shipped_beside_the_default(explorer, reference):

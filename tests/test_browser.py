@@ -250,12 +250,15 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert steps > 10, "the default sentence is too short to step ten times"
     page.wait_for_timeout(500)
     before = len(sent)
-    lens = page.locator(".lens")
+    lens, words_made = page.locator(".lens"), []
     for step in range(2, 12):
         page.get_by_role("button", name="Next").click()
         wait_for_step_view(page, step)
         assert lens.locator(".map-title").text_content() == f"what each decoder layer would predict at step {step}"
         assert lens.locator(".strip .cell.now").count() == lens.locator(".lens-layer").count() > 1  # its column
+        words_made += page.locator(".bar-label .word-made").all_text_contents()
+    assert words_made and all(made.startswith(" → ") for made in words_made)  # a piece's word beside it
+    assert page.locator(".bar-track").first.bounding_box()["width"] > 150  # bars beside the labels, not squeezed
     assert "step=11" in page.url  # the address bar names the step, for a copied link
     lens.locator(".strip .cell").nth(2).click()  # the lens strip's third column opens step 3
     wait_for_step_view(page, 3)

@@ -18,6 +18,7 @@ import torch
 from transformer.analysis.attribution import Attribution, attribute, contrastive
 from transformer.analysis.tuned_lens import TunedLens, file_sha256, load_tuned_lens, read_with, tuned_lens_path
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
+from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.forcing import teacher_force, teacher_force_ids
 from transformer.decoding.greedy import decode
 from transformer.decoding.lens import LogitLens
@@ -92,6 +93,15 @@ def tuned_lens_cached(
 ) -> LogitLens:  # fmt: skip
     """The tuned lens over a result's layer outputs, shared by the visitors who look at the same result."""
     return read_with(_checkpoint.model, _tuned, _result.lens, _result.tgt_ids)
+
+
+@RESULTS
+def candidate_words_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, strategy: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...],
+    *, _result: DecodeResult,
+) -> list[list[str | None]]:  # fmt: skip
+    """The word each of a result's candidates would make, shared by the visitors who look at the same result."""
+    return candidate_words(_checkpoint.model, _checkpoint.tokenizer, _result)
 
 
 @RESULTS

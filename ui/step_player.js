@@ -87,20 +87,24 @@ function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum
   box.append(grid);
 }
 
-function drawBars(box, title, labels, probs, chosenIndex) {
+// words[i], where given, is the word candidate i would make (the model continued greedily after it): "ch → chat".
+function drawBars(box, title, labels, probs, chosenIndex, words) {
   box.replaceChildren();
   box.append(element("div", "map-title", title));
   const bars = element("div", "bars");  // one grid: every bar starts where the longest label ends
   box.append(bars);
   labels.forEach((label, i) => {
     const line = element("div", "bar-line");
-    line.append(element("span", "bar-label", label));
+    const name = element("span", "bar-label", label);
+    const word = words?.[i];
+    if (word) name.append(element("span", "word-made", ` → ${word}`));
+    line.append(name);
     const track = element("span", "bar-track");
     const bar = element("span", i === chosenIndex ? "bar chosen" : "bar");
     bar.style.width = `${((probs[i] ?? 0) * 100).toFixed(1)}%`;
     track.append(bar);
     line.append(track, element("span", "bar-value", number(probs[i])));
-    line.title = `${label}: ${number(probs[i])}`;
+    line.title = `${label}${word ? ` (would make "${word}")` : ""}: ${number(probs[i])}`;
     bars.append(line);
   });
 }
@@ -321,7 +325,7 @@ export default function (component) {
   const caption = element("p", "caption");
   const body = element("div", "body");
   const left = element("div", "left");
-  const bars = element("div", "bars");
+  const bars = element("div", "candidates");
   const whatIf = element("div", "what-if");
   const candidate = element("select", "candidate");
   candidate.setAttribute("aria-label", "What if the model had taken");
@@ -353,12 +357,13 @@ export default function (component) {
     );
     const ids = data.topk_ids[step];
     const labels = data.topk_labels[step];
-    drawBars(bars, `top ${ids.length} candidates for step ${step + 1}`, labels, data.topk_probs[step],
-      ids.indexOf(data.chosen[step]));
+    const words = data.topk_words?.[step];
+    drawBars(bars, `top ${ids.length} candidates for step ${step + 1}${words ? " (→ the word each would make)" : ""}`,
+      labels, data.topk_probs[step], ids.indexOf(data.chosen[step]), words);
     candidate.replaceChildren();
     ids.forEach((id, i) => {
       if (id === data.chosen[step]) return;
-      const option = element("option", "", labels[i]);
+      const option = element("option", "", words?.[i] ? `${labels[i]} → ${words[i]}` : labels[i]);
       option.value = String(id);
       candidate.append(option);
     });

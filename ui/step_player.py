@@ -125,9 +125,11 @@ def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: Tokenizer) -> d
 
 
 def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool, identity: str,
-              tuned: tuple[LogitLens, TunedLens] | None = None) -> dict:  # fmt: skip
+              tuned: tuple[LogitLens, TunedLens] | None = None,
+              candidate_words: list[list[str | None]] | None = None) -> dict:  # fmt: skip
     """Everything the step view shows, for every step, as JSON-ready values; `tuned`: a tuned lens' guesses and the
-    lens (whose held-out KL figures the view gives)."""
+    lens (whose held-out KL figures the view gives); `candidate_words`: the word each candidate would make
+    (decoding.candidate_words)."""
     layers, heads = result.cross.shape[:2]
     steps = result.steps
     cross, cross_labels = over_words(result.cross.numpy(), result.src_pieces, words)  # (L, H, T, S)
@@ -151,6 +153,7 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
         "topk_ids": topk_ids,
         "topk_labels": [[readable(tokenizer.id_to_piece(i)) for i in ids] for ids in topk_ids],
         "topk_probs": _rounded(result.topk_probs.numpy()),
+        "topk_words": candidate_words,
         "entropy": _rounded(result.entropy_bits.numpy()),
         "lens": lens_data(result.lens, tokenizer),
         "tuned_lens": None if tuned is None else tuned_lens_data(*tuned, tokenizer),
@@ -199,11 +202,12 @@ def sent_step_data(sent_json: str) -> dict:
 
 
 def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str, step: int, words: bool,
-                presentation: bool, tuned: tuple[LogitLens, TunedLens] | None = None) -> StepAction | None:  # fmt: skip
-    """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one); the visitor's
-    action of this run, if any."""
+                presentation: bool, tuned: tuple[LogitLens, TunedLens] | None = None,
+                candidate_words: list[list[str | None]] | None = None) -> StepAction | None:  # fmt: skip
+    """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
+    the candidates would make); the visitor's action of this run, if any."""
     identity = result_identity(result, checkpoint_key)
-    data = step_data(result, tokenizer, step, words, identity, tuned) | {"presentation": presentation}
+    data = step_data(result, tokenizer, step, words, identity, tuned, candidate_words) | {"presentation": presentation}
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action

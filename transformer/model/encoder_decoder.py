@@ -111,12 +111,15 @@ class Transformer(nn.Module):
         cache: list[LayerCache] | None = None,
         probe: Probe | None = None,
         embedded: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
     ) -> DecoderOutput:
         """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it.
 
-        embedded, if given, replaces the token embeddings of tgt (as in encode).
+        embedded, if given, replaces the token embeddings of tgt (as in encode). positions (B,), if given, is each
+        row's position of its first token, where rows continue prefixes of different lengths from one cache (the
+        keys a row may not see hidden by tgt_mask); else the cache's length.
         """
-        offset = 0 if cache is None else cache[0].length
+        offset = positions if positions is not None else 0 if cache is None else cache[0].length
         x = self.tgt_position(self.tgt_embed(tgt) if embedded is None else embedded, offset)
         self_maps, cross_maps, new_cache, states = [], [], [], []
         for i, layer in enumerate(self.decoder_layers):

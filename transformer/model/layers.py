@@ -60,8 +60,12 @@ class PositionalEncoding(nn.Module):
             self.register_buffer("table", table, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        return self.dropout(x + self.rows(offset, x.size(1)))
+    def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """x (B, T, d_model) at positions offset .. offset + T - 1; offset a (B,) tensor gives each row its own."""
+        if isinstance(offset, int):
+            return self.dropout(x + self.rows(offset, x.size(1)))
+        positions = offset[:, None] + torch.arange(x.size(1), device=offset.device)
+        return self.dropout(x + self.rows(0, int(positions.max()) + 1)[positions])
 
     def rows(self, offset: int, length: int) -> torch.Tensor:
         """The encodings of positions offset .. offset + length - 1: (length, d_model)."""

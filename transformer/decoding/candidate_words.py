@@ -1,0 +1,129 @@
+"""The word each step's candidates would make: a candidate that is a piece of a word, continued greedily.
+
+The step view lists each step's most probable next tokens, and many are pieces ("▁ch", "at"); which word the
+model would have written had it taken one is the question a reader asks next. Each candidate is fed after the
+output so far and the model continues greedily, one piece at a time, until it starts another word or ends. The
+output so far is run once (teacher forced, one pass that fills a key/value cache); each step's candidates then
+continue from that cache cut at the step, a batch of the step's candidates at a time, so a decode of T steps
+costs T small batched steps more, not one decode per candidate.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transformer.decoding.greedy import KeysSoFar, encode_source
+from transformer.decoding.result import DecodeResult, model_device
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.layers import LayerCache
+from transformer.model.masks import target_mask
+from transformer.model.probes import Probe
+from transformer.text.pieces import WORD_START, is_special, readable
+from transformer.text.tokenizer import Tokenizer
+
+MAX_CONTINUATION = 6  # pieces a candidate's word is continued by at most; a longer word ends in "…"
+CACHE_BUDGET = 1 << 24  # floats of key/value cache the candidates continued together may hold (64 MB)
+CUT = "…"
+
+
+JOINERS = "'’-"  # pieces inside a word that are not letters: "l" "'" "eau" is one word, "parc" "." is not
+
+
+def starts_word(piece: str) -> bool:
+    """Whether a piece begins a word of its own, or is a special token."""
+    return piece.startswith(WORD_START) or is_special(piece)
+
+
+def carries_word(piece: str) -> bool:
+    """Whether a piece carries on the word before it: letters or digits, or a joiner, without a word-start mark
+    (punctuation after a word ends it, though SentencePiece glues it on)."""
+    return not starts_word(piece) and (piece[:1].isalnum() or piece[:1] in JOINERS)
+
+
+def current_word(pieces: list[str]) -> list[str]:
+    """The pieces of the output's last word, which a candidate that carries a word on is added to."""
+    start = len(pieces)
+    while start > 0 and carries_word(pieces[start - 1]):
+        start -= 1
+    if start > 0 and pieces[start - 1].startswith(WORD_START):
+        start -= 1
+    return pieces[start:]
+
+
+def _word_of(piece: str, before: list[str]) -> list[str] | None:
+    """The pieces of the word a candidate begins or carries on; None for punctuation and special tokens."""
+    if carries_word(piece):
+        return [*before, piece]
+    return [piece] if piece.startswith(WORD_START) else None
+
+
+def _rows_of(cache: list[LayerCache], rows: int) -> list[LayerCache]:
+    """The decode's cache repeated for `rows` continuations (each hides, by its mask, what it may not see)."""
+    index = torch.zeros(rows, dtype=torch.long, device=cache[0].cross_key.device)
+    return [layer.select(index) for layer in cache]
+
+
+@torch.inference_mode()
+def candidate_words(
+    model: Transformer, tokenizer: Tokenizer, result: DecodeResult, probe: Probe | None = None
+) -> list[list[str | None]]:
+    """For each step and each of its top-k candidates, the word taking it would make, as a reader reads it
+    ("chat" for "▁ch"); None where that is the candidate itself, punctuation or a special token."""
+    config, device = model.config, model_device(model)
+    src = torch.tensor([result.src_ids], device=device)
+    encoded, src_mask = encode_source(model, src, False, probe)
+    decoder_input = torch.tensor([[config.start_id, *result.tgt_ids[:-1]]], device=device)
+    steps, width = result.topk_ids.shape
+    cache = model.start_cache(encoded.memory, capacity=steps + MAX_CONTINUATION + 1)
+    cache = model.decode(decoder_input, encoded.memory, src_mask, target_mask(decoder_input, config.pad_id),
+                         cache=cache, probe=probe).cache  # fmt: skip
+    real = decoder_input != config.pad_id
+    real[:, 0] = True
+    pieces = [[tokenizer.id_to_piece(i) for i in ids] for ids in result.topk_ids.tolist()]
+    words = [
+        [_word_of(piece, current_word(result.tgt_pieces[:step])) for piece in row] for step, row in enumerate(pieces)
+    ]
+    per_row = width * (steps + MAX_CONTINUATION + 1) * config.d_model * len(cache) * 2
+    chunk = max(1, CACHE_BUDGET // per_row)  # steps continued together
+    for first in range(0, steps, chunk):
+        chosen = range(first, min(first + chunk, steps))
+        # a candidate of the last step the model's max_len allows has no room to be taken, nor continued
+        cells = [(step, rank) for step in chosen for rank in range(width)
+                 if words[step][rank] is not None and step + 1 < config.max_len]  # fmt: skip
+        _continue(model, tokenizer, encoded.memory, src_mask, cache, real, cells,
+                  result.topk_ids, words, probe)  # fmt: skip
+    return [[None if word is None or len(word) == 1 else readable("".join(word)) for word in row] for row in words]
+
+
+def _continue(
+    model: Transformer, tokenizer: Tokenizer, memory: torch.Tensor, src_mask: torch.Tensor, cache: list[LayerCache],
+    real: torch.Tensor, cells: list[tuple[int, int]], topk_ids: torch.Tensor, words: list[list[list[str]]],
+    probe: Probe | None,
+) -> None:  # fmt: skip
+    """Continues the candidates `cells` ((step, rank) each) greedily, together, appending to their `words` each
+    piece that carries the word on; the candidate of step t sits at position t + 1 and sees keys 0..t only."""
+    if not cells:
+        return
+    device, pad_id = memory.device, model.config.pad_id
+    at = torch.tensor([step for step, _ in cells], device=device)
+    keys = KeysSoFar(real.expand(len(cells), -1) & (torch.arange(real.size(1), device=device) <= at[:, None]))
+    last = topk_ids.to(device)[at, torch.tensor([rank for _, rank in cells], device=device)]
+    cache, positions = _rows_of(cache, len(cells)), at + 1
+    for continued in range(MAX_CONTINUATION + 1):
+        keys = keys.extended(last, pad_id)
+        decoded = model.decode(last[:, None], memory.expand(len(cells), -1, -1), src_mask, keys.mask(), cache=cache,
+                               probe=probe, positions=positions)  # fmt: skip
+        last = model.generator(decoded.hidden[:, -1]).argmax(dim=-1)  # the log-softmax keeps the order
+        kept = []
+        for place, ((step, rank), token, position) in enumerate(zip(cells, last.tolist(), positions.tolist())):
+            piece = tokenizer.id_to_piece(token)
+            if carries_word(piece):
+                words[step][rank].append(CUT if continued == MAX_CONTINUATION else piece)
+                if position + 1 < model.config.max_len:  # the model writes no further than its max_len
+                    kept.append(place)
+        if not kept or continued == MAX_CONTINUATION:
+            return
+        index = torch.tensor(kept, device=device)
+        cells = [cells[place] for place in kept]
+        cache = [layer.select(index) for layer in decoded.cache]
+        keys, last, positions = keys.selected(index), last.index_select(0, index), positions.index_select(0, index) + 1
