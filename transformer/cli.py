@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,average,holdout,import-hf,synthetic} --help`."""
+"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,average,holdout,import-hf,train-lens,align,synthetic} --help`."""
 
 from __future__ import annotations
 
@@ -207,6 +207,59 @@ def cmd_train_lens(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_align(args: argparse.Namespace) -> int:
+    import csv
+    import json
+
+    from tqdm import tqdm
+
+    from transformer.analysis.alignment import align_corpus, format_pharaoh, parse_pharaoh
+    from transformer.text.files import read_lines, read_parallel
+
+    if args.table and Path(args.table).suffix not in (".csv", ".json"):
+        raise ValueError(f"--table {args.table}: name a .csv or a .json file")
+    sources, targets = read_parallel(args.src, args.tgt)
+    gold_lines = read_lines(args.gold)
+    golds, one_based = parse_pharaoh(gold_lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets],
+                                     args.one_based)  # fmt: skip
+    if args.limit:
+        sources, targets, golds = sources[: args.limit], targets[: args.limit], golds[: args.limit]
+    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
+    counting = "given" if args.one_based is not None else "detected"
+    print(f"{args.gold}: words counted from {int(one_based)} ({counting})", file=sys.stderr)
+    with tqdm(total=len(sources), desc="aligning", unit="pair") as bar:
+        report = align_corpus(checkpoint.model, checkpoint.tokenizer, sources, targets, golds, args.threshold,
+                              args.integrated_gradients, progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
+    if report.skipped:
+        shown = ", ".join(str(i + 1) for i in report.skipped[:10])
+        print(f"left out {len(report.skipped)} pairs, empty or longer than the model reads (lines {shown}"
+              f"{', ...' if len(report.skipped) > 10 else ''})", file=sys.stderr)  # fmt: skip
+    if not report.scores:
+        raise ValueError("no pair could be aligned")
+    table = report.table()
+    print(f"{'rank':>4}  {'AER':>6}  {'prec.':>6}  {'recall':>6}  method")
+    for row, score in zip(table[: args.top], report.scores):
+        print(
+            f"{row['rank']:>4}  {row['aer']:6.3f}  {row['precision']:6.3f}  {row['recall']:6.3f}  {score.method.label}"
+        )
+    print(f"({len(table)} methods over {len(report.aligned)} pairs; best AER first)")
+    if args.table:
+        with open(args.table, "w", newline="", encoding="utf-8") as out:
+            if args.table.endswith(".json"):
+                json.dump(table, out, indent=1, ensure_ascii=False)
+            else:
+                writer = csv.DictWriter(out, fieldnames=list(table[0]))
+                writer.writeheader()
+                writer.writerows(table)
+        print(f"wrote {args.table}")
+    if args.out:
+        best = report.scores[0].method
+        by_line = dict(zip(report.aligned, report.links[best]))
+        Path(args.out).write_text("".join(format_pharaoh(by_line.get(i, ())) + "\n" for i in range(len(sources))))
+        print(f"wrote {args.out}: the links of {best.label}, 0-based, a line per pair (empty where left out)")
+    return 0
+
+
 def cmd_synthetic(args: argparse.Namespace) -> int:
     from transformer.training.synthetic import train_reversal
 
@@ -356,6 +409,32 @@ def build_parser() -> argparse.ArgumentParser:
     lens.add_argument("--steps", type=int, default=200, help="optimisation steps of about 1,200 target tokens")
     lens.add_argument("--out", help="default: lenses/NAME.safetensors beside the checkpoint, where the app finds it")
     lens.set_defaults(run=cmd_train_lens)
+
+    align = commands.add_parser("align", help="score every head's word alignments against gold ones (AER)")
+    _add_checkpoint(align)
+    align.add_argument("--src", required=True, help="source sentences, one a line, words separated by spaces")
+    align.add_argument("--tgt", required=True, help="their translations, line by line")
+    align.add_argument("--gold", required=True, help="gold links, a line per pair: i-j sure, i?j or ipj possible")
+    based = align.add_mutually_exclusive_group()
+    based.add_argument(
+        "--one-based",
+        dest="one_based",
+        action="store_true",
+        default=None,
+        help="the gold counts words from 1 (default: detected, 1-based when no link names word 0)",
+    )
+    based.add_argument("--zero-based", dest="one_based", action="store_false", help="the gold counts words from 0")
+    align.add_argument("--threshold", type=float, default=0.3, help="the threshold extraction's weight (default 0.3)")
+    align.add_argument(
+        "--integrated-gradients",
+        action="store_true",
+        help="also align with integrated gradients (about 15 times the time)",
+    )
+    align.add_argument("--limit", type=int, help="align the first N pairs only")
+    align.add_argument("--top", type=int, default=20, help="rows of the ranked table printed (default 20)")
+    align.add_argument("--table", help="write the whole ranked table to this .csv or .json file")
+    align.add_argument("--out", help="write the best method's alignments to this file, in the Pharaoh format")
+    align.set_defaults(run=cmd_align)
 
     synthetic = commands.add_parser("synthetic", help="train the tiny sequence-reversal model (about a minute)")
     synthetic.add_argument("--out", default=str(DEFAULT_CHECKPOINT.with_name("reverse.safetensors")))

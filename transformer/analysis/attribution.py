@@ -158,14 +158,20 @@ def corpus_agreement(
     for index, sentence in enumerate(sentences):
         if sentence.strip():
             result = decode(model, tokenizer, sentence)
-            steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
-            (source, _), _ = _integrated_gradients(model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps)
+            source = source_integrated_gradients(model, result.src_ids, result.tgt_ids, n_steps)
             per_sentence.append(_nanmean(agreement(result.cross.numpy(), source), axis=-1))
         if progress:
             progress(index + 1)
     if not per_sentence:
         raise ValueError("no non-empty sentence to average over")
     return _nanmean(np.stack(per_sentence), axis=0), len(per_sentence)
+
+
+def source_integrated_gradients(model: Transformer, src_ids: list[int], tgt_ids: list[int], n_steps: int) -> np.ndarray:
+    """Integrated gradients of every output token's log-probability over the source tokens: (T, S)."""
+    steps, tokens = torch.arange(len(tgt_ids)), torch.tensor(tgt_ids)
+    (source, _), _ = _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, None, n_steps)
+    return source
 
 
 def contrastive(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import io
 import os
 import re
@@ -63,6 +64,28 @@ class Tokenizer:
             return self.processor.EncodeAsIds(text)
         prefix = [] if code is None else [self.piece_ids.get(code, self.unk_id)]
         return prefix + [self.piece_ids.get(p, self.unk_id) for p in self.processor.EncodeAsPieces(text)]
+
+    def encode_words(self, text: str) -> tuple[list[int], list[range]]:
+        """encode(text), and for each piece the whitespace-separated words of text it belongs to (an empty range for a
+        language code): how the pieces of a sentence meet words that someone else tokenized, e.g. gold alignments.
+
+        SentencePiece gives each piece the byte span of the text it came from; a piece belongs to the words its
+        non-space bytes lie in, a piece that is only the word-start mark to the word after it. A piece is one word
+        or part of one, except the unknown piece that stands for several unknown words in a row ("<unk>" for
+        "ten ten" in a vocabulary of digits' names); every word has at least one piece.
+        """
+        code, rest = self._split_code(text)
+        data = rest.encode()
+        starts = [len(rest[: m.start()].encode()) for m in re.finditer(r"\S+", rest)]  # byte offsets, as str.split
+        ids, words = [] if code is None else [self.piece_ids.get(code, self.unk_id)], [] if code is None else [range(0)]
+        for piece in self.processor.EncodeAsProto(rest).pieces:
+            ids.append(piece.id if self.vocabulary is None else self.piece_ids.get(piece.piece, self.unk_id))
+            seen = data[piece.begin : piece.end].decode()
+            core = seen.strip()
+            first = piece.begin + len(seen[: seen.index(core)].encode()) if core else piece.end
+            last = first + len(core.encode()) - 1 if core else piece.end
+            words.append(range(max(0, bisect.bisect_right(starts, first) - 1), bisect.bisect_right(starts, last)))
+        return ids, words
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """encode() of each text; a joint model encodes them on every core at once (a million lines in seconds)."""

@@ -1,0 +1,176 @@
+"""Word alignments from the model, scored against gold ones: AER by hand, conventions, pieces to words, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from transformer.analysis.alignment import (
+    Counts,
+    GoldAlignment,
+    GoldError,
+    Method,
+    align_corpus,
+    argmax_links,
+    counts,
+    parse_pharaoh,
+    threshold_links,
+    word_rows,
+)
+from transformer.cli import main
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.training.synthetic import WORDS
+
+DATA = Path(__file__).parent / "data" / "alignment"  # 24 caption pairs aligned by hand, sure and possible links
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_checkpoint(DEFAULT_CHECKPOINT)
+
+
+@pytest.fixture(scope="module")
+def reversal():
+    return load_checkpoint(DEFAULT_CHECKPOINT.with_name("reverse.safetensors"))
+
+
+def gold(sure: set, possible: set = frozenset()) -> GoldAlignment:
+    return GoldAlignment(frozenset(sure), frozenset(sure | possible))
+
+
+def test_aer_of_a_three_sentence_example_equals_the_hand_computed_value():
+    golds = [gold({(0, 0), (1, 1)}, {(2, 1)}), gold({(0, 1)}, {(1, 0)}), gold({(0, 0), (1, 1), (2, 2)})]
+    predicted = [{(0, 0), (2, 1), (1, 2)}, {(0, 1)}, set()]
+    total = sum((counts(frozenset(p), g) for p, g in zip(predicted, golds)), Counts())
+    # |A| = 3 + 1 + 0, |S| = 2 + 1 + 3, |A ∩ S| = 1 + 1 + 0, |A ∩ P| = 2 + 1 + 0
+    assert total.astuple() == (4, 6, 2, 3)
+    assert total.aer == pytest.approx(1 - (2 + 3) / (4 + 6))  # 0.5
+    assert (total.precision, total.recall) == (pytest.approx(3 / 4), pytest.approx(2 / 6))
+
+
+def test_pharaoh_links_sure_and_possible_counted_from_zero_or_one():
+    lines = ["0-0 1p1 2?0", "1-2"]
+    golds, one_based = parse_pharaoh(lines, [3, 2], [2, 3])
+    assert not one_based  # word 0 is named
+    assert golds[0] == gold({(0, 0)}, {(1, 1), (2, 0)}) and golds[1] == gold({(1, 2)})
+    shifted, one_based = parse_pharaoh(["1-1 2p2 3?1", "2-3"], [3, 2], [2, 3])
+    assert one_based and shifted == golds  # detected: no link names word 0
+    given, _ = parse_pharaoh(["1-1"], [2], [2], one_based=False)
+    assert given[0] == gold({(1, 1)})
+    assert parse_pharaoh(["", ""], [1, 1], [1, 1])[0] == [gold(set())] * 2  # no links at all: 0-based, empty
+
+
+@pytest.mark.parametrize(
+    "lines, lengths, message",
+    [
+        (["0-0", "0-5"], ([2, 2], [2, 2]), "line 2: target word 5 is out of range: the target line has 2 words, counted from 0"),
+        (["0-0"], ([1, 1], [1, 1]), "the gold file has 1 lines and the texts 2"),
+        (["0-0 zero-one"], ([1], [1]), "line 1: 'zero-one' is not a link"),
+        (["0:0"], ([1], [1]), "line 1: '0:0' is not a link"),
+        (["3-1"], ([2], [2]), "line 1: source word 3 is out of range: the source line has 2 words, counted from 1"),
+    ],
+)  # fmt: skip
+def test_a_gold_file_that_does_not_fit_gets_one_line_naming_where(lines, lengths, message):
+    with pytest.raises(GoldError) as raised:
+        parse_pharaoh(lines, *lengths)
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_pieces_meet_the_words_of_the_file_exactly(shipped, reversal):
+    tokenizer = shipped.tokenizer
+    text = "Un skateboarders , très noir: l'élève  mange « ça » 世界."
+    ids, words = tokenizer.encode_words(text)
+    assert ids == tokenizer.encode(text)
+    pieces = [tokenizer.id_to_piece(i) for i in ids]
+    by_word = [[p for p, w in zip(pieces, words) if index in w] for index in range(len(text.split()))]
+    assert by_word[1] == ["▁skateboarder", "s"] and by_word[4] == ["▁noir", ":"]  # several pieces; punctuation glued on
+    assert by_word[5] == ["▁l", "'", "é", "l", "è", "ve"] and by_word[2] == ["▁", ","]  # a lone mark: the next word's
+    assert all(len(w) == 1 for w in words)
+    ids, words = reversal.tokenizer.encode_words("six ten five ten ten")  # unknown words in a row: one piece
+    assert ids == reversal.tokenizer.encode("six ten five ten ten") and words[-1] == range(3, 5)
+
+
+def anti_diagonal_rows(words_per_piece: list[range], n_words: int, shift: int) -> np.ndarray:
+    """Piece-level rows (decoder input positions x source pieces, end tokens included) whose row for target word j
+    (row t + shift for each of its pieces t) is all on the first piece of source word n - 1 - j."""
+    first_piece = {w: min(p for p, ws in enumerate(words_per_piece) if w in ws) for w in range(n_words)}
+    size = len(words_per_piece) + 1
+    rows = np.full((size, size), 0.01)
+    for t, ws in enumerate(words_per_piece):
+        rows[t + shift, first_piece[n_words - 1 - ws[0]]] = 1.0
+    return rows / rows.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("convention, shift", [("output", 0), ("input", 1)])
+def test_a_reversing_map_aligns_word_i_with_n_minus_i_under_its_own_convention_only(shipped, convention, shift):
+    text = "skateboarders photographed unbelievably picturesque waterfalls ."  # words of several pieces
+    ids, words = shipped.tokenizer.encode_words(text)
+    assert len(ids) > 8
+    n = len(text.split())
+    rows = anti_diagonal_rows(words, n, shift)
+    reference = gold({(n - 1 - j, j) for j in range(n)})
+    ends = [*words, range(0)]
+    right = word_rows(rows, ends, ends, convention)
+    other = word_rows(rows, ends, ends, "input" if convention == "output" else "output")
+    assert counts(argmax_links(right), reference).aer == 0
+    assert counts(threshold_links(right, 0.5), reference).aer == 0
+    assert counts(argmax_links(other), reference).aer >= 1 / 3  # off by a piece: a word's other pieces stay in it
+    assert np.allclose(right.sum(-1), 1)  # shares of the source words, the end token left out
+
+
+def test_the_reversal_models_best_head_aligns_under_one_convention_and_not_the_other(reversal):
+    rng = random.Random(0)
+    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(30)]
+    targets = [" ".join(reversed(s.split())) for s in sources]
+    golds = [gold({(i, len(s.split()) - 1 - i) for i in range(len(s.split()))}) for s in sources]
+    report = align_corpus(reversal.model, reversal.tokenizer, sources, targets, golds)
+    best = report.scores[0]
+    assert best.counts.aer < 0.12 and best.method.head is not None  # one head all but aligns
+    flipped = Method(best.method.measure, best.method.layer, best.method.head,
+                     "output" if best.method.convention == "input" else "input", best.method.extraction)  # fmt: skip
+    scores = {score.method: score.counts.aer for score in report.scores}
+    assert scores[flipped] > 0.75  # the same head read with the other convention is off by a word
+    assert [row["aer"] for row in report.table()] == sorted(row["aer"] for row in report.table())
+    assert len(report.links[best.method]) == len(sources) == len(report.aligned)
+
+
+def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_pharaoh(tmp_path, capsys):
+    table, out = tmp_path / "table.csv", tmp_path / "links.txt"
+    code = main(["align", "--src", str(DATA / "en.txt"), "--tgt", str(DATA / "fr.txt"), "--gold", str(DATA / "gold.txt"),
+                 "--limit", "6", "--table", str(table), "--out", str(out), "--top", "5"])  # fmt: skip
+    printed = capsys.readouterr()
+    assert code == 0 and "words counted from 0 (detected)" in printed.err
+    lines = printed.out.splitlines()
+    assert lines[0].split() == ["rank", "AER", "prec.", "recall", "method"] and len(lines) >= 7
+    rows = list(csv.DictReader(table.open()))
+    assert len(rows) == 2 * 2 * 2 * (3 * 8 + 3)  # conventions x extractions x measures x (heads + means)
+    assert [float(r["aer"]) for r in rows] == sorted(float(r["aer"]) for r in rows)
+    assert lines[1].split()[1] == f"{float(rows[0]['aer']):.3f}"
+    written = out.read_text().splitlines()
+    assert len(written) == 6 and all(written)
+    sources = (DATA / "en.txt").read_text().splitlines()[:6]
+    parsed, _ = parse_pharaoh(written, [len(s.split()) for s in sources],
+                              [len(t.split()) for t in (DATA / "fr.txt").read_text().splitlines()[:6]], False)  # fmt: skip
+    assert all(
+        len(links.sure) == len(t.split()) for links, t in zip(parsed, (DATA / "fr.txt").read_text().splitlines())
+    )
+    json_table = tmp_path / "table.json"
+    assert main(["align", "--src", str(DATA / "en.txt"), "--tgt", str(DATA / "fr.txt"), "--gold", str(DATA / "gold.txt"),
+                 "--limit", "2", "--table", str(json_table)]) == 0  # fmt: skip
+    assert json.loads(json_table.read_text())[0]["rank"] == 1
+
+
+def test_align_refuses_a_bad_gold_file_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "gold.txt"
+    lines = (DATA / "gold.txt").read_text().splitlines()
+    bad.write_text("\n".join([*lines[:2], "0-0 1-99", *lines[3:]]) + "\n")
+    code = main(["align", "--src", str(DATA / "en.txt"), "--tgt", str(DATA / "fr.txt"), "--gold", str(bad)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [
+        "error: line 3: target word 99 is out of range: the target line has 9 words, counted from 0"
+    ]

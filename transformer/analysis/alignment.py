@@ -1,0 +1,264 @@
+"""Word alignments read from a model, scored against gold alignments: precision, recall and AER.
+
+"This head aligns words" is measured the way papers measure it (Och & Ney 2003): a gold file in the Pharaoh
+format gives each sentence pair its sure links ("i-j") and possible ones ("i?j" or "ipj"), source word i with
+target word j, words being the whitespace-separated tokens of the two text files. The model reads each pair
+teacher forced; each cross-attention head, each layer's mean, value-weighted attention and, where asked,
+integrated gradients give a target-word x source-word matrix, from which links are extracted (the argmax per
+target word, or every weight over a threshold).
+
+Which row of a step's matrix speaks for a target word is a convention that papers differ on, so both are scored:
+row t is the query that *produces* target token t ("output"), and the one that was *fed* token t is row t + 1
+("input"). Pieces are mapped to the words of the files exactly, by the byte spans SentencePiece gives each piece
+(Tokenizer.encode_words); a target word's row is the mean of its pieces' rows, a source word's weight the sum over
+its pieces, each row then shared out over the source words (the end-of-sentence token, which no gold link names,
+left out).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from transformer.analysis.attribution import source_integrated_gradients, value_weighted_attention
+from transformer.decoding.forcing import teacher_force_ids
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
+from transformer.text.tokenizer import Tokenizer
+
+Link = tuple[int, int]  # (source word, target word), 0-based
+CONVENTIONS = ("output", "input")
+DEFAULT_THRESHOLD = 0.3
+LINK = re.compile(r"(\d+)([-?p])(\d+)")
+IG_STEPS = 32  # interpolation steps of integrated gradients when aligning (the attribution page's default is 50)
+
+
+class GoldError(ValueError):
+    """A gold alignment file that cannot be read against its texts; the message names the line."""
+
+
+@dataclass(frozen=True)
+class GoldAlignment:
+    """One sentence pair's gold links; `possible` holds the sure links too (S ⊆ P, as AER assumes)."""
+
+    sure: frozenset[Link]
+    possible: frozenset[Link]
+
+
+def parse_pharaoh(
+    lines: Sequence[str], src_lengths: Sequence[int], tgt_lengths: Sequence[int], one_based: bool | None = None
+) -> tuple[list[GoldAlignment], bool]:
+    """The gold links of every line and whether the file counts words from 1 (`one_based` None: detected, as
+    1-based when no link names word 0). GoldError naming the line for anything else."""
+    if len(lines) != len(src_lengths):
+        raise GoldError(f"the gold file has {len(lines)} lines and the texts {len(src_lengths)}: one line per pair")
+    parsed: list[list[tuple[int, str, int]]] = []
+    for number, line in enumerate(lines, 1):
+        links = []
+        for token in line.split():
+            match = LINK.fullmatch(token)
+            if match is None:
+                raise GoldError(f"line {number}: {token[:40]!r} is not a link (i-j for sure, i?j or ipj for possible)")
+            links.append((int(match[1]), match[2], int(match[3])))
+        parsed.append(links)
+    if one_based is None:
+        one_based = any(parsed) and all(min(i, j) > 0 for links in parsed for i, _, j in links)
+    base = int(one_based)
+    golds = []
+    for number, (links, src_length, tgt_length) in enumerate(zip(parsed, src_lengths, tgt_lengths), 1):
+        sure, possible = set(), set()
+        for i, kind, j in links:
+            for side, index, length in (("source", i, src_length), ("target", j, tgt_length)):
+                if not base <= index < length + base:
+                    raise GoldError(f"line {number}: {side} word {index} is out of range: the {side} line has "
+                                    f"{length} words, counted from {base}")  # fmt: skip
+            (sure if kind == "-" else possible).add((i - base, j - base))
+        golds.append(GoldAlignment(frozenset(sure), frozenset(sure | possible)))
+    return golds, one_based
+
+
+def format_pharaoh(links: Iterable[Link]) -> str:
+    """Links as one line of the Pharaoh format, 0-based, in order."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What AER is computed from, summed over a corpus: |A|, |S|, |A ∩ S| and |A ∩ P|."""
+
+    predicted: int = 0
+    sure: int = 0
+    hits_sure: int = 0
+    hits_possible: int = 0
+
+    def __add__(self, other: Counts) -> Counts:
+        return Counts(*(a + b for a, b in zip(self.astuple(), other.astuple())))
+
+    def astuple(self) -> tuple[int, int, int, int]:
+        return self.predicted, self.sure, self.hits_sure, self.hits_possible
+
+    @property
+    def precision(self) -> float:
+        return self.hits_possible / self.predicted if self.predicted else 0.0
+
+    @property
+    def recall(self) -> float:
+        return self.hits_sure / self.sure if self.sure else 0.0
+
+    @property
+    def aer(self) -> float:
+        """1 - (|A ∩ S| + |A ∩ P|) / (|A| + |S|) (Och & Ney 2003)."""
+        total = self.predicted + self.sure
+        return 1.0 - (self.hits_sure + self.hits_possible) / total if total else 0.0
+
+
+def counts(predicted: set[Link] | frozenset[Link], gold: GoldAlignment) -> Counts:
+    return Counts(len(predicted), len(gold.sure), len(predicted & gold.sure), len(predicted & gold.possible))
+
+
+def word_rows(
+    piece_rows: np.ndarray, src_words: Sequence[range], tgt_words: Sequence[range], convention: str
+) -> np.ndarray:
+    """Rows over decoder input positions and source pieces (..., T, S) -> target words x source words (..., Tw, Sw).
+
+    src_words/tgt_words give each piece's words (Tokenizer.encode_words; empty for the end token); `convention`
+    says which row speaks for target token t: "output" row t, "input" row t + 1. A source piece that stands for
+    several words shares its weight out among them.
+    """
+    shift = CONVENTIONS.index(convention)
+    n_src, n_tgt = max(r.stop for r in src_words), max(r.stop for r in tgt_words)
+    to_words = np.zeros((len(src_words), n_src), dtype=np.float64)
+    for piece, words in enumerate(src_words):
+        to_words[piece, words.start : words.stop] = 1.0 / max(len(words), 1)
+    by_source = piece_rows.astype(np.float64) @ to_words  # (..., T, Sw)
+    rows = [by_source[..., [t + shift for t, words in enumerate(tgt_words) if word in words], :].mean(axis=-2)
+            for word in range(n_tgt)]  # fmt: skip
+    words = np.stack(rows, axis=-2)
+    return words / np.maximum(words.sum(axis=-1, keepdims=True), 1e-12)
+
+
+def argmax_links(matrix: np.ndarray) -> frozenset[Link]:
+    """Each target word linked to the source word it weighs most: (Tw, Sw) -> links."""
+    return frozenset((int(source), target) for target, source in enumerate(matrix.argmax(axis=-1)))
+
+
+def threshold_links(matrix: np.ndarray, threshold: float) -> frozenset[Link]:
+    """Every (source word, target word) whose weight reaches the threshold."""
+    targets, sources = np.nonzero(matrix >= threshold)
+    return frozenset(zip(sources.tolist(), targets.tolist()))
+
+
+@dataclass(frozen=True)
+class Method:
+    """One way of reading alignments: a measure (attention, value-weighted, integrated gradients), where it is read
+    (layer and head, 0-based; head None for the layer's mean; both None for integrated gradients), a row
+    convention and an extraction."""
+
+    measure: str
+    layer: int | None
+    head: int | None
+    convention: str
+    extraction: str
+
+    @property
+    def label(self) -> str:
+        where = (
+            ""
+            if self.layer is None
+            else f" · layer {self.layer + 1} · " + ("mean" if self.head is None else f"head {self.head + 1}")
+        )
+        return f"{self.measure}{where} · {self.convention} · {self.extraction}"
+
+
+@dataclass(frozen=True)
+class MethodScore:
+    method: Method
+    counts: Counts
+
+
+@dataclass
+class AlignmentReport:
+    """Every method's corpus score (best first) and the links it extracted per sentence."""
+
+    scores: list[MethodScore]
+    links: dict[Method, list[frozenset[Link]]] = field(repr=False)  # per aligned pair
+    aligned: list[int]  # the 0-based lines aligned: not those longer than the model reads, nor empty ones
+    skipped: list[int]  # those left out
+
+    def table(self) -> list[dict]:
+        """One row per method, best AER first: what the CLI prints and writes, and the page shows."""
+        return [
+            {"rank": rank, "method": s.method.measure,
+             "layer": None if s.method.layer is None else s.method.layer + 1,
+             "head": None if s.method.layer is None else "mean" if s.method.head is None else s.method.head + 1,
+             "convention": s.method.convention, "extraction": s.method.extraction,
+             "aer": s.counts.aer, "precision": s.counts.precision, "recall": s.counts.recall,
+             "links": s.counts.predicted}
+            for rank, s in enumerate(self.scores, 1)
+        ]  # fmt: skip
+
+
+def measures(
+    model: Transformer, tokenizer: Tokenizer, src_ids: list[int], tgt_ids: list[int], integrated_gradients: bool
+) -> dict[tuple[str, int | None, int | None], np.ndarray]:
+    """Each measure's rows over decoder input positions and source pieces (T, S), keyed (measure, layer, head)."""
+    cross = teacher_force_ids(model, tokenizer, src_ids, tgt_ids).cross.numpy()  # (L, H, T, S)
+    weighted = value_weighted_attention(model, src_ids, tgt_ids)[AttentionKind.CROSS]
+    found: dict[tuple[str, int | None, int | None], np.ndarray] = {}
+    for name, maps in (("attention", cross), ("value-weighted", weighted)):
+        for layer in range(maps.shape[0]):
+            for head in range(maps.shape[1]):
+                found[(name, layer, head)] = maps[layer, head]
+            found[(name, layer, None)] = maps[layer].mean(axis=0)
+    if integrated_gradients:  # row t: the step producing token t, as an attention row
+        found[("integrated gradients", None, None)] = np.abs(source_integrated_gradients(model, src_ids, tgt_ids,
+                                                                                        IG_STEPS))  # fmt: skip
+    return found
+
+
+def align_corpus(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    golds: Sequence[GoldAlignment],
+    threshold: float = DEFAULT_THRESHOLD,
+    integrated_gradients: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> AlignmentReport:
+    """Every method's links for every pair and its score against the gold, best AER first.
+
+    Pairs longer than the model reads (with their end tokens) are left out and listed. `progress` hears (pairs
+    done, pairs) after each; `should_stop` is asked before each, and the pairs done so far are scored.
+    """
+    eos, max_len = model.config.eos_id, model.config.max_len
+    extractions = {"argmax": argmax_links, f"≥ {threshold:g}": lambda m: threshold_links(m, threshold)}
+    links: dict[Method, list[frozenset[Link]]] = {}
+    totals: dict[Method, Counts] = {}
+    aligned, skipped = [], []
+    for index, (source, target, gold) in enumerate(zip(sources, targets, golds)):
+        if should_stop():
+            break
+        src_ids, src_words = tokenizer.encode_words(source)
+        tgt_ids, tgt_words = tokenizer.encode_words(target)
+        if not src_ids or not tgt_ids or len(src_ids) + 1 > max_len or len(tgt_ids) + 1 > max_len:
+            skipped.append(index)
+            continue
+        aligned.append(index)
+        found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], integrated_gradients)
+        for convention in CONVENTIONS:
+            for (measure, layer, head), rows in found.items():
+                words = word_rows(rows, [*src_words, range(0)], [*tgt_words, range(0)], convention)
+                for extraction, extract in extractions.items():
+                    method = Method(measure, layer, head, convention, extraction)
+                    predicted = extract(words)
+                    links.setdefault(method, []).append(predicted)
+                    totals[method] = totals.get(method, Counts()) + counts(predicted, gold)
+        if progress is not None:
+            progress(index + 1, len(sources))
+    scores = sorted((MethodScore(method, total) for method, total in totals.items()), key=lambda s: s.counts.aer)
+    return AlignmentReport(scores, links, aligned, skipped)
