@@ -24,6 +24,7 @@ st.navigation(
             st.Page("pages/compare.py", title="Compare checkpoints"),
             st.Page("pages/heads.py", title="Head statistics"),
             st.Page("pages/corpus.py", title="Corpus"),
+            st.Page("pages/alignment.py", title="Alignment"),
         ],
     }
 ).run()

@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from transformer.analysis.alignment import CONVENTIONS, aer_grid
 from transformer.analysis.head_stats import (
     STATISTICS,
     corpus_statistics,
@@ -37,7 +38,7 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
         st.download_button("Table as CSV", frame.to_csv(), file_name=f"head-statistics-{kind}-{key}.csv", mime="text/csv",
                            on_click="ignore", key=f"{key}_csv")  # fmt: skip
     with right:
-        name = st.selectbox("Statistic", list(STATISTICS), key=f"{key}_statistic")
+        name = st.selectbox("Statistic", list(statistics), key=f"{key}_statistic")
         layers, heads = statistics[name].shape
         figure = matrix_heatmap(statistics[name], name, [f"layer {i + 1}" for i in range(layers)],
                                 [f"head {h + 1}" for h in range(heads)], value_range=ranges[name])  # fmt: skip
@@ -50,6 +51,15 @@ sentence_statistics = head_statistics(view.maps, view.key_pieces)
 stored = session.get("stats_over_corpus")
 stored = stored if stored and (stored.kind, stored.checkpoint_key) == (kind.value, explored.checkpoint_key) else None
 ranges = statistic_ranges(len(view.key_pieces), sentence_statistics, stored.statistics if stored else None)
+aligned = session.get("alignment_run")
+if kind is AttentionKind.CROSS and aligned and aligned.checkpoint_key == explored.checkpoint_key:
+    for convention in CONVENTIONS:  # a corpus's figure beside the sentence's: each head's AER on the gold file
+        name = f"aligns words (AER, {convention})"
+        sentence_statistics[name] = aer_grid(aligned.report, "attention", convention, "argmax")[:, :-1]
+        ranges[name] = (0.0, 1.0)
+    st.caption(literal(f"aligns words (AER): each head's alignment error rate on {aligned.name} "
+                       f"({len(aligned.report.aligned)} pairs, argmax links; lower aligns better), from the Alignment "
+                       "page's gold file: the corpus's figure, not this sentence's."))  # fmt: skip
 statistics_view(sentence_statistics, "sentence", ranges)
 
 st.subheader("Over a corpus sample")

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import array, figure, markdown, start
 
 from transformer.analysis.alignment import (
     Counts,
     GoldAlignment,
     GoldError,
     Method,
+    aer_grid,
     align_corpus,
     argmax_links,
     counts,
@@ -174,3 +176,53 @@ def test_align_refuses_a_bad_gold_file_in_one_line(tmp_path, capsys):
     assert code == 2 and err == [
         "error: line 3: target word 99 is out of range: the target line has 9 words, counted from 0"
     ]
+
+
+def submit(at):
+    return at.button(key="FormSubmitter:alignment-Align and score").click().run(timeout=300)
+
+
+def test_the_alignment_page_ranks_the_example_draws_the_grids_and_a_pairs_gold_links(shipped):
+    at = start().switch_page("pages/alignment.py").run()
+    at.checkbox(key="align_example").check()
+    at = submit(at)
+    assert not at.exception and not at.error
+    sources, targets, lines = ((DATA / name).read_text().splitlines() for name in ("en.txt", "fr.txt", "gold.txt"))
+    golds, _ = parse_pharaoh(lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets])
+    expected = align_corpus(shipped.model, shipped.tokenizer, sources, targets, golds).table()
+    shown = at.dataframe[0].value
+    assert len(shown) == len(expected) and shown.iloc[0]["aer"] == pytest.approx(expected[0]["aer"])
+    grids = [figure(at, index) for index in (0, 1)]
+    assert [array(g["data"][0]["z"]).shape for g in grids] == [(3, 9), (3, 9)]  # layers x (heads + mean)
+    assert "output convention" in grids[0]["layout"]["title"]["text"] and "input" in grids[1]["layout"]["title"]["text"]
+    at.number_input(key="align_pair").set_value(3)
+    at = at.run()
+    pair = figure(at, 2)
+    traces = {trace.get("name"): trace for trace in pair["data"]}
+    assert len(traces["gold: sure"]["x"]) == len(golds[2].sure) and len(traces["gold: possible"]["x"]) == len(
+        golds[2].possible - golds[2].sure
+    )
+    assert len(traces["extracted"]["x"]) == len(targets[2].split())  # the best method: an argmax per target word
+    assert "Le chat noir dort sur le canapé rouge" in markdown(at)
+
+    at = at.switch_page("pages/heads.py").run()  # cross-attention by default: each head's AER beside its statistics
+    frame = at.dataframe[0].value
+    run = at.session_state["alignment_run"]
+    for convention in ("output", "input"):
+        expected_grid = aer_grid(run.report, "attention", convention, "argmax")[:, :-1]
+        np.testing.assert_allclose(frame[f"aligns words (AER, {convention})"].to_numpy(), expected_grid.reshape(-1))
+    assert any("alignment error rate on the example" in caption.value for caption in at.caption)
+
+
+def test_the_alignment_page_names_the_line_of_a_bad_gold_file_and_a_pair_that_is_not_one():
+    at = start().switch_page("pages/alignment.py").run()
+    lines = (DATA / "gold.txt").read_text().splitlines()
+    for key, content in (("align_src", (DATA / "en.txt").read_bytes()), ("align_tgt", (DATA / "fr.txt").read_bytes()),
+                         ("align_gold", "\n".join([*lines[:4], "0-0 seven", *lines[5:]]).encode())):  # fmt: skip
+        at.file_uploader(key=key).set_value((key + ".txt", content, "text/plain"))
+    at = submit(at)
+    shown = at.error[0].value  # as literal text: Markdown's characters escaped
+    assert not at.exception and all(part in shown for part in ("line 5", "seven", "is not a link"))
+    at.file_uploader(key="align_tgt").set_value(("fr.txt", b"une ligne\n", "text/plain"))
+    at = submit(at)
+    assert "not a parallel pair" in at.error[0].value and not at.dataframe

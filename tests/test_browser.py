@@ -191,6 +191,22 @@ def test_no_label_or_title_is_cut_on_a_laptop_screen(server, browser):
     assert problems == {name: [] for name in problems}
 
 
+def test_the_alignment_page_scores_the_example_and_draws_a_pairs_links(server, browser):
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.goto(f"{server}/alignment")
+    page.get_by_text("Use the example instead").click()
+    page.get_by_role("button", name="Align and score").click()
+    wait_for_heatmaps(page, 3, timeout=120_000)  # an AER grid per convention, and the first pair's matrix
+    wait_idle(page)
+    page.get_by_text("Squares: sure gold links").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.screenshot(path=ARTIFACTS / "alignment.png")
+    markers = page.locator(".js-plotly-plot").nth(2).locator(".scatterlayer .point")
+    assert markers.count() > 8  # gold squares and circles, and the extracted crosses
+    assert page.evaluate(VIEW_PROBLEMS, False) == []
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
 # Text in the page (not a figure's: Plotly sizes its own) smaller than a room can read from the back, as
 # computed: labels, values of selects, sliders and inputs, tags, captions, formulas and their subscripts.
 SMALL_TEXT = """() => {

@@ -164,7 +164,7 @@ def test_the_command_line_converts_a_directory_and_reads_one_directly(marian_dir
 
 
 PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computation", "checkpoints", "compare", "heads",
-         "corpus"]  # fmt: skip
+         "corpus", "alignment"]  # fmt: skip
 
 
 def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir, tmp_path, monkeypatch):
@@ -193,6 +193,9 @@ def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir
         if page == "corpus":
             at.file_uploader(key="corpus_src").set_value(("src.txt", b"the dog runs\na red cat\n", "text/plain"))
             at = at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+        if page == "alignment":
+            at.checkbox(key="align_example").check()
+            at = at.button(key="FormSubmitter:alignment-Align and score").click().run()
         assert not at.exception, page
         assert at.get("plotly_chart") or at.dataframe or at.get("bidi_component"), page
 

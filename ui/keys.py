@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import streamlit as st
 
+from transformer.analysis.alignment import AlignmentReport, GoldAlignment
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings
 
@@ -60,6 +61,18 @@ class CorpusStatistics:
     checkpoint_key: str
     sentences: int
     statistics: dict[str, np.ndarray]  # each (L, H)
+
+
+@dataclass(frozen=True)
+class AlignmentRun:
+    """The Alignment page's scored corpus (session key alignment_run)."""
+
+    checkpoint_key: str
+    name: str  # what was aligned, as the page says it
+    sources: list[str]
+    targets: list[str]
+    golds: list[GoldAlignment]
+    report: AlignmentReport
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,7 @@ KEYS: dict[str, Key] = {
     "report_built": Key(tuple, None, "the view whose HTML report was built, offered for download"),
     "attribution_stopped": Key(tuple, None, "the (checkpoint, source, output) whose attribution the visitor stopped"),
     "corpus_agreement": Key(CorpusAgreement, None, "heads' agreement with the gradients over the Corpus file"),
+    "alignment_run": Key(AlignmentRun, None, "the Alignment page's corpus, aligned by every method and scored"),
 }
 
 

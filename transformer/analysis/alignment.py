@@ -193,7 +193,7 @@ class AlignmentReport:
         return [
             {"rank": rank, "method": s.method.measure,
              "layer": None if s.method.layer is None else s.method.layer + 1,
-             "head": None if s.method.layer is None else "mean" if s.method.head is None else s.method.head + 1,
+             "head": "" if s.method.layer is None else "mean" if s.method.head is None else str(s.method.head + 1),
              "convention": s.method.convention, "extraction": s.method.extraction,
              "aer": s.counts.aer, "precision": s.counts.precision, "recall": s.counts.recall,
              "links": s.counts.predicted}
@@ -262,3 +262,26 @@ def align_corpus(
             progress(index + 1, len(sources))
     scores = sorted((MethodScore(method, total) for method, total in totals.items()), key=lambda s: s.counts.aer)
     return AlignmentReport(scores, links, aligned, skipped)
+
+
+def aer_grid(report: AlignmentReport, measure: str, convention: str, extraction: str) -> np.ndarray:
+    """(layers, heads + 1) AER of a measure's heads and, in the last column, each layer's mean."""
+    found = {(s.method.layer, s.method.head): s.counts.aer for s in report.scores
+             if (s.method.measure, s.method.convention, s.method.extraction) == (measure, convention, extraction)
+             and s.method.layer is not None}  # fmt: skip
+    layers = max(layer for layer, _ in found) + 1
+    heads = max(head for _, head in found if head is not None) + 1
+    grid = np.full((layers, heads + 1), np.nan)
+    for (layer, head), aer in found.items():
+        grid[layer, heads if head is None else head] = aer
+    return grid
+
+
+def pair_matrix(model: Transformer, tokenizer: Tokenizer, source: str, target: str, method: Method) -> np.ndarray:
+    """The target-word x source-word matrix a method reads for one pair (what it extracted its links from)."""
+    eos = model.config.eos_id
+    src_ids, src_words = tokenizer.encode_words(source)
+    tgt_ids, tgt_words = tokenizer.encode_words(target)
+    found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], method.measure == "integrated gradients")
+    rows = found[(method.measure, method.layer, method.head)]
+    return word_rows(rows, [*src_words, range(0)], [*tgt_words, range(0)], method.convention)

@@ -1,0 +1,131 @@
+"""Alignment: which heads align words, scored against gold alignments (AER), with any sentence's links drawn."""
+
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from transformer.analysis.alignment import (
+    CONVENTIONS,
+    DEFAULT_THRESHOLD,
+    GoldError,
+    aer_grid,
+    align_corpus,
+    pair_matrix,
+    parse_pharaoh,
+)
+from transformer.viz.alignment import alignment_heatmap
+from transformer.viz.matrices import matrix_heatmap
+from ui import keys, uploads, url
+from ui.charts import show, table
+from ui.sidebar import page_frame
+from ui.text import literal
+from ui.work import Progress, heavy_job, stop_button
+
+MAX_PAIRS = 2000
+EXAMPLE = Path(__file__).parent.parent / "tests" / "data" / "alignment"  # 24 caption pairs aligned by hand
+COUNTED_FROM = {"detect": None, "0": False, "1": True}
+
+explored = page_frame()
+session = st.session_state
+checkpoint = explored.checkpoint
+st.title("Alignment")
+st.markdown(
+    "Which heads align words? Measured as papers measure it: against human word alignments, by the alignment "
+    "error rate (AER, Och & Ney 2003; lower is better). Give a source file and a target file (words separated by "
+    "spaces) and a gold file in the Pharaoh format, a line per pair: `i-j` links source word i to target word j "
+    "(sure), `i?j` or `ipj` a possible link. Every pair is run teacher forced; every cross-attention head, each "
+    "layer's mean and value-weighted attention give a target × source word matrix, read two ways: row t as the "
+    "query that **produces** target word t (*output*), or the one that was **fed** it, row t + 1 (*input*)."
+)  # fmt: skip
+with st.form("alignment"):
+    source_file = st.file_uploader("Source sentences, one a line", key="align_src")
+    target_file = st.file_uploader("Their translations, line by line", key="align_tgt")
+    gold_file = st.file_uploader("Gold alignments (Pharaoh: i-j sure, i?j or ipj possible)", key="align_gold")
+    example = st.checkbox("Use the example instead: 24 caption pairs aligned by hand", key="align_example")
+    left, middle, right = st.columns(3)
+    counted = left.radio("Gold words counted from", list(COUNTED_FROM), horizontal=True, key="align_counted")
+    threshold = middle.slider("Threshold links: weight at least", 0.05, 0.95, DEFAULT_THRESHOLD, 0.05,
+                              key="align_threshold")  # fmt: skip
+    limit = right.number_input("Pairs (from the top)", 1, MAX_PAIRS, 200, key="align_limit")
+    gradients = st.checkbox("Also integrated gradients (about 15 times as long)", key="align_gradients")
+    run = st.form_submit_button("Align and score")
+
+
+def read_files() -> tuple[str, list[str], list[str], list[str]] | None:
+    """The three files' lines (the example's, if chosen), or None with the reason said."""
+    if example:
+        return "the example", *((EXAMPLE / name).read_text().splitlines() for name in ("en.txt", "fr.txt", "gold.txt"))
+    if not (source_file and target_file and gold_file):
+        st.warning("Choose the three files, or the example.")
+        return None
+    try:
+        lines = [uploads.uploaded_lines(file) for file in (source_file, target_file, gold_file)]
+    except ValueError as error:
+        st.error(literal(str(error)))
+        return None
+    return f"{source_file.name} / {target_file.name}", *lines
+
+
+if run and (files := read_files()) is not None:
+    name, sources, targets, gold_lines = files
+    if len(sources) != len(targets):
+        st.error(f"The source file has {len(sources)} lines and the target file {len(targets)}: not a parallel pair.")
+    else:
+        try:
+            golds, one_based = parse_pharaoh(gold_lines, [len(s.split()) for s in sources],
+                                             [len(t.split()) for t in targets], COUNTED_FROM[counted])  # fmt: skip
+        except GoldError as error:
+            st.error(literal(f"The gold file: {error}"))
+        else:
+            count = min(int(limit), len(sources))
+            sources, targets, golds = sources[:count], targets[:count], golds[:count]
+            stop_button("align_stop")  # pressed: the page runs again, without the form's submit, so stops here
+            progress = Progress("Aligning", count, "pairs", [len(s) * len(t) + 1 for s, t in zip(sources, targets)])
+            with heavy_job("alignments") as should_stop:
+                report = align_corpus(checkpoint.model, checkpoint.tokenizer, sources, targets, golds, threshold,
+                                      gradients, progress=lambda done, _: progress(done), should_stop=should_stop)  # fmt: skip
+            progress.close()
+            session.alignment_run = keys.AlignmentRun(explored.checkpoint_key, name, sources, targets, golds, report)
+            st.caption(f"Gold words counted from {int(one_based)}" + (" (detected)." if counted == "detect" else "."))
+
+stored = session.get("alignment_run")
+if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report.scores:
+    report = stored.report
+    note = f" {len(report.skipped)} left out: empty, or longer than the model reads." if report.skipped else ""
+    st.subheader("Every method, best first")
+    st.caption(literal(f"{stored.name}: {len(report.aligned)} pairs aligned.{note} Click a column to sort."))
+    frame = pd.DataFrame(report.table()).set_index("rank")
+    table(frame.style.format({"aer": "{:.3f}", "precision": "{:.3f}", "recall": "{:.3f}"}), width="stretch",
+          height=360, key="align_table")  # fmt: skip
+    st.download_button("Table as CSV", frame.to_csv(), file_name="alignment.csv", mime="text/csv", on_click="ignore",
+                       key="align_csv")  # fmt: skip
+
+    st.subheader("AER of every layer and head")
+    measures = sorted({s.method.measure for s in report.scores if s.method.layer is not None})
+    extractions = list(dict.fromkeys(s.method.extraction for s in report.scores))
+    left, right = st.columns(2)
+    measure = left.selectbox("Measure", measures, key="align_grid_measure")
+    extraction = right.selectbox("Links", extractions, key="align_grid_extraction")
+    for column, convention in zip(st.columns(2), CONVENTIONS):
+        grid = aer_grid(report, measure, convention, extraction)
+        layers, heads = grid.shape[0], grid.shape[1] - 1
+        with column:
+            show(matrix_heatmap(grid, f"AER, {convention} convention (lower aligns better)",
+                                [f"layer {i + 1}" for i in range(layers)],
+                                [*(f"head {h + 1}" for h in range(heads)), "heads' mean"], value_range=(0.0, 1.0)),
+                 key=f"align_grid_{convention}")  # fmt: skip
+
+    st.subheader("One pair, with its gold links")
+    methods = [score.method for score in report.scores]
+    left, right = st.columns([1, 3])
+    pair = left.number_input("Pair", 1, len(report.aligned), 1, key="align_pair") - 1
+    method = right.selectbox("Method (best first)", methods, format_func=lambda m: m.label, key="align_method")
+    line = report.aligned[pair]
+    source, target = stored.sources[line], stored.targets[line]
+    st.markdown(f"**Line {line + 1}** · {literal(source)} → {literal(target)}")
+    matrix = pair_matrix(checkpoint.model, checkpoint.tokenizer, source, target, method)
+    show(alignment_heatmap(matrix, source.split(), target.split(), stored.golds[line], report.links[method][pair],
+                           method.label), key="align_pair_map")  # fmt: skip
+    st.caption("Squares: sure gold links; circles: possible ones; crosses: the links this method extracted.")
+url.write_url()
