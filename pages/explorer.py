@@ -34,6 +34,10 @@ def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
 
 explored = page_frame()
 session = st.session_state
+# Computed before anything of the result is written, so that the new output and its step view appear together.
+candidate_words = models.candidate_words_cached(explored.checkpoint, explored.checkpoint_key,
+                                                explored.result.strategy, tuple(explored.result.src_ids),
+                                                tuple(explored.result.tgt_ids), _result=explored.result)  # fmt: skip
 st.title("Decode explorer")
 for note in explored.notes:
     st.warning(literal(note))
@@ -46,10 +50,7 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 
 words = words_toggle()
 step = keys.clamp_index("step", explored.result.steps)
-shown = explored.result
-candidate_words = models.candidate_words_cached(explored.checkpoint, explored.checkpoint_key, shown.strategy,
-                                                tuple(shown.src_ids), tuple(shown.tgt_ids), _result=shown)  # fmt: skip
-action = step_player(shown, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
+action = step_player(explored.result, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
                      bool(session.get("presentation")), tuned_lens(explored), candidate_words)  # fmt: skip
 candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
 if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
