@@ -21,7 +21,9 @@ from transformer.analysis.alignment import (
     argmax_links,
     counts,
     parse_pharaoh,
+    reversed_gold,
     threshold_links,
+    with_intersection,
     word_rows,
 )
 from transformer.cli import main
@@ -139,6 +141,45 @@ def test_the_reversal_models_best_head_aligns_under_one_convention_and_not_the_o
     assert scores[flipped] > 0.75  # the same head read with the other convention is off by a word
     assert [row["aer"] for row in report.table()] == sorted(row["aer"] for row in report.table())
     assert len(report.links[best.method]) == len(sources) == len(report.aligned)
+
+
+def reversal_files(directory: Path, count: int) -> list[str]:
+    """Number words and their reversal, with the gold that links them: the paths of the three files."""
+    rng = random.Random(1)
+    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(count)]
+    files = {"src.txt": sources, "tgt.txt": [" ".join(reversed(s.split())) for s in sources],
+             "gold.txt": [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split()))) for s in sources]}  # fmt: skip
+    for name, lines in files.items():
+        (directory / name).write_text("\n".join(lines) + "\n")
+    return [str(directory / name) for name in files]
+
+
+def test_links_both_directions_agree_on_are_a_method_of_their_own(reversal):
+    rng = random.Random(2)
+    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(20)]
+    targets = [" ".join(reversed(s.split())) for s in sources]
+    golds = [gold({(i, len(s.split()) - 1 - i) for i in range(len(s.split()))}) for s in sources]
+    forward = align_corpus(reversal.model, reversal.tokenizer, sources, targets, golds)
+    reverse = align_corpus(reversal.model, reversal.tokenizer, targets, sources, [reversed_gold(g) for g in golds])
+    best, best_reverse = forward.scores[0], reverse.scores[0]  # reversing is its own reverse direction
+    both = with_intersection(forward, reverse, golds)
+    agreed = forward.links[both]
+    for line, links in enumerate(agreed):
+        assert links <= forward.links[best.method][line]
+        assert links == forward.links[best.method][line] & {(i, j) for j, i in reverse.links[best_reverse.method][line]}
+    score = next(s.counts for s in forward.scores if s.method == both)
+    assert score.precision >= best.counts.precision and score.predicted <= best.counts.predicted
+    assert [s.counts.aer for s in forward.scores] == sorted(s.counts.aer for s in forward.scores)
+
+
+def test_align_with_a_reverse_model_on_the_command_line(tmp_path, capsys):
+    src, tgt, links = reversal_files(tmp_path, 12)
+    reverse = str(DEFAULT_CHECKPOINT.with_name("reverse.safetensors"))
+    table = tmp_path / "t.json"
+    assert main(["align", "--checkpoint", reverse, "--reverse-checkpoint", reverse, "--src", src, "--tgt", tgt,
+                 "--gold", links, "--table", str(table)]) == 0  # fmt: skip
+    assert "both directions (" in capsys.readouterr().err
+    assert sum(row["method"] == "both directions" for row in json.loads(table.read_text())) == 1
 
 
 def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_pharaoh(tmp_path, capsys):

@@ -213,7 +213,13 @@ def cmd_align(args: argparse.Namespace) -> int:
 
     from tqdm import tqdm
 
-    from transformer.analysis.alignment import align_corpus, format_pharaoh, parse_pharaoh
+    from transformer.analysis.alignment import (
+        align_corpus,
+        format_pharaoh,
+        parse_pharaoh,
+        reversed_gold,
+        with_intersection,
+    )
     from transformer.text.files import read_lines, read_parallel
 
     if args.table and Path(args.table).suffix not in (".csv", ".json"):
@@ -230,6 +236,17 @@ def cmd_align(args: argparse.Namespace) -> int:
     with tqdm(total=len(sources), desc="aligning", unit="pair") as bar:
         report = align_corpus(checkpoint.model, checkpoint.tokenizer, sources, targets, golds, args.threshold,
                               args.integrated_gradients, progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
+    if args.reverse_checkpoint:
+        reverse = load_checkpoint_or_marian(args.reverse_checkpoint, _device(args.device))
+        with tqdm(total=len(sources), desc="aligning with the reverse model", unit="pair") as bar:
+            backward = align_corpus(reverse.model, reverse.tokenizer, targets, sources, [reversed_gold(g) for g in golds],
+                                    args.threshold, args.integrated_gradients,
+                                    progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
+        if backward.scores and report.scores:
+            both = with_intersection(report, backward, golds)
+            score = next(s.counts for s in report.scores if s.method == both)
+            print(f"both directions ({both.extraction}): AER {score.aer:.3f}, precision {score.precision:.3f}, "
+                  f"recall {score.recall:.3f}", file=sys.stderr)  # fmt: skip
     if report.skipped:
         shown = ", ".join(str(i + 1) for i in report.skipped[:10])
         print(f"left out {len(report.skipped)} pairs, empty or longer than the model reads (lines {shown}"
@@ -429,6 +446,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--integrated-gradients",
         action="store_true",
         help="also align with integrated gradients (about 15 times the time)",
+    )
+    align.add_argument(
+        "--reverse-checkpoint",
+        help="a model translating the other way: its best links, read back, are "
+        "intersected with this model's best (a method of its own in the table)",
     )
     align.add_argument("--limit", type=int, help="align the first N pairs only")
     align.add_argument("--top", type=int, default=20, help="rows of the ranked table printed (default 20)")

@@ -170,7 +170,7 @@ class Method:
             if self.layer is None
             else f" · layer {self.layer + 1} · " + ("mean" if self.head is None else f"head {self.head + 1}")
         )
-        return f"{self.measure}{where} · {self.convention} · {self.extraction}"
+        return " · ".join(part for part in (f"{self.measure}{where}", self.convention, self.extraction) if part)
 
 
 @dataclass(frozen=True)
@@ -285,3 +285,25 @@ def pair_matrix(model: Transformer, tokenizer: Tokenizer, source: str, target: s
     found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], method.measure == "integrated gradients")
     rows = found[(method.measure, method.layer, method.head)]
     return word_rows(rows, [*src_words, range(0)], [*tgt_words, range(0)], method.convention)
+
+
+def reversed_gold(gold: GoldAlignment) -> GoldAlignment:
+    """The same links read from the target side: what a reverse-direction model is scored against."""
+    return GoldAlignment(*(frozenset((j, i) for i, j in links) for links in (gold.sure, gold.possible)))
+
+
+def with_intersection(forward: AlignmentReport, reverse: AlignmentReport, golds: Sequence[GoldAlignment]) -> Method:
+    """Adds to `forward` the links both directions agree on (its best method's, and the reverse-direction model's
+    best method's read back from the source side): the symmetrisation of statistical aligners, which trades recall
+    for precision. Returns the new method, ranked among the others."""
+    best, best_reverse = forward.scores[0].method, reverse.scores[0].method
+    reverse_links = dict(zip(reverse.aligned, reverse.links[best_reverse]))
+    method = Method("both directions", None, None, "", f"{best.label} ∩ reverse {best_reverse.label}")
+    links, total = [], Counts()
+    for line, found in zip(forward.aligned, forward.links[best]):
+        agreed = found & frozenset((i, j) for j, i in reverse_links.get(line, frozenset()))
+        links.append(agreed)
+        total += counts(agreed, golds[line])
+    forward.links[method] = links
+    forward.scores = sorted([*forward.scores, MethodScore(method, total)], key=lambda s: s.counts.aer)
+    return method
