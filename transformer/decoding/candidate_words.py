@@ -22,7 +22,7 @@ from transformer.text.pieces import WORD_START, is_special, readable
 from transformer.text.tokenizer import Tokenizer
 
 MAX_CONTINUATION = 6  # pieces a candidate's word is continued by at most; a longer word ends in "…"
-CACHE_BUDGET = 1 << 24  # floats of key/value cache the candidates continued together may hold (64 MB)
+CACHE_BUDGET = 1 << 23  # floats of key/value cache continued together (32 MB), bounding the transient memory
 CUT = "…"
 
 
