@@ -11,12 +11,11 @@ from transformer.analysis.alignment import (
     GoldError,
     aer_grid,
     align_corpus,
-    pair_matrix,
     parse_pharaoh,
 )
 from transformer.viz.alignment import alignment_heatmap
 from transformer.viz.matrices import matrix_heatmap
-from ui import keys, uploads, url
+from ui import keys, models, uploads, url
 from ui.charts import show, table
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -124,7 +123,7 @@ if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report
     line = report.aligned[pair]
     source, target = stored.sources[line], stored.targets[line]
     st.markdown(f"**Line {line + 1}** · {literal(source)} → {literal(target)}")
-    matrix = pair_matrix(checkpoint.model, checkpoint.tokenizer, source, target, method)
+    matrix = models.pair_matrix_cached(checkpoint, explored.checkpoint_key, source, target, method)
     show(alignment_heatmap(matrix, source.split(), target.split(), stored.golds[line], report.links[method][pair],
                            method.label), key="align_pair_map")  # fmt: skip
     st.caption("Squares: sure gold links; circles: possible ones; crosses: the links this method extracted.")

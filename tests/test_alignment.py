@@ -20,6 +20,7 @@ from transformer.analysis.alignment import (
     align_corpus,
     argmax_links,
     counts,
+    format_pharaoh,
     parse_pharaoh,
     reversed_gold,
     threshold_links,
@@ -127,11 +128,16 @@ def test_a_reversing_map_aligns_word_i_with_n_minus_i_under_its_own_convention_o
     assert np.allclose(right.sum(-1), 1)  # shares of the source words, the end token left out
 
 
-def test_the_reversal_models_best_head_aligns_under_one_convention_and_not_the_other(reversal):
-    rng = random.Random(0)
-    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(30)]
+def reversal_pairs(count: int, seed: int) -> tuple[list[str], list[str], list[GoldAlignment]]:
+    """Number words (the reversal model's vocabulary), their reversal, and the gold linking word i to n - 1 - i."""
+    rng = random.Random(seed)
+    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(count)]
     targets = [" ".join(reversed(s.split())) for s in sources]
-    golds = [gold({(i, len(s.split()) - 1 - i) for i in range(len(s.split()))}) for s in sources]
+    return sources, targets, [gold({(i, len(s.split()) - 1 - i) for i in range(len(s.split()))}) for s in sources]
+
+
+def test_the_reversal_models_best_head_aligns_under_one_convention_and_not_the_other(reversal):
+    sources, targets, golds = reversal_pairs(30, seed=0)
     report = align_corpus(reversal.model, reversal.tokenizer, sources, targets, golds)
     best = report.scores[0]
     assert best.counts.aer < 0.12 and best.method.head is not None  # one head all but aligns
@@ -144,21 +150,16 @@ def test_the_reversal_models_best_head_aligns_under_one_convention_and_not_the_o
 
 
 def reversal_files(directory: Path, count: int) -> list[str]:
-    """Number words and their reversal, with the gold that links them: the paths of the three files."""
-    rng = random.Random(1)
-    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(count)]
-    files = {"src.txt": sources, "tgt.txt": [" ".join(reversed(s.split())) for s in sources],
-             "gold.txt": [" ".join(f"{i}-{len(s.split()) - 1 - i}" for i in range(len(s.split()))) for s in sources]}  # fmt: skip
+    """reversal_pairs written as the three files `align` reads: their paths."""
+    sources, targets, golds = reversal_pairs(count, seed=1)
+    files = {"src.txt": sources, "tgt.txt": targets, "gold.txt": [format_pharaoh(g.sure) for g in golds]}
     for name, lines in files.items():
         (directory / name).write_text("\n".join(lines) + "\n")
     return [str(directory / name) for name in files]
 
 
 def test_links_both_directions_agree_on_are_a_method_of_their_own(reversal):
-    rng = random.Random(2)
-    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(20)]
-    targets = [" ".join(reversed(s.split())) for s in sources]
-    golds = [gold({(i, len(s.split()) - 1 - i) for i in range(len(s.split()))}) for s in sources]
+    sources, targets, golds = reversal_pairs(20, seed=2)
     forward = align_corpus(reversal.model, reversal.tokenizer, sources, targets, golds)
     reverse = align_corpus(reversal.model, reversal.tokenizer, targets, sources, [reversed_gold(g) for g in golds])
     best, best_reverse = forward.scores[0], reverse.scores[0]  # reversing is its own reverse direction

@@ -15,6 +15,7 @@ import numpy as np
 import streamlit as st
 import torch
 
+from transformer.analysis.alignment import Method, pair_matrix
 from transformer.analysis.attribution import Attribution, attribute, contrastive
 from transformer.analysis.tuned_lens import TunedLens, file_sha256, load_tuned_lens, read_with, tuned_lens_path
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
@@ -102,6 +103,14 @@ def candidate_words_cached(
 ) -> list[list[str | None]]:  # fmt: skip
     """The word each of a result's candidates would make, shared by the visitors who look at the same result."""
     return candidate_words(_checkpoint.model, _checkpoint.tokenizer, _result)
+
+
+@RESULTS
+def pair_matrix_cached(
+    _checkpoint: Checkpoint, checkpoint_key: str, source: str, target: str, method: Method
+) -> np.ndarray:
+    """The word matrix an alignment method reads for one pair: the Alignment page's reruns read it, not compute it."""
+    return pair_matrix(_checkpoint.model, _checkpoint.tokenizer, source, target, method)
 
 
 @RESULTS

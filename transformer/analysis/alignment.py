@@ -219,6 +219,20 @@ def measures(
     return found
 
 
+def read_pair(
+    model: Transformer, tokenizer: Tokenizer, source: str, target: str, integrated_gradients: bool
+) -> tuple[dict[tuple[str, int | None, int | None], np.ndarray], list[range], list[range]] | None:
+    """A pair's measures (see `measures`) and each source and target piece's words, the end tokens included (no
+    word); None for a pair the model cannot read: a side empty, or longer than its max_len with the end token."""
+    eos, max_len = model.config.eos_id, model.config.max_len
+    src_ids, src_words = tokenizer.encode_words(source)
+    tgt_ids, tgt_words = tokenizer.encode_words(target)
+    if not src_ids or not tgt_ids or len(src_ids) + 1 > max_len or len(tgt_ids) + 1 > max_len:
+        return None
+    found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], integrated_gradients)
+    return found, [*src_words, range(0)], [*tgt_words, range(0)]
+
+
 def align_corpus(
     model: Transformer,
     tokenizer: Tokenizer,
@@ -235,7 +249,6 @@ def align_corpus(
     Pairs longer than the model reads (with their end tokens) are left out and listed. `progress` hears (pairs
     done, pairs) after each; `should_stop` is asked before each, and the pairs done so far are scored.
     """
-    eos, max_len = model.config.eos_id, model.config.max_len
     extractions = {"argmax": argmax_links, f"≥ {threshold:g}": lambda m: threshold_links(m, threshold)}
     links: dict[Method, list[frozenset[Link]]] = {}
     totals: dict[Method, Counts] = {}
@@ -243,16 +256,15 @@ def align_corpus(
     for index, (source, target, gold) in enumerate(zip(sources, targets, golds)):
         if should_stop():
             break
-        src_ids, src_words = tokenizer.encode_words(source)
-        tgt_ids, tgt_words = tokenizer.encode_words(target)
-        if not src_ids or not tgt_ids or len(src_ids) + 1 > max_len or len(tgt_ids) + 1 > max_len:
+        read = read_pair(model, tokenizer, source, target, integrated_gradients)
+        if read is None:
             skipped.append(index)
             continue
         aligned.append(index)
-        found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], integrated_gradients)
+        found, src_words, tgt_words = read
         for convention in CONVENTIONS:
             for (measure, layer, head), rows in found.items():
-                words = word_rows(rows, [*src_words, range(0)], [*tgt_words, range(0)], convention)
+                words = word_rows(rows, src_words, tgt_words, convention)
                 for extraction, extract in extractions.items():
                     method = Method(measure, layer, head, convention, extraction)
                     predicted = extract(words)
@@ -278,13 +290,12 @@ def aer_grid(report: AlignmentReport, measure: str, convention: str, extraction:
 
 
 def pair_matrix(model: Transformer, tokenizer: Tokenizer, source: str, target: str, method: Method) -> np.ndarray:
-    """The target-word x source-word matrix a method reads for one pair (what it extracted its links from)."""
-    eos = model.config.eos_id
-    src_ids, src_words = tokenizer.encode_words(source)
-    tgt_ids, tgt_words = tokenizer.encode_words(target)
-    found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], method.measure == "integrated gradients")
-    rows = found[(method.measure, method.layer, method.head)]
-    return word_rows(rows, [*src_words, range(0)], [*tgt_words, range(0)], method.convention)
+    """The target-word x source-word matrix a method reads for one aligned pair (what it extracted its links from)."""
+    read = read_pair(model, tokenizer, source, target, method.measure == "integrated gradients")
+    if read is None:
+        raise ValueError("the model cannot read this pair: a side is empty or longer than its max_len")
+    found, src_words, tgt_words = read
+    return word_rows(found[(method.measure, method.layer, method.head)], src_words, tgt_words, method.convention)
 
 
 def reversed_gold(gold: GoldAlignment) -> GoldAlignment:

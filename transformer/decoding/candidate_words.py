@@ -3,9 +3,9 @@
 The step view lists each step's most probable next tokens, and many are pieces ("▁ch", "at"); which word the
 model would have written had it taken one is the question a reader asks next. Each candidate is fed after the
 output so far and the model continues greedily, one piece at a time, until it starts another word or ends. The
-output so far is run once (teacher forced, one pass that fills a key/value cache); each step's candidates then
-continue from that cache cut at the step, a batch of the step's candidates at a time, so a decode of T steps
-costs T small batched steps more, not one decode per candidate.
+output so far is run once (teacher forced, one pass that fills a key/value cache); then the candidates of every
+step continue together from copies of that cache, each row at its own position and with the keys after its step
+masked, so the work is a few batched decoder steps (one per piece added), not one decode per candidate.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from transformer.text.tokenizer import Tokenizer
 MAX_CONTINUATION = 6  # pieces a candidate's word is continued by at most; a longer word ends in "…"
 CACHE_BUDGET = 1 << 23  # floats of key/value cache continued together (32 MB), bounding the transient memory
 CUT = "…"
-
-
 JOINERS = "'’-"  # pieces inside a word that are not letters: "l" "'" "eau" is one word, "parc" "." is not
 
 
