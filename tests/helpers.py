@@ -162,3 +162,18 @@ def upload(at, name: str, data: bytes):
 
 def errors(at) -> str:
     return "\n".join(e.value for e in at.error).replace("\\", "")  # the page escapes markdown
+
+
+def assert_same_as_transformers(ours, theirs, layers: int | None = None) -> None:
+    """An imported model's forward pass (need_weights) equal to transformers' (output_attentions) within 1e-5:
+    the log-probabilities and every encoder, decoder and cross-attention map of every layer."""
+    import torch
+
+    torch.testing.assert_close(ours.log_probs, theirs.logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
+    pairs = {"encoder": (ours.attentions.encoder_self, theirs.encoder_attentions),
+             "decoder": (ours.attentions.decoder_self, theirs.decoder_attentions),
+             "cross": (ours.attentions.cross, theirs.cross_attentions)}  # fmt: skip
+    for kind, (a, b) in pairs.items():
+        assert len(a) == len(b) and (layers is None or len(a) == layers)
+        for layer, (x, y) in enumerate(zip(a, b)):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5, msg=f"{kind} layer {layer}")

@@ -16,7 +16,8 @@ from safetensors import safe_open
 DEFAULTS = {"d_model": 256, "n_heads": 8, "d_ff": 1024, "n_encoder_layers": 3, "n_decoder_layers": 3,
             "max_len": 256, "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3, "norm_first": False,
             "tie_embeddings": True, "positional": "sinusoidal", "activation": "relu", "layer_norm_eps": 1e-5,
-            "scale_embedding": True, "sinusoid_layout": "interleaved", "decoder_start_id": None}  # fmt: skip
+            "scale_embedding": True, "sinusoid_layout": "interleaved", "decoder_start_id": None,
+            "position_offset": 0, "sinusoid_frequencies": "paper"}  # fmt: skip
 
 
 class ReferenceModel:
@@ -24,11 +25,14 @@ class ReferenceModel:
         with safe_open(path, framework="numpy") as file:
             metadata = file.metadata()
             self.w = {name: file.get_tensor(name).astype(np.float32) for name in file.keys()}
-        assert metadata["format"] == "transformer-explorer-checkpoint" and metadata["format_version"] in ("1", "2")
+        assert metadata["format"] == "transformer-explorer-checkpoint" and metadata["format_version"] in ("1", "2", "3")
         self.c = DEFAULTS | json.loads(metadata["config"])
         self.sp = spm.SentencePieceProcessor()
         self.sp.LoadFromSerializedProto(base64.b64decode(metadata["tokenizer"]))
         self.vocabulary = json.loads(metadata["vocabulary"]) if "vocabulary" in metadata else None
+        index = {piece: i for i, piece in enumerate(self.vocabulary or [])}
+        self.source_code = [index[metadata["source_prefix"]]] if "source_prefix" in metadata else []
+        self.target_code = [index[metadata["target_prefix"]]] if "target_prefix" in metadata else []
         c = self.c
         self.start = c["bos_id"] if c["decoder_start_id"] is None else c["decoder_start_id"]
         self.d_head = c["d_model"] // c["n_heads"]
@@ -43,7 +47,7 @@ class ReferenceModel:
             if text.startswith(">>") and "<<" in text:
                 code, text = [text[: text.index("<<") + 2]], text[text.index("<<") + 2 :]
             ids = [index.get(piece, self.c["unk_id"]) for piece in code + self.sp.EncodeAsPieces(text)]
-        ids = ids + [self.c["eos_id"]]
+        ids = self.source_code + ids + [self.c["eos_id"]]
         return ids if len(ids) <= self.c["max_len"] else ids[: self.c["max_len"] - 1] + [self.c["eos_id"]]
 
     # section 5
@@ -55,12 +59,16 @@ class ReferenceModel:
         return (x - mean) / np.sqrt(var + self.c["layer_norm_eps"]) * self.w[f"{name}.weight"] + self.w[f"{name}.bias"]
 
     def positions(self, side: str, length: int) -> np.ndarray:
+        first = self.c["position_offset"]
         if self.c["positional"] == "learned":
-            return self.w[f"{side}_position.table"][:length]
+            return self.w[f"{side}_position.table"][first : first + length]
         d = self.c["d_model"]
         k = math.ceil(d / 2)
-        omega = np.exp(-2 * np.arange(k, dtype=np.float64) * math.log(10000.0) / d)
-        angles = np.arange(length, dtype=np.float64)[:, None] * omega[None, :]
+        if self.c["sinusoid_frequencies"] == "tensor2tensor":
+            omega = np.exp(-np.arange(k, dtype=np.float64) * math.log(10000.0) / (k - 1))
+        else:
+            omega = np.exp(-2 * np.arange(k, dtype=np.float64) * math.log(10000.0) / d)
+        angles = np.arange(first, first + length, dtype=np.float64)[:, None] * omega[None, :]
         table = np.zeros((length, d), dtype=np.float64)
         if self.c["sinusoid_layout"] == "halves":
             table[:, :k], table[:, k:] = np.sin(angles), np.cos(angles[:, : d - k])
@@ -147,7 +155,8 @@ class ReferenceModel:
         output: list[int] = []
         for _ in range(min(self.c["max_len"], 2 * len(src) + 10)):
             log_probs, _, _ = self.decode(src, memory, [self.start, *output])
-            output.append(int(np.argmax(log_probs[-1])))
+            forced = self.target_code[len(output)] if len(output) < len(self.target_code) else None
+            output.append(int(np.argmax(log_probs[-1])) if forced is None else forced)
             if output[-1] == self.c["eos_id"]:
                 break
         _, decoder_self, cross = self.decode(src, memory, [self.start, *output[:-1]])

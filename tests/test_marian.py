@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from helpers import make_sentences
+from helpers import assert_same_as_transformers, make_sentences
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
 from transformer.decoding.greedy import decode
@@ -91,14 +91,7 @@ def test_logits_and_every_attention_map_equal_transformers(marian_dir, hugging_f
         theirs = hf_model(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]),
                           output_attentions=True)  # fmt: skip
         mine = ours.model(torch.tensor([src_ids]), torch.tensor([decoder_input]), need_weights=True)
-    torch.testing.assert_close(mine.log_probs, theirs.logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
-    pairs = {"encoder": (mine.attentions.encoder_self, theirs.encoder_attentions),
-             "decoder": (mine.attentions.decoder_self, theirs.decoder_attentions),
-             "cross": (mine.attentions.cross, theirs.cross_attentions)}  # fmt: skip
-    for kind, (a, b) in pairs.items():
-        assert len(a) == len(b)
-        for layer, (x, y) in enumerate(zip(a, b)):
-            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5, msg=f"{kind} layer {layer}")
+    assert_same_as_transformers(mine, theirs)
 
 
 @pytest.mark.parametrize("sentence", SENTENCES)
@@ -168,6 +161,14 @@ PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computa
 
 
 def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir, tmp_path, monkeypatch):
+    at = open_on_every_page(marian_dir, tmp_path, monkeypatch, f"{marian_dir.name} · en→fr · Hugging Face Marian")
+    sidebar = " ".join(caption.value for caption in at.sidebar.caption)
+    assert "Imported from Hugging Face Marian, translating en→fr" in sidebar and "Trained to" not in sidebar
+
+
+def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
+    """A Hugging Face directory placed among the checkpoints beside the default: listed as `label`, chosen,
+    translating, and every page drawn on it without an exception; the app as the last page left it."""
     import shutil
 
     from helpers import REPO, start, step_view, translate
@@ -175,21 +176,19 @@ def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir
     import ui.models
 
     shutil.copy(REPO / "checkpoints" / "en-fr.safetensors", tmp_path / "en-fr.safetensors")
-    shutil.copytree(marian_dir, tmp_path / marian_dir.name)
-    shutil.copytree(marian_dir, tmp_path / "opus-mt-copy")  # the same tokenizer: Compare draws the maps
+    shutil.copytree(directory, tmp_path / directory.name)
+    shutil.copytree(directory, tmp_path / "hf-copy")  # the same tokenizer: Compare draws the maps
     monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
     monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
     at = start()
-    assert f"{marian_dir.name} · en→fr · Hugging Face Marian" in at.selectbox(key="widget_checkpoint").options
-    at.selectbox(key="widget_checkpoint").set_value(marian_dir.name).run()
+    assert label in at.selectbox(key="widget_checkpoint").options
+    at.selectbox(key="widget_checkpoint").set_value(directory.name).run()
     at = translate(at, "the red dog runs")
     assert not at.exception and step_view(at)["step"] == 0
-    sidebar = " ".join(caption.value for caption in at.sidebar.caption)
-    assert "Imported from Hugging Face Marian, translating en→fr" in sidebar and "Trained to" not in sidebar
     for page in PAGES:
         at = at.switch_page(f"pages/{page}.py").run()
         if page == "compare":
-            at = at.selectbox(key="compare_with").set_value("opus-mt-copy").run()
+            at = at.selectbox(key="compare_with").set_value("hf-copy").run()
         if page == "corpus":
             at.file_uploader(key="corpus_src").set_value(("src.txt", b"the dog runs\na red cat\n", "text/plain"))
             at = at.button(key="FormSubmitter:corpus-Translate the file").click().run()
@@ -198,6 +197,7 @@ def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir
             at = at.button(key="FormSubmitter:alignment-Align and score").click().run()
         assert not at.exception, page
         assert at.get("plotly_chart") or at.dataframe or at.get("bidi_component"), page
+    return at
 
 
 def _copy(marian_dir, tmp_path, name="hostile"):
@@ -253,10 +253,10 @@ def test_a_hostile_marian_directory_is_refused_or_read_safely_in_seconds(marian_
     # In a child process with a deadline: a pipe or /dev/zero read as a file would hang or fill the memory.
     code = (
         "import sys; from pathlib import Path\n"
-        "from transformer.io.marian import describe_marian, import_marian, is_marian_directory\n"
+        "from transformer.io.hugging_face import describe_hf, import_hf, is_hf_directory\n"
         "from transformer.io.checkpoint import CheckpointError\n"
-        "d = Path(sys.argv[1]); print(is_marian_directory(d)); print(describe_marian(d))\n"
-        "try:\n    import_marian(d); print('imported')\n"
+        "d = Path(sys.argv[1]); print(is_hf_directory(d)); print(describe_hf(d))\n"
+        "try:\n    import_hf(d); print('imported')\n"
         "except CheckpointError as error:\n    print('refused:', error)\n"
     )
     done = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, timeout=60,

@@ -16,7 +16,7 @@ import torch
 from transformer.decoding.result import DecodeInputError, DecodeResult, source_ids, truncation_note
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, CheckpointError
-from transformer.io.marian import load_checkpoint_or_marian
+from transformer.io.hugging_face import load_checkpoint_or_hf
 from transformer.model.config import TransformerConfig
 from transformer.text.files import decoded_lines, decompressed, file_bytes
 from transformer.text.tokenizer import LONE_SURROGATE
@@ -47,7 +47,7 @@ def _add_checkpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
         default=str(DEFAULT_CHECKPOINT),
-        help="checkpoint file, or a Hugging Face Marian model directory (default: %(default)s)",
+        help="checkpoint file, or a Hugging Face Marian or M2M100 model directory (default: %(default)s)",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
 
@@ -55,7 +55,7 @@ def _add_checkpoint(parser: argparse.ArgumentParser) -> None:
 def cmd_translate(args: argparse.Namespace) -> int:
     from transformer.decoding.translate import translate_texts
 
-    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
+    checkpoint = load_checkpoint_or_hf(args.checkpoint, _device(args.device))
     source = args.input or "standard input"
     lines, problems = decoded_lines(decompressed(file_bytes(args.input) if args.input else sys.stdin.buffer.read()))
     for problem in problems:  # the good lines are still translated, one output line per input line
@@ -76,7 +76,7 @@ def _decode_argument(args: argparse.Namespace) -> tuple[Checkpoint, DecodeResult
     if undecodable:
         byte = undecodable.group().encode("utf-8", "surrogateescape").hex()
         raise ValueError(f"--text is not UTF-8 text (byte 0x{byte}); give the sentence as UTF-8")
-    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
+    checkpoint = load_checkpoint_or_hf(args.checkpoint, _device(args.device))
     result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, _decode_settings(args))
     if result.truncated:
         print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
@@ -121,7 +121,7 @@ def cmd_attribute(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from transformer.training.evaluate import evaluate_files, save_scores
 
-    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
+    checkpoint = load_checkpoint_or_hf(args.checkpoint, _device(args.device))
     scores, hypotheses = evaluate_files(checkpoint, args.src, args.ref, beam=args.beam)
     print(f"BLEU = {scores.bleu:.2f}  ({scores.bleu_signature})")
     print(f"chrF = {scores.chrf:.2f}  ({scores.chrf_signature})")
@@ -170,9 +170,9 @@ def cmd_holdout(args: argparse.Namespace) -> int:
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
     from transformer.io.checkpoint import save_checkpoint
-    from transformer.io.marian import import_marian
+    from transformer.io.hugging_face import import_hf
 
-    checkpoint = import_marian(args.directory)
+    checkpoint = import_hf(args.directory)
     save_checkpoint(args.out, checkpoint.model, checkpoint.tokenizer, checkpoint.metadata, getattr(torch, args.dtype))
     config = checkpoint.config
     print(f"wrote {args.out}: {config.parameter_count():,} parameters, {config.n_encoder_layers}+"
@@ -230,14 +230,14 @@ def cmd_align(args: argparse.Namespace) -> int:
                                      args.one_based)  # fmt: skip
     if args.limit:
         sources, targets, golds = sources[: args.limit], targets[: args.limit], golds[: args.limit]
-    checkpoint = load_checkpoint_or_marian(args.checkpoint, _device(args.device))
+    checkpoint = load_checkpoint_or_hf(args.checkpoint, _device(args.device))
     counting = "given" if args.one_based is not None else "detected"
     print(f"{args.gold}: words counted from {int(one_based)} ({counting})", file=sys.stderr)
     with tqdm(total=len(sources), desc="aligning", unit="pair") as bar:
         report = align_corpus(checkpoint.model, checkpoint.tokenizer, sources, targets, golds, args.threshold,
                               args.integrated_gradients, progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
     if args.reverse_checkpoint:
-        reverse = load_checkpoint_or_marian(args.reverse_checkpoint, _device(args.device))
+        reverse = load_checkpoint_or_hf(args.reverse_checkpoint, _device(args.device))
         with tqdm(total=len(sources), desc="aligning with the reverse model", unit="pair") as bar:
             backward = align_corpus(reverse.model, reverse.tokenizer, targets, sources, [reversed_gold(g) for g in golds],
                                     args.threshold, args.integrated_gradients,
@@ -413,8 +413,8 @@ def build_parser() -> argparse.ArgumentParser:
     holdout.add_argument("--out-dir", required=True, help="NAME-train and NAME-dev files are written there")
     holdout.set_defaults(run=cmd_holdout)
 
-    hf = commands.add_parser("import-hf", help="convert a Hugging Face Marian (opus-mt) model directory")
-    hf.add_argument("directory", help="saved by MarianMTModel.save_pretrained and MarianTokenizer.save_pretrained")
+    hf = commands.add_parser("import-hf", help="convert a Hugging Face Marian (opus-mt) or M2M100 model directory")
+    hf.add_argument("directory", help="saved by the model's and the tokenizer's save_pretrained")
     hf.add_argument("--out", required=True, help="the checkpoint file to write")
     hf.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     hf.set_defaults(run=cmd_import_hf)

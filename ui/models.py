@@ -32,7 +32,7 @@ from transformer.io.checkpoint import (
     CheckpointError,
     describe,
 )
-from transformer.io.marian import describe_marian, is_marian_directory, load_checkpoint_or_marian
+from transformer.io.hugging_face import describe_hf, is_hf_directory, load_checkpoint_or_hf
 from transformer.model.probes import Probe
 from transformer.viz.report import html_report
 from ui.cache import RESULTS
@@ -51,19 +51,19 @@ def checkpoint_files() -> dict[str, Path]:
         (path for path in CHECKPOINT_DIR.glob("*.safetensors") if path.is_file()),
         key=lambda p: (p != DEFAULT_CHECKPOINT, p.name),
     )
-    directories = sorted(path for path in CHECKPOINT_DIR.iterdir() if is_marian_directory(path))
+    directories = sorted(path for path in CHECKPOINT_DIR.iterdir() if is_hf_directory(path))
     return {path.stem: path for path in files} | {path.name: path for path in directories}
 
 
 def describe_checkpoint(path: Path) -> str:
     """The checkpoint list's label: name, language pair, size, or that it is a Hugging Face Marian model."""
-    return describe_marian(path) if path.is_dir() else describe(path)
+    return describe_hf(path) if path.is_dir() else describe(path)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
     """One copy per process of each checkpoint file version (a replaced file has a new mtime and reloads)."""
-    return load_checkpoint_or_marian(path, device_name)
+    return load_checkpoint_or_hf(path, device_name)
 
 
 def load(path: Path) -> Checkpoint:

@@ -63,7 +63,7 @@ def _batches(tokenizer: Tokenizer, model: Transformer, sources: Sequence[str], t
              tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
     """Length-sorted batches of about `tokens` target tokens: (src (B, S), decoder input (B, T + 1))."""
     config = model.config
-    pairs = [(source_ids(tokenizer, s, config.max_len)[0], source_ids(tokenizer, t, config.max_len)[0])
+    pairs = [(source_ids(tokenizer, s, config.max_len)[0], source_ids(tokenizer, t, config.max_len, "target")[0])
              for s, t in zip(sources, targets) if s.strip() and t.strip()]  # fmt: skip
     pairs.sort(key=lambda pair: len(pair[1]))
     batches, start = [], 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -113,6 +114,16 @@ class _Search:
 
 
 @torch.inference_mode()
+def forcing(log_probs: torch.Tensor, forced: Sequence[int], step: int) -> torch.Tensor:
+    """The scores a step ranks by: only the forced token, at log-probability 0, while forced tokens remain
+    (Hugging Face's forced_bos_token_id); the model's own log-probabilities after them."""
+    if step >= len(forced):
+        return log_probs
+    return torch.full_like(log_probs, float("-inf")).index_fill_(
+        -1, torch.tensor([forced[step]], device=log_probs.device), 0.0
+    )
+
+
 def beam_search_ids(
     model: Transformer,
     src_ids: list[int],
@@ -120,8 +131,10 @@ def beam_search_ids(
     alpha: float = 0.6,
     max_new_tokens: int | None = None,
     need_weights: bool = False,
+    forced: Sequence[int] = (),
 ) -> BeamTrace:
-    """The best hypothesis' tokens and, to rebuild its record, its hypothesis index per step."""
+    """The best hypothesis' tokens and, to rebuild its record, its hypothesis index per step; the first
+    len(forced) tokens are forced (a target language's code), each at no cost to the score."""
     config = model.config
     device = model_device(model)
     src = torch.tensor([src_ids], device=device)
@@ -138,7 +151,7 @@ def beam_search_ids(
     for step in range(limit):
         decoded = model.decode(last, memory, src_mask, keys.mask(), need_weights, cache)
         log_probs = model.log_probs(decoded.hidden[:, -1])  # (W, V)
-        best = (scores[:, None] + log_probs).view(-1).topk(2 * width)
+        best = (scores[:, None] + forcing(log_probs, forced, step)).view(-1).topk(2 * width)
         origins, new_tokens, new_scores = search.extend(
             step, list(zip(best.values.tolist(), best.indices.tolist())), log_probs.size(-1), config.eos_id
         )
@@ -165,7 +178,12 @@ def beam_search_ids(
 
 @torch.inference_mode()
 def beam_search_batch(
-    model: Transformer, sources: list[list[int]], width: int, alpha: float, limits: list[int]
+    model: Transformer,
+    sources: list[list[int]],
+    width: int,
+    alpha: float,
+    limits: list[int],
+    forced: Sequence[int] = (),
 ) -> list[list[int]]:
     """Beam search over several sentences at once, each with its own beam and length limit: the tokens of
     each one's best hypothesis, as `beam_search_ids` finds them one by one (no attention kept).
@@ -190,7 +208,7 @@ def beam_search_batch(
     keys = KeysSoFar.start(len(active) * width, device)
     for step in range(max(search.limit for search in searches)):
         decoded = model.decode(last, memory, src_mask, keys.mask(), False, cache)
-        log_probs = model.log_probs(decoded.hidden[:, -1])  # (A*W, V)
+        log_probs = forcing(model.log_probs(decoded.hidden[:, -1]), forced, step)  # (A*W, V)
         vocab = log_probs.size(-1)
         best = (scores[:, :, None] + log_probs.view(len(active), width, vocab)).view(len(active), -1).topk(2 * width)
         rows, next_active, next_tokens, next_scores = [], [], [], []
@@ -226,7 +244,8 @@ def beam_search(
 ) -> DecodeResult:
     """Beam search over one sentence; the record (candidates, attention) is the winning hypothesis'."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
-    trace = beam_search_ids(model, ids, width, alpha, max_new_tokens, need_weights=True)
+    trace = beam_search_ids(model, ids, width, alpha, max_new_tokens, need_weights=True,
+                            forced=tokenizer.target_prefix_ids)  # fmt: skip
     tokens, indices, encoder = trace.tokens, trace.hypotheses, trace.encoder_attentions
     chosen = [trace.steps[t] for t in range(len(tokens))]
     log_probs = torch.stack([s.log_probs[i] for s, i in zip(chosen, indices)])

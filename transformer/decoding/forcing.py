@@ -22,7 +22,7 @@ def branch(model: Transformer, tokenizer: Tokenizer, result: DecodeResult, step:
 def teacher_force(model: Transformer, tokenizer: Tokenizer, text: str, target: str) -> DecodeResult:
     """Runs the model on a given translation: the attention it gives it and each token's probability."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
-    tgt_ids = source_ids(tokenizer, target, model.config.max_len)[0]
+    tgt_ids = source_ids(tokenizer, target, model.config.max_len, side="target")[0]
     return teacher_force_ids(model, tokenizer, ids, tgt_ids, truncated)
 
 

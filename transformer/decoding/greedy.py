@@ -139,6 +139,13 @@ def generate(
     )  # fmt: skip
 
 
+def forced_prefix(tokenizer: Tokenizer, prefix: Sequence[int] = ()) -> list[int]:
+    """The tokens an output is forced to start with: the target language's code (for a model that has them),
+    then the given prefix (a what-if branch's; it may already start with the code)."""
+    code = tokenizer.target_prefix_ids
+    return list(prefix) if list(prefix[: len(code)]) == code else code + list(prefix)
+
+
 def default_max_new_tokens(model: Transformer, src_len: int) -> int:
     return min(model.config.max_len, 2 * src_len + 10)
 
@@ -170,8 +177,10 @@ def decode_ids(
     truncated: bool = False,
     probe: Probe | None = None,
 ) -> DecodeResult:
-    """decode() for source ids already tokenized (eos included)."""
+    """decode() for source ids already tokenized (eos included); the output starts with the tokenizer's target
+    language code, where it has one, whatever the prefix (as Hugging Face's forced_bos_token_id)."""
     src = torch.tensor([ids], device=model_device(model))
+    prefix = forced_prefix(tokenizer, prefix)
     limit = max_new_tokens or max(default_max_new_tokens(model, len(ids)), len(prefix))
     generation = generate(model, src, limit, choose, True, prefix, probe)
     tokens = generation.tokens[0].tolist()

@@ -69,11 +69,13 @@ class DecodeResult:
         return self.src_pieces if AttentionKind(kind).keys_from_source else self.decoder_input_pieces
 
 
-def source_ids(tokenizer: Tokenizer, text: str, max_len: int) -> tuple[list[int], bool]:
-    """Token ids of a sentence with eos appended, cut to max_len; and whether it was cut."""
+def source_ids(tokenizer: Tokenizer, text: str, max_len: int, side: str = "source") -> tuple[list[int], bool]:
+    """Token ids of a sentence with eos appended (and the side's language code first, for a model that has
+    them), cut to max_len; and whether it was cut. side="target" for a translation the model is given."""
     if not text or not text.strip():
         raise DecodeInputError("the sentence is empty: type something to translate")
-    ids = tokenizer.encode(text) + [tokenizer.eos_id]
+    prefix = tokenizer.source_prefix_ids if side == "source" else tokenizer.target_prefix_ids
+    ids = prefix + tokenizer.encode(text) + [tokenizer.eos_id]
     if len(ids) > max_len:
         return ids[: max_len - 1] + [ids[-1]], True
     return ids, False

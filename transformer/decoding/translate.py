@@ -40,7 +40,8 @@ def translate_texts(
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             found = beam_search_batch(model, [sources[i] for i in chunk], settings.beam_width,
-                                      settings.length_penalty, [limit(len(sources[i])) for i in chunk])  # fmt: skip
+                                      settings.length_penalty, [limit(len(sources[i])) for i in chunk],
+                                      tokenizer.target_prefix_ids)  # fmt: skip
             for i, tokens in zip(chunk, found):
                 outputs[i] = tokenizer.decode(tokens)
             if progress:
@@ -57,7 +58,7 @@ def translate_texts(
         src = torch.full((len(chunk), longest), pad, dtype=torch.long)
         for row, i in enumerate(chunk):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
-        tokens = generate(model, src.to(device), limit(longest), choose).tokens
+        tokens = generate(model, src.to(device), limit(longest), choose, prefix=tokenizer.target_prefix_ids).tokens
         for row, i in enumerate(chunk):  # each sentence keeps the length limit it has alone
             outputs[i] = tokenizer.decode(tokens[row, : limit(len(sources[i]))].tolist())
         if progress:

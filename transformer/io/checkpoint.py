@@ -32,8 +32,9 @@ from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 
 FORMAT_NAME = "transformer-explorer-checkpoint"
-FORMAT_VERSION = "2"  # FORMAT.md; version 2 added the family conventions to the config, with version 1's defaults
-READABLE_VERSIONS = ("1", "2")
+# FORMAT.md; versions 2 and 3 added the families' conventions to the config, each with the earlier version's defaults
+FORMAT_VERSION = "3"
+READABLE_VERSIONS = ("1", "2", "3")
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr.safetensors"
@@ -90,6 +91,9 @@ def checkpoint_bytes(
         header["target_tokenizer"] = base64.b64encode(tokenizer.target_proto).decode("ascii")
     if tokenizer.vocabulary is not None:
         header["vocabulary"] = json.dumps(tokenizer.vocabulary, ensure_ascii=False)
+    for key in ("source_prefix", "target_prefix"):
+        if getattr(tokenizer, key) is not None:
+            header[key] = getattr(tokenizer, key)
     return save_safetensors(tensors, metadata=header)
 
 
@@ -169,7 +173,10 @@ def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
             isinstance(vocabulary, list) and all(isinstance(p, str) for p in vocabulary)
         ):
             raise TokenizerError("the vocabulary is not a list of pieces")
-        return Tokenizer(model, target, vocabulary)
+        prefixes = [meta.get(key) for key in ("source_prefix", "target_prefix")]
+        if not all(prefix is None or isinstance(prefix, str) for prefix in prefixes):
+            raise TokenizerError("a language code is not a piece")
+        return Tokenizer(model, target, vocabulary, *prefixes)
     except (ValueError, TypeError, RecursionError) as error:  # bad base64 or JSON, non-ASCII text, a bad model
         raise CheckpointError(f"invalid tokenizer: {str(error)[:200]}") from None
 

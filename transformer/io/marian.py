@@ -21,7 +21,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint, model_from_tensors
+from transformer.io.checkpoint import Checkpoint, CheckpointError, model_from_tensors
 from transformer.io.header import DTYPE_BYTES, read_file_header
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.tokenizer import Tokenizer, TokenizerError
@@ -98,23 +98,39 @@ def marian_config_json(path: Path) -> dict[str, Any] | None:
     return config if isinstance(config, dict) and config.get("model_type") == "marian" else None
 
 
-def is_marian_directory(path: Path) -> bool:
-    """Whether path is a directory saved by Hugging Face for a Marian model (a hostile one reads as not)."""
-    try:
-        return marian_config_json(path) is not None
-    except (CheckpointError, OSError):
-        return False
+def shape_problems(hf: dict[str, Any]) -> list[str]:
+    """What a `config.json` of the BART-like families (Marian, M2M100) has that one config of this format cannot
+    hold: encoder and decoder of different head counts or widths, an activation not read here."""
+    problems = []
+    if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads"):
+        problems.append("different head counts in encoder and decoder")
+    if hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
+        problems.append("different feed-forward widths in encoder and decoder")
+    if hf.get("activation_function") not in ACTIVATIONS:
+        problems.append(f"the activation {hf.get('activation_function')!r}")
+    return problems
+
+
+def shape_fields(hf: dict[str, Any], vocabulary_size: int) -> dict[str, Any]:
+    """The sizes of a BART-like `config.json` as this project's config fields (one vocabulary for both sides)."""
+    return {
+        "src_vocab_size": vocabulary_size,
+        "tgt_vocab_size": vocabulary_size,
+        "d_model": hf.get("d_model"),
+        "n_heads": hf.get("encoder_attention_heads"),
+        "d_ff": hf.get("encoder_ffn_dim"),
+        "n_encoder_layers": hf.get("encoder_layers"),
+        "n_decoder_layers": hf.get("decoder_layers"),
+        "dropout": float(hf.get("dropout", 0.1)),
+        "max_len": hf.get("max_position_embeddings"),
+    }
 
 
 def marian_config(
     hf: dict[str, Any], vocabulary_size: int, unk_id: int, bos_id: int | None = None
 ) -> TransformerConfig:
     """This project's config for a Marian `config.json`; ConfigError naming what it cannot express."""
-    unsupported = []
-    if hf.get("encoder_attention_heads") != hf.get("decoder_attention_heads"):
-        unsupported.append("different head counts in encoder and decoder")
-    if hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
-        unsupported.append("different feed-forward widths in encoder and decoder")
+    unsupported = shape_problems(hf)
     if (
         not hf.get("share_encoder_decoder_embeddings", True)
         or hf.get("decoder_vocab_size", vocabulary_size) != vocabulary_size
@@ -124,21 +140,11 @@ def marian_config(
         unsupported.append("an output layer not tied to the embeddings")
     if hf.get("normalize_before") or hf.get("add_final_layer_norm") or hf.get("normalize_embedding"):
         unsupported.append("pre-norm or extra layer norms")
-    if hf.get("activation_function") not in ACTIVATIONS:
-        unsupported.append(f"the activation {hf.get('activation_function')!r}")
     if unsupported:
         raise ConfigError(f"this Marian model has {', '.join(unsupported)}, which this format cannot hold")
     pad = hf.get("pad_token_id")
     return TransformerConfig(
-        src_vocab_size=vocabulary_size,
-        tgt_vocab_size=vocabulary_size,
-        d_model=hf.get("d_model"),
-        n_heads=hf.get("encoder_attention_heads"),
-        d_ff=hf.get("encoder_ffn_dim"),
-        n_encoder_layers=hf.get("encoder_layers"),
-        n_decoder_layers=hf.get("decoder_layers"),
-        dropout=float(hf.get("dropout", 0.1)),
-        max_len=hf.get("max_position_embeddings"),
+        **shape_fields(hf, vocabulary_size),
         pad_id=pad,
         unk_id=unk_id,
         # Marian decodes from decoder_start_token_id (the pad token); a vocabulary's <s> piece, where it has one, is
@@ -152,8 +158,11 @@ def marian_config(
     )
 
 
-def marian_state(tensors: dict[str, torch.Tensor], config: TransformerConfig) -> dict[str, torch.Tensor]:
-    """Marian's state dict under this project's names (FORMAT.md section 4)."""
+def marian_state(
+    tensors: dict[str, torch.Tensor], config: TransformerConfig, extra: dict[str, str] | None = None
+) -> dict[str, torch.Tensor]:
+    """Marian's state dict under this project's names (FORMAT.md section 4); `extra` names other tensors a family
+    of the same layout has (M2M100's final layer norms) and what they are called here."""
     embedding = next((tensors[name] for name in EMBEDDINGS if name in tensors), None)
     if embedding is None:
         raise CheckpointError(f"no embedding matrix: expected one of {', '.join(EMBEDDINGS)}")
@@ -161,6 +170,10 @@ def marian_state(tensors: dict[str, torch.Tensor], config: TransformerConfig) ->
     bias = tensors.get("final_logits_bias")
     state["generator.bias"] = torch.zeros(config.tgt_vocab_size) if bias is None else bias.reshape(-1)
     for name, tensor in tensors.items():
+        prefix, _, leaf = name.rpartition(".")
+        if extra and prefix in extra:
+            state[f"{extra[prefix]}.{leaf}"] = tensor
+            continue
         match = LAYER_NAME.fullmatch(name)
         if match is None:
             continue  # embeddings (above), and the fixed sinusoid tables Marian may store
@@ -170,11 +183,6 @@ def marian_state(tensors: dict[str, torch.Tensor], config: TransformerConfig) ->
             raise CheckpointError(f"unexpected tensor {name}: not a part of a Marian layer this format holds")
         state[f"{side}_layers.{index}.{ours}.{rest}"] = tensor
     return state
-
-
-def load_checkpoint_or_marian(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
-    """A checkpoint file, or a Marian model directory converted as it is read (the CLI's and the app's --checkpoint)."""
-    return import_marian(path, device) if Path(path).is_dir() else load_checkpoint(path, device)
 
 
 def describe_marian(directory: Path) -> str:
@@ -201,7 +209,22 @@ def import_marian(directory: str | Path, device: torch.device | str = "cpu") -> 
             f"config.json's pad/eos ids {config.pad_id}/{config.eos_id} are not vocab.json's "
             f"<pad>/</s> {tokenizer.pad_id}/{tokenizer.eos_id}"
         )
-    state = marian_state(_weights(directory), config)
+    metadata = {
+        "languages": _languages(directory),
+        "imported": {"from": "Hugging Face Marian", "directory": directory.name},
+    }
+    return checkpoint_from_state(config, marian_state(hf_weights(directory), config), tokenizer, metadata, device)
+
+
+def checkpoint_from_state(
+    config: TransformerConfig,
+    state: dict[str, torch.Tensor],
+    tokenizer: Tokenizer,
+    metadata: dict[str, Any],
+    device: torch.device | str = "cpu",
+) -> Checkpoint:
+    """An imported model, once its tensors are exactly those its config describes (a config.json that lies about
+    its tensors is refused, naming them)."""
     expected = config.parameter_shapes()
     wrong = [name for name in expected if name not in state or tuple(state[name].shape) != expected[name]]
     if wrong or set(state) - set(expected):
@@ -209,10 +232,6 @@ def import_marian(directory: str | Path, device: torch.device | str = "cpu") -> 
             f"the weights do not fit the config: {', '.join((wrong or sorted(set(state) - set(expected)))[:5])}"
         )
     model, problems = model_from_tensors(config, state, device)
-    metadata = {
-        "languages": _languages(directory),
-        "imported": {"from": "Hugging Face Marian", "directory": directory.name},
-    }
     return Checkpoint(model, tokenizer, metadata, sum(t.nbytes for t in state.values()), problems)
 
 
@@ -238,7 +257,7 @@ def _marian_tokenizer(directory: Path) -> Tokenizer:
         raise CheckpointError(f"{directory.name}: invalid tokenizer files: {str(error)[:200]}") from None
 
 
-def _weights(directory: Path) -> dict[str, torch.Tensor]:
+def hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     if regular_file(directory, "model.safetensors") is not None:
         return _safetensors(directory, "model.safetensors")
     if regular_file(directory, "model.safetensors.index.json") is not None:
@@ -250,7 +269,7 @@ def _weights(directory: Path) -> dict[str, torch.Tensor]:
         return {name: tensor for shard in shards for name, tensor in _safetensors(directory, shard).items()}
     raise CheckpointError(
         f"{directory} has no model.safetensors; a pytorch_model.bin is a pickle and is not read. Convert it once with "
-        "transformers: MarianMTModel.from_pretrained(DIR).save_pretrained(DIR)"
+        "transformers: AutoModelForSeq2SeqLM.from_pretrained(DIR).save_pretrained(DIR)"
     )
 
 

@@ -70,6 +70,10 @@ class TransformerConfig:
     scale_embedding: bool = True  # token embeddings times sqrt(d_model) (section 3.4)
     sinusoid_layout: Literal["interleaved", "halves"] = "interleaved"  # sin/cos alternating, or sin half, cos half
     decoder_start_id: int | None = None  # the decoder's first input token; None: bos_id (Marian starts from pad)
+    # v3: the index of a sequence's first position in the position table (M2M100 and BART start at 2)
+    position_offset: int = 0
+    # v3: sinusoid frequencies 10000^(-2i/d) (the paper's) or 10000^(-i/(k-1)) with k = ceil(d/2) (tensor2tensor's)
+    sinusoid_frequencies: Literal["paper", "tensor2tensor"] = "paper"
 
     def __post_init__(self) -> None:
         for name, kind in typing.get_type_hints(TransformerConfig).items():
@@ -89,6 +93,10 @@ class TransformerConfig:
             raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not 0.0 < self.layer_norm_eps < 1.0:
             raise ConfigError(f"layer_norm_eps must be in (0, 1), got {self.layer_norm_eps!r}")
+        if not 0 <= self.position_offset <= MAX_DIMENSION:
+            raise ConfigError(f"position_offset must be from 0 to {MAX_DIMENSION}, got {self.position_offset!r}")
+        if self.sinusoid_frequencies == "tensor2tensor" and self.d_model < 4:
+            raise ConfigError("tensor2tensor sinusoids need d_model of at least 4")
         if not 0 <= self.start_id < self.tgt_vocab_size:
             raise ConfigError(f"decoder_start_id must be inside the target vocabulary, got {self.start_id}")
         if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -143,7 +151,7 @@ class TransformerConfig:
         if not self.tie_embeddings:
             shapes["tgt_embed.lookup.weight"] = (self.tgt_vocab_size, d)
         if self.positional == "learned":
-            shapes["src_position.table"] = shapes["tgt_position.table"] = (self.max_len, d)
+            shapes["src_position.table"] = shapes["tgt_position.table"] = (self.position_offset + self.max_len, d)
         for i in range(self.n_encoder_layers):
             block(f"encoder_layers.{i}", ("self_attn",), ("attn_block", "ff_block"))
         for i in range(self.n_decoder_layers):
@@ -163,7 +171,7 @@ class TransformerConfig:
 
     def element_count(self) -> int:
         """Numbers that building this model allocates: its parameters plus the fixed sinusoid tables (buffers)."""
-        rows = min(self.max_len, PRECOMPUTED_POSITIONS)
+        rows = min(self.position_offset + self.max_len, PRECOMPUTED_POSITIONS)
         sinusoids = 2 * rows * self.d_model if self.positional == "sinusoidal" else 0
         return self.parameter_count() + sinusoids
 

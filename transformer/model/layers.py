@@ -16,15 +16,22 @@ from transformer.model.linear import Linear
 from transformer.model.probes import SublayerProbe, SublayerRecord
 
 
-def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved", start: int = 0) -> torch.Tensor:
+def sinusoidal_table(
+    max_len: int, d_model: int, layout: str = "interleaved", start: int = 0, frequencies: str = "paper"
+) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) for pos in [start, max_len): (rows, d_model).
 
-    The "halves" layout (Marian's) holds the same sines in the first ceil(d/2) dimensions, the cosines after.
+    The "halves" layout (Marian's, M2M100's) holds the same sines in the first ceil(d/2) dimensions, the cosines
+    after; "tensor2tensor" frequencies (M2M100's) are 10000^(-i/(k-1)) for the k = ceil(d/2) sines.
     Computed in float64 and rounded once, so that every implementation of FORMAT.md agrees to the last bit
     (each element on its own: a row is the same whichever range it is computed in).
     """
     position = torch.arange(start, max_len, dtype=torch.float64)[:, None]
-    frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    if frequencies == "tensor2tensor":
+        count = (d_model + 1) // 2
+        frequency = torch.exp(torch.arange(count, dtype=torch.float64) * (-math.log(10000.0) / (count - 1)))
+    else:
+        frequency = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
     sines, cosines = torch.sin(position * frequency), torch.cos(position * frequency[: d_model // 2])
     if layout == "halves":
         return torch.cat([sines, cosines], dim=1).float()
@@ -53,12 +60,18 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.learned = config.positional == "learned"
         self.max_len, self.layout = config.max_len, config.sinusoid_layout
+        self.frequencies = config.sinusoid_frequencies
+        self.first = config.position_offset  # the table's row of a sequence's first position
+        rows = self.first + config.max_len
         if self.learned:
-            self.table = nn.Parameter(torch.zeros(config.max_len, config.d_model))
+            self.table = nn.Parameter(torch.zeros(rows, config.d_model))
         else:
-            table = sinusoidal_table(min(config.max_len, PRECOMPUTED_POSITIONS), config.d_model, self.layout)
+            table = self._sinusoids(min(rows, PRECOMPUTED_POSITIONS), config.d_model)
             self.register_buffer("table", table, persistent=False)
         self.dropout = nn.Dropout(config.dropout)
+
+    def _sinusoids(self, end: int, d_model: int, start: int = 0) -> torch.Tensor:
+        return sinusoidal_table(end, d_model, self.layout, start, self.frequencies)
 
     def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """x (B, T, d_model) at positions offset .. offset + T - 1; offset a (B,) tensor gives each row its own."""
@@ -68,13 +81,14 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x + self.rows(0, int(positions.max()) + 1)[positions])
 
     def rows(self, offset: int, length: int) -> torch.Tensor:
-        """The encodings of positions offset .. offset + length - 1: (length, d_model)."""
-        end = offset + length
-        if end > self.max_len:
-            raise ValueError(f"sequence of {end} positions exceeds max_len {self.max_len}")
+        """The encodings of positions offset .. offset + length - 1 (table rows from position_offset on):
+        (length, d_model)."""
+        if offset + length > self.max_len:
+            raise ValueError(f"sequence of {offset + length} positions exceeds max_len {self.max_len}")
+        start, end = self.first + offset, self.first + offset + length
         if end <= self.table.size(0):
-            return self.table[offset:end]
-        return sinusoidal_table(end, self.table.size(1), self.layout, start=offset).to(self.table)
+            return self.table[start:end]
+        return self._sinusoids(end, self.table.size(1), start).to(self.table)
 
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}

@@ -15,6 +15,7 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # not characters: SentencePiece cannot take them
+LANGUAGE_CODE = re.compile(r"__[a-z]{2,3}(_[A-Z][a-z]{3})?__")  # M2M100's __fr__, NLLB's __fra_Latn__
 
 
 class TokenizerError(ValueError):
@@ -29,7 +30,14 @@ class Tokenizer:
     ids index one shared list of pieces (a piece missing from it is the unknown token).
     """
 
-    def __init__(self, model_proto: bytes, target_proto: bytes | None = None, vocabulary: list[str] | None = None):
+    def __init__(
+        self,
+        model_proto: bytes,
+        target_proto: bytes | None = None,
+        vocabulary: list[str] | None = None,
+        source_prefix: str | None = None,
+        target_prefix: str | None = None,
+    ):
         self.processor = _processor(model_proto)
         self.target_processor = self.processor if target_proto is None else _processor(target_proto)
         self.model_proto, self.target_proto = bytes(model_proto), None if target_proto is None else bytes(target_proto)
@@ -52,6 +60,15 @@ class Tokenizer:
                 raise TokenizerError(f"the vocabulary lacks {', '.join(missing)}")
             self.pad_id, self.unk_id, self.eos_id = (self.piece_ids[p] for p in ("<pad>", "<unk>", "</s>"))
             self.bos_id = self.piece_ids.get("<s>", self.pad_id)  # Marian has no <s>: its decoder starts from pad
+        # A language-pair model's (M2M100's) codes: the source's starts every source, the target's every output.
+        self.source_prefix, self.target_prefix = source_prefix, target_prefix
+        unknown = [p for p in (source_prefix, target_prefix) if p is not None and p not in self.piece_ids]
+        if unknown:
+            raise TokenizerError(f"the language code {unknown[0][:40]!r} is not a piece of the vocabulary")
+        self.source_prefix_ids = [] if source_prefix is None else [self.piece_ids[source_prefix]]
+        self.target_prefix_ids = [] if target_prefix is None else [self.piece_ids[target_prefix]]
+        # Language codes are tokens, not text: decode() leaves them out (a code of M2M100's is __fr__).
+        self.code_ids = frozenset(i for i, piece in enumerate(self.pieces) if LANGUAGE_CODE.fullmatch(piece))
 
     @property
     def vocab_size(self) -> int:
@@ -104,7 +121,7 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ids, with special ids (padding, bos, eos) left out."""
-        kept = [i for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id)]
+        kept = [i for i in ids if i not in (self.pad_id, self.bos_id, self.eos_id) and i not in self.code_ids]
         if self.vocabulary is None:
             return self.processor.DecodeIds(kept)
         # A piece the target model lacks (one only the source model splits into) comes back from DecodePieces as it
@@ -130,8 +147,8 @@ class Tokenizer:
 
     def same_as(self, other: Tokenizer) -> bool:
         """Whether two tokenizers give the same ids for every text (so their models' outputs compare)."""
-        return (self.model_proto, self.target_proto, self.vocabulary) == (
-            other.model_proto, other.target_proto, other.vocabulary,
+        return (self.model_proto, self.target_proto, self.vocabulary, self.source_prefix, self.target_prefix) == (
+            other.model_proto, other.target_proto, other.vocabulary, other.source_prefix, other.target_prefix,
         )  # fmt: skip
 
 

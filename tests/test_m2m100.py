@@ -1,0 +1,171 @@
+"""Hugging Face M2M100 models, imported: logits, every attention map and greedy output equal transformers' own.
+
+Offline: a small random M2M100ForConditionalGeneration and a tiny SentencePiece model are made here and saved
+the way Hugging Face saves them; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+from helpers import assert_same_as_transformers, make_sentences
+from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+
+from transformer.decoding.greedy import decode
+from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.translate import translate_texts
+from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.io.hugging_face import import_hf
+from transformer.io.m2m100 import import_m2m100
+
+SENTENCES = ["the red dog runs", "a woman jumps in the blue park", "le chien rouge court"]
+
+
+@pytest.fixture(scope="module")
+def m2m_dir(tmp_path_factory):
+    """A saved random M2M100 model (pre-norm, final norms, offset sinusoids) with its tokenizer files, en→fr."""
+    directory = tmp_path_factory.mktemp("m2m100-tiny")
+    sentences = [" ".join(s.split()) for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme"] * 20
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.Train(sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=60,
+                                   character_coverage=1.0, hard_vocab_limit=False, minloglevel=2, model_type="bpe")  # fmt: skip
+    (directory / "sentencepiece.bpe.model").write_bytes(buffer.getvalue())
+    processor = spm.SentencePieceProcessor()
+    processor.LoadFromSerializedProto(buffer.getvalue())
+    pieces = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())
+              if not processor.IsControl(i) and not processor.IsUnknown(i)]  # fmt: skip
+    vocabulary = ["<s>", "<pad>", "</s>", "<unk>", *pieces]
+    (directory / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(vocabulary)}))
+    tokenizer = M2M100Tokenizer(str(directory / "vocab.json"), str(directory / "sentencepiece.bpe.model"),
+                                src_lang="en", tgt_lang="fr")  # fmt: skip
+    tokenizer.save_pretrained(directory)
+    config = M2M100Config(vocab_size=len(vocabulary) + 100 + 8, d_model=16, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
+                          max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                          decoder_start_token_id=2)  # fmt: skip
+    torch.manual_seed(0)
+    model = M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)  # far from the initial values: every weight matters
+        model.model.shared.weight[len(vocabulary) :] *= 0.1  # language codes: rarely chosen, so outputs hold text
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hugging_face(m2m_dir):
+    model = M2M100ForConditionalGeneration.from_pretrained(m2m_dir, attn_implementation="eager").eval()
+    return model, M2M100Tokenizer.from_pretrained(m2m_dir)
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_logits_and_every_attention_map_equal_transformers(m2m_dir, hugging_face, sentence):
+    hf_model, hf_tokenizer = hugging_face
+    ours = import_m2m100(m2m_dir)
+    src_ids = hf_tokenizer(sentence)["input_ids"]
+    result = decode(ours.model, ours.tokenizer, sentence)
+    assert result.src_ids == src_ids  # __en__, the same pieces and ids, </s>
+    decoder_input = [ours.config.start_id, hf_tokenizer.get_lang_id("fr"), 12, 5, 9]
+    with torch.no_grad():
+        theirs = hf_model(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]),
+                          output_attentions=True)  # fmt: skip
+        mine = ours.model(torch.tensor([src_ids]), torch.tensor([decoder_input]), need_weights=True)
+    assert_same_as_transformers(mine, theirs, layers=2)
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_greedy_decoding_equals_generate_with_the_forced_language(m2m_dir, hugging_face, sentence):
+    hf_model, hf_tokenizer = hugging_face
+    ours = import_m2m100(m2m_dir)
+    result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
+    with torch.no_grad():
+        generated = hf_model.generate(torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1,
+                                      do_sample=False, max_new_tokens=12,
+                                      forced_bos_token_id=hf_tokenizer.get_lang_id("fr"))[0].tolist()  # fmt: skip
+    assert [ours.config.start_id, *result.tgt_ids] == generated
+    text = [i for i in generated if i not in hf_tokenizer.lang_token_to_id.values()]  # codes are not text
+    assert result.tgt_pieces[0] == "__fr__" and result.text == hf_tokenizer.decode(text, skip_special_tokens=True)
+    assert result.text.strip()
+    # the batched translation (the CLI's and Corpus') and beam search force the language too
+    assert translate_texts(ours.model, ours.tokenizer, [sentence], DecodeSettings(max_new_tokens=12)) == [result.text]
+    beam = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(strategy="beam", beam_width=3))
+    assert beam.tgt_pieces[0] == "__fr__"
+    batch = translate_texts(ours.model, ours.tokenizer, [sentence, "the cat"], DecodeSettings("beam", beam_width=3))
+    assert batch[0] == beam.text
+
+
+def test_another_target_language_is_forced_instead(m2m_dir, hugging_face):
+    hf_model, hf_tokenizer = hugging_face
+    ours = import_m2m100(m2m_dir, target_language="de")
+    result = decode_text(ours.model, ours.tokenizer, SENTENCES[0], DecodeSettings(max_new_tokens=8))
+    with torch.no_grad():
+        generated = hf_model.generate(torch.tensor([hf_tokenizer(SENTENCES[0])["input_ids"]]), num_beams=1,
+                                      do_sample=False, max_new_tokens=8,
+                                      forced_bos_token_id=hf_tokenizer.get_lang_id("de"))[0].tolist()  # fmt: skip
+    assert [ours.config.start_id, *result.tgt_ids] == generated and result.tgt_pieces[0] == "__de__"
+    with pytest.raises(CheckpointError, match="no language code 'xx'"):
+        import_m2m100(m2m_dir, target_language="xx")
+
+
+def test_the_imported_file_round_trips_and_follows_the_format(m2m_dir, tmp_path):
+    from numpy_reference import ReferenceModel
+
+    imported = import_hf(m2m_dir)
+    save_checkpoint(tmp_path / "m2m.safetensors", imported.model, imported.tokenizer)
+    loaded = load_checkpoint(tmp_path / "m2m.safetensors")
+    assert (loaded.config.position_offset, loaded.config.sinusoid_frequencies) == (2, "tensor2tensor")
+    assert loaded.tokenizer.same_as(imported.tokenizer) and loaded.tokenizer.target_prefix == "__fr__"
+    for sentence in SENTENCES:
+        reference = ReferenceModel(str(tmp_path / "m2m.safetensors")).greedy(sentence)
+        result = decode(loaded.model, loaded.tokenizer, sentence)
+        assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
+        np.testing.assert_allclose(reference["encoder_self"], result.encoder_self.numpy(), atol=1e-5)
+        np.testing.assert_allclose(reference["cross"], result.cross.numpy(), atol=1e-5)
+
+
+def test_what_cannot_be_read_is_one_clear_line(m2m_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(m2m_dir, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config | {"encoder_layers": 3}))  # lies about its tensors
+    with pytest.raises(CheckpointError, match="the weights do not fit the config: encoder_layers.2"):
+        import_hf(broken)
+    (broken / "config.json").write_text(json.dumps(config | {"decoder_ffn_dim": 64}))
+    with pytest.raises(CheckpointError, match="different feed-forward widths"):
+        import_hf(broken)
+    (broken / "config.json").write_text(json.dumps(config))
+    (broken / "model.safetensors").unlink()
+    (broken / "pytorch_model.bin").write_bytes(b"\x80\x04 a pickle")
+    with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle and is not read"):
+        import_hf(broken)
+    (broken / "config.json").write_text(json.dumps(config | {"model_type": "t5"}))
+    with pytest.raises(CheckpointError, match="not a Hugging Face model directory of a family read here"):
+        import_hf(broken)
+
+
+def test_the_command_line_converts_and_translates(m2m_dir, tmp_path, capsys):
+    from transformer.cli import main
+
+    out = tmp_path / "m2m.safetensors"
+    assert main(["import-hf", str(m2m_dir), "--out", str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    (tmp_path / "in.txt").write_text("the red dog runs\n")
+    expected = decode(load_checkpoint(out).model, load_checkpoint(out).tokenizer, "the red dog runs").text
+    for checkpoint in (str(out), str(m2m_dir)):
+        assert main(["translate", "--checkpoint", checkpoint, "--input", str(tmp_path / "in.txt")]) == 0
+        assert capsys.readouterr().out.strip() == expected
+
+
+def test_an_m2m100_directory_among_the_checkpoints_works_on_every_page(m2m_dir, tmp_path, monkeypatch):
+    from test_marian import open_on_every_page
+
+    at = open_on_every_page(m2m_dir, tmp_path, monkeypatch, f"{m2m_dir.name} · Hugging Face M2M100")
+    sidebar = " ".join(caption.value for caption in at.sidebar.caption)
+    assert "Imported from Hugging Face M2M100, translating en→fr" in sidebar

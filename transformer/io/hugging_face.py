@@ -1,0 +1,62 @@
+"""Hugging Face model directories of the families this project reads, told apart by config.json's model_type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from transformer.io.m2m100 import import_m2m100
+from transformer.io.marian import describe_marian, import_marian, read_json, regular_file
+
+IMPORTERS: dict[str, Callable[..., Checkpoint]] = {"marian": import_marian, "m2m_100": import_m2m100}
+FAMILY_NAMES = {"marian": "Marian", "m2m_100": "M2M100"}
+
+
+def model_type(path: Path) -> str | None:
+    """config.json's model_type of a Hugging Face directory, or None for anything else; CheckpointError for a
+    hostile config (too deep, too large, not a regular file)."""
+    if not path.is_dir() or regular_file(path, "config.json") is None:
+        return None
+    config = read_json(path, "config.json")
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def is_hf_directory(path: Path) -> bool:
+    """Whether path is a Hugging Face directory of a family read here (a hostile one reads as not)."""
+    try:
+        return model_type(path) in IMPORTERS
+    except (CheckpointError, OSError):
+        return False
+
+
+def describe_hf(directory: Path) -> str:
+    """A one-line label for a directory, read without loading the model (a hostile config.json reads as none)."""
+    try:
+        kind = model_type(directory)
+    except (CheckpointError, OSError):
+        return f"{directory.name} · Hugging Face (config.json unreadable)"
+    if kind == "marian":
+        return describe_marian(directory)
+    return f"{directory.name} · Hugging Face {FAMILY_NAMES.get(kind or '', kind)}"
+
+
+def import_hf(directory: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
+    """A Hugging Face directory of any family read here, as a checkpoint of this project."""
+    directory = Path(directory)
+    kind = model_type(directory)
+    if kind not in IMPORTERS:
+        known = ", ".join(f"{name} ({key})" for key, name in FAMILY_NAMES.items())
+        raise CheckpointError(
+            f"{directory} is not a Hugging Face model directory of a family read here ({known}): model_type "
+            f"{str(kind)[:40]!r}"
+        )
+    return IMPORTERS[kind](directory, device)
+
+
+def load_checkpoint_or_hf(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
+    """A checkpoint file, or a Hugging Face directory converted as it is read (the CLI's and the app's --checkpoint)."""
+    return import_hf(path, device) if Path(path).is_dir() else load_checkpoint(path, device)
