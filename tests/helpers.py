@@ -164,10 +164,16 @@ def errors(at) -> str:
     return "\n".join(e.value for e in at.error).replace("\\", "")  # the page escapes markdown
 
 
-def assert_same_as_transformers(ours, theirs, layers: int | None = None) -> None:
+def assert_same_as_transformers(model, hf_model, src_ids: list[int], decoder_input: list[int],
+                                layers: int | None = None) -> None:  # fmt: skip
     """An imported model's forward pass (need_weights) equal to transformers' (output_attentions) within 1e-5:
     the log-probabilities and every encoder, decoder and cross-attention map of every layer."""
     import torch
+
+    with torch.no_grad():
+        theirs = hf_model(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]),
+                          output_attentions=True)  # fmt: skip
+        ours = model(torch.tensor([src_ids]), torch.tensor([decoder_input]), need_weights=True)
 
     torch.testing.assert_close(ours.log_probs, theirs.logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
     pairs = {"encoder": (ours.attentions.encoder_self, theirs.encoder_attentions),

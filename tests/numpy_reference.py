@@ -12,12 +12,14 @@ import math
 import numpy as np
 import sentencepiece as spm
 from safetensors import safe_open
+from tokenizers import Tokenizer as JsonTokenizer
 
+VERSIONS = ("1", "2", "3", "4")
 DEFAULTS = {"d_model": 256, "n_heads": 8, "d_ff": 1024, "n_encoder_layers": 3, "n_decoder_layers": 3,
             "max_len": 256, "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3, "norm_first": False,
             "tie_embeddings": True, "positional": "sinusoidal", "activation": "relu", "layer_norm_eps": 1e-5,
             "scale_embedding": True, "sinusoid_layout": "interleaved", "decoder_start_id": None,
-            "position_offset": 0, "sinusoid_frequencies": "paper"}  # fmt: skip
+            "position_offset": 0, "sinusoid_frequencies": "paper", "embedding_norm": False}  # fmt: skip
 
 
 class ReferenceModel:
@@ -25,12 +27,17 @@ class ReferenceModel:
         with safe_open(path, framework="numpy") as file:
             metadata = file.metadata()
             self.w = {name: file.get_tensor(name).astype(np.float32) for name in file.keys()}
-        assert metadata["format"] == "transformer-explorer-checkpoint" and metadata["format_version"] in ("1", "2", "3")
+        assert metadata["format"] == "transformer-explorer-checkpoint" and metadata["format_version"] in VERSIONS
         self.c = DEFAULTS | json.loads(metadata["config"])
-        self.sp = spm.SentencePieceProcessor()
-        self.sp.LoadFromSerializedProto(base64.b64decode(metadata["tokenizer"]))
-        self.vocabulary = json.loads(metadata["vocabulary"]) if "vocabulary" in metadata else None
-        index = {piece: i for i, piece in enumerate(self.vocabulary or [])}
+        self.json_tokenizer = self.sp = self.vocabulary = None
+        if "tokenizer_json" in metadata:
+            self.json_tokenizer = JsonTokenizer.from_str(metadata["tokenizer_json"])
+            index = self.json_tokenizer.get_vocab(with_added_tokens=True)
+        else:
+            self.sp = spm.SentencePieceProcessor()
+            self.sp.LoadFromSerializedProto(base64.b64decode(metadata["tokenizer"]))
+            self.vocabulary = json.loads(metadata["vocabulary"]) if "vocabulary" in metadata else None
+            index = {piece: i for i, piece in enumerate(self.vocabulary or [])}
         self.source_code = [index[metadata["source_prefix"]]] if "source_prefix" in metadata else []
         self.target_code = [index[metadata["target_prefix"]]] if "target_prefix" in metadata else []
         c = self.c
@@ -39,7 +46,9 @@ class ReferenceModel:
 
     # section 3
     def source_ids(self, text: str) -> list[int]:
-        if self.vocabulary is None:
+        if self.json_tokenizer is not None:
+            ids = self.json_tokenizer.encode(text, add_special_tokens=False).ids
+        elif self.vocabulary is None:
             ids = self.sp.EncodeAsIds(text)
         else:
             index = {piece: i for i, piece in enumerate(self.vocabulary)}
@@ -81,7 +90,8 @@ class ReferenceModel:
             "src_embed.lookup.weight" if side == "src" or self.c["tie_embeddings"] else "tgt_embed.lookup.weight"
         ]
         scale = math.sqrt(self.c["d_model"]) if self.c["scale_embedding"] else 1.0
-        return matrix[ids] * np.float32(scale) + self.positions(side, len(ids))
+        x = matrix[ids] * np.float32(scale) + self.positions(side, len(ids))
+        return self.layer_norm(f"{side}_position.norm", x) if self.c["embedding_norm"] else x
 
     def attention(self, prefix: str, x_q: np.ndarray, x_kv: np.ndarray, mask: np.ndarray):
         q, k, v = (self.linear(f"{prefix}.{p}_proj", x) for p, x in (("q", x_q), ("k", x_kv), ("v", x_kv)))

@@ -73,11 +73,7 @@ def test_logits_and_every_attention_map_equal_transformers(m2m_dir, hugging_face
     result = decode(ours.model, ours.tokenizer, sentence)
     assert result.src_ids == src_ids  # __en__, the same pieces and ids, </s>
     decoder_input = [ours.config.start_id, hf_tokenizer.get_lang_id("fr"), 12, 5, 9]
-    with torch.no_grad():
-        theirs = hf_model(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]),
-                          output_attentions=True)  # fmt: skip
-        mine = ours.model(torch.tensor([src_ids]), torch.tensor([decoder_input]), need_weights=True)
-    assert_same_as_transformers(mine, theirs, layers=2)
+    assert_same_as_transformers(ours.model, hf_model, src_ids, decoder_input, layers=2)
 
 
 @pytest.mark.parametrize("sentence", SENTENCES)

@@ -87,11 +87,7 @@ def test_logits_and_every_attention_map_equal_transformers(marian_dir, hugging_f
     result = decode(ours.model, ours.tokenizer, sentence)
     assert result.src_ids == src_ids  # the same pieces, ids, language code and </s>
     decoder_input = [ours.config.pad_id, 7, 12, 5]
-    with torch.no_grad():
-        theirs = hf_model(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]),
-                          output_attentions=True)  # fmt: skip
-        mine = ours.model(torch.tensor([src_ids]), torch.tensor([decoder_input]), need_weights=True)
-    assert_same_as_transformers(mine, theirs)
+    assert_same_as_transformers(ours.model, hf_model, src_ids, decoder_input)
 
 
 @pytest.mark.parametrize("sentence", SENTENCES)

@@ -119,6 +119,7 @@ def test_a_cache_grows_past_its_room_and_a_branch_never_overwrites_another(model
     [
         dict(norm_first=True),
         dict(positional="learned"),
+        dict(positional="learned", position_offset=2, embedding_norm=True),
         dict(tie_embeddings=False, tgt_vocab_size=70),
         dict(n_encoder_layers=1),
         dict(activation="gelu"),

@@ -47,7 +47,7 @@ def _add_checkpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
         default=str(DEFAULT_CHECKPOINT),
-        help="checkpoint file, or a Hugging Face Marian or M2M100 model directory (default: %(default)s)",
+        help="checkpoint file, or a Hugging Face Marian, M2M100, mBART-50 or BART model directory (default: %(default)s)",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
 
@@ -413,7 +413,10 @@ def build_parser() -> argparse.ArgumentParser:
     holdout.add_argument("--out-dir", required=True, help="NAME-train and NAME-dev files are written there")
     holdout.set_defaults(run=cmd_holdout)
 
-    hf = commands.add_parser("import-hf", help="convert a Hugging Face Marian (opus-mt) or M2M100 model directory")
+    hf = commands.add_parser(
+        "import-hf",
+        help="convert a Hugging Face Marian (opus-mt), M2M100, mBART-50 or BART model directory",
+    )
     hf.add_argument("directory", help="saved by the model's and the tokenizer's save_pretrained")
     hf.add_argument("--out", required=True, help="the checkpoint file to write")
     hf.add_argument("--dtype", choices=["float32", "float16"], default="float32")

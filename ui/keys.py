@@ -95,6 +95,8 @@ class Key:
 
 KEYS: dict[str, Key] = {
     "checkpoint": Key(str, None, "the chosen checkpoint's name in the sidebar list"),
+    "source_language": Key(str, None, "a language-pair model's source language code piece (__en__, en_XX)"),
+    "target_language": Key(str, None, "a language-pair model's target language code piece (__fr__, fr_XX)"),
     "text": Key(str, DEFAULT_SENTENCE, "the sentence in the sidebar's text box"),
     **{
         name: Key(type(value), value, "a decoding setting in the sidebar")

@@ -8,7 +8,7 @@ stepping, switching pages or choosing a layer only reads them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -159,6 +159,27 @@ def open_or_explain(name: str) -> KeyedCheckpoint | None:
     except (CheckpointError, OSError, MemoryError, torch.OutOfMemoryError) as error:
         st.error(literal(f"Checkpoint {name} cannot be used: {str(error) or 'the server is out of memory'}"))
         return None
+
+
+def language_name(code: str) -> str:
+    """A language code piece as people write it: M2M100's __fr__ is fr, mBART-50's fr_XX stays."""
+    return code.strip("_")
+
+
+def with_languages(opened: KeyedCheckpoint, source: str, target: str) -> KeyedCheckpoint:
+    """A language-pair model (M2M100, mBART-50) translating from `source` into `target` (code pieces): the same
+    shared model, a tokenizer with those codes, and a key of its own so that no cached result of another pair
+    is shown."""
+    tokenizer = opened.checkpoint.tokenizer
+    if (source, target) == (tokenizer.source_prefix, tokenizer.target_prefix):
+        return opened
+    pair = {"src": language_name(source), "tgt": language_name(target)}
+    checkpoint = replace(
+        opened.checkpoint,
+        tokenizer=tokenizer.with_prefixes(source, target),
+        metadata=opened.checkpoint.metadata | {"languages": pair},
+    )
+    return KeyedCheckpoint(checkpoint, f"{opened.key}|{source}>{target}")
 
 
 def checkpoint_key(path: Path) -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import streamlit as st
 import torch
+from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.pages_manager import PagesManager
 
 from transformer.analysis.degenerate import decode_notes
@@ -36,6 +37,7 @@ class Explored:
 
 
 FORM_KEYS = ("text", *keys.SETTINGS)
+LANGUAGE_KEYS = ("source_language", "target_language")
 ICON = str(Path(__file__).parent / "static" / "icon.png")  # served by the app: an emoji or :material: icon is not
 
 
@@ -91,6 +93,7 @@ def render() -> Explored | None:
 
     with st.sidebar:
         name = st.selectbox("Checkpoint", choices, format_func=label, **keys.shared("checkpoint"))
+        language_slot = st.container()
         device = models.device()
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
         submitted = _settings_form()
@@ -101,7 +104,7 @@ def render() -> Explored | None:
     opened = models.open_or_explain(name)
     if opened is None:
         return None
-    checkpoint, key = opened.checkpoint, opened.key
+    checkpoint, key = (opened := _choose_languages(language_slot, opened)).checkpoint, opened.key
     for problem in checkpoint.problems:
         st.sidebar.warning(literal(f"{problem}: its outputs cannot be trusted."))
     trained_on = read_metadata(checkpoint.metadata).trained_on
@@ -128,6 +131,24 @@ def render() -> Explored | None:
         take_branch(checkpoint, session.pop("url_branch"))
     active = session.get("branch") if session.get("show_branch") and session.get("branch") else result
     return Explored(checkpoint, name, key, text, active, result, _input_notes(checkpoint, text, result))
+
+
+def _choose_languages(slot: DeltaGenerator, opened: models.KeyedCheckpoint) -> models.KeyedCheckpoint:
+    """A language-pair model (M2M100, mBART-50) translates between the languages chosen in `slot`, from its
+    tokenizer's codes; any other model as it is."""
+    tokenizer, session = opened.checkpoint.tokenizer, st.session_state
+    if tokenizer.target_prefix is None or len(tokenizer.code_ids) < 2:
+        for name in LANGUAGE_KEYS:
+            session.pop(name, None)
+        return opened
+    codes = sorted(tokenizer.pieces[i] for i in tokenizer.code_ids)
+    for name, own in zip(LANGUAGE_KEYS, (tokenizer.source_prefix, tokenizer.target_prefix)):
+        if session.get(name) not in codes:
+            session[name] = own  # the model's own pair first, and after a switch to a model without that code
+    left, right = slot.columns(2)
+    source = left.selectbox("From", codes, format_func=models.language_name, **keys.shared(LANGUAGE_KEYS[0]))
+    target = right.selectbox("Into", codes, format_func=models.language_name, **keys.shared(LANGUAGE_KEYS[1]))
+    return models.with_languages(opened, source, target)
 
 
 def take_branch(checkpoint: Checkpoint, chain: tuple[tuple[int, int], ...]) -> bool:

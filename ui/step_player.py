@@ -27,7 +27,7 @@ from transformer.decoding.beam_tree import BeamTree
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
 from transformer.text.pieces import readable, readable_label
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 from transformer.viz.attention import head_row_labels, with_layer_means
 from transformer.viz.style import colorscale_stops
 
@@ -107,7 +107,7 @@ def result_identity(result: DecodeResult, checkpoint_key: str) -> str:
     return hashlib.sha1(name.encode()).hexdigest()[:16]
 
 
-def lens_data(lens: LogitLens, tokenizer: Tokenizer) -> dict:
+def lens_data(lens: LogitLens, tokenizer: TokenizerBase) -> dict:
     """A lens' guesses by step (each step's layers together), with the text of every token they name."""
     ids = lens.top_ids.transpose(0, 1).tolist()  # (T, L, LENS_TOP)
     return {
@@ -119,12 +119,12 @@ def lens_data(lens: LogitLens, tokenizer: Tokenizer) -> dict:
     }
 
 
-def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: Tokenizer) -> dict:
+def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: TokenizerBase) -> dict:
     """lens_data of the tuned lens, with each early layer's held-out mean KL from the output, logit then tuned."""
     return lens_data(rows, tokenizer) | {"kl": [_rounded(np.array(lens.kl_logit)), _rounded(np.array(lens.kl_tuned))]}
 
 
-def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool, identity: str,
+def step_data(result: DecodeResult, tokenizer: TokenizerBase, step: int, words: bool, identity: str,
               tuned: tuple[LogitLens, TunedLens] | None = None,
               candidate_words: list[list[str | None]] | None = None) -> dict:  # fmt: skip
     """Everything the step view shows, for every step, as JSON-ready values; `tuned`: a tuned lens' guesses and the
@@ -168,7 +168,7 @@ def step_data(result: DecodeResult, tokenizer: Tokenizer, step: int, words: bool
     }
 
 
-def beam_data(tree: BeamTree, tokenizer: Tokenizer) -> dict:
+def beam_data(tree: BeamTree, tokenizer: TokenizerBase) -> dict:
     """A beam search's tree for the browser, a list per field (a node's index is its place in each)."""
     nodes = tree.nodes
     return {
@@ -201,7 +201,7 @@ def sent_step_data(sent_json: str) -> dict:
     return data
 
 
-def step_player(result: DecodeResult, tokenizer: Tokenizer, checkpoint_key: str, step: int, words: bool,
+def step_player(result: DecodeResult, tokenizer: TokenizerBase, checkpoint_key: str, step: int, words: bool,
                 presentation: bool, tuned: tuple[LogitLens, TunedLens] | None = None,
                 candidate_words: list[list[str | None]] | None = None) -> StepAction | None:  # fmt: skip
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words

@@ -20,6 +20,9 @@ def read_url_once(checkpoints: dict) -> None:
     params = st.query_params
     if params.get("ckpt") in checkpoints:
         st.session_state.checkpoint = params["ckpt"]
+    for name, param in (("source_language", "from"), ("target_language", "into")):
+        if re.fullmatch(r"[A-Za-z_]{2,16}", params.get(param, "")):
+            st.session_state[name] = params[param]  # checked against the model's codes when the sidebar draws
     if params.get("text", "").strip():
         st.session_state.text = params["text"][:MAX_CHARACTERS]
     for name in ("step", "layer", "head"):
@@ -81,12 +84,13 @@ def url_text(text: str) -> str:
 
 
 def write_url() -> None:
-    """The URL names the view on screen: checkpoint, sentence, decoding settings that differ from the
+    """The URL names the view on screen: checkpoint, a language-pair model's languages, sentence, decoding settings that differ from the
     defaults, step, layer, head (1-based), kind, the attention view, words, presentation mode and the
     what-if branch on screen (its step, 1-based, and token id: "what_if=2.417")."""
     state = st.session_state
     text = state.get("applied_text", "")
-    params = {"ckpt": state.get("checkpoint"), "text": url_text(text)}
+    params = {"ckpt": state.get("checkpoint"), "from": state.get("source_language"), "into": state.get("target_language"),
+              "text": url_text(text)}  # fmt: skip
     if len(params["text"]) < len(text):
         st.caption(f"The link to this view holds the sentence's first {len(params['text']):,} characters only, "
                    "so that it opens in every browser.")  # fmt: skip

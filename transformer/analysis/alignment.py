@@ -10,7 +10,7 @@ target word, or every weight over a threshold).
 Which row of a step's matrix speaks for a target word is a convention that papers differ on, so both are scored:
 row t is the query that *produces* target token t ("output"), and the one that was *fed* token t is row t + 1
 ("input"). Pieces are mapped to the words of the files exactly, by the byte spans SentencePiece gives each piece
-(Tokenizer.encode_words); a target word's row is the mean of its pieces' rows, a source word's weight the sum over
+(TokenizerBase.encode_words); a target word's row is the mean of its pieces' rows, a source word's weight the sum over
 its pieces, each row then shared out over the source words (the end-of-sentence token, which no gold link names,
 left out).
 """
@@ -27,7 +27,7 @@ from transformer.analysis.attribution import source_integrated_gradients, value_
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 Link = tuple[int, int]  # (source word, target word), 0-based
 CONVENTIONS = ("output", "input")
@@ -124,7 +124,7 @@ def word_rows(
 ) -> np.ndarray:
     """Rows over decoder input positions and source pieces (..., T, S) -> target words x source words (..., Tw, Sw).
 
-    src_words/tgt_words give each piece's words (Tokenizer.encode_words; empty for the end token); `convention`
+    src_words/tgt_words give each piece's words (TokenizerBase.encode_words; empty for the end token); `convention`
     says which row speaks for target token t: "output" row t, "input" row t + 1. A source piece that stands for
     several words shares its weight out among them.
     """
@@ -202,7 +202,7 @@ class AlignmentReport:
 
 
 def measures(
-    model: Transformer, tokenizer: Tokenizer, src_ids: list[int], tgt_ids: list[int], integrated_gradients: bool
+    model: Transformer, tokenizer: TokenizerBase, src_ids: list[int], tgt_ids: list[int], integrated_gradients: bool
 ) -> dict[tuple[str, int | None, int | None], np.ndarray]:
     """Each measure's rows over decoder input positions and source pieces (T, S), keyed (measure, layer, head)."""
     cross = teacher_force_ids(model, tokenizer, src_ids, tgt_ids).cross.numpy()  # (L, H, T, S)
@@ -220,7 +220,7 @@ def measures(
 
 
 def read_pair(
-    model: Transformer, tokenizer: Tokenizer, source: str, target: str, integrated_gradients: bool
+    model: Transformer, tokenizer: TokenizerBase, source: str, target: str, integrated_gradients: bool
 ) -> tuple[dict[tuple[str, int | None, int | None], np.ndarray], list[range], list[range]] | None:
     """A pair's measures (see `measures`) and each source and target piece's words, the end tokens included (no
     word); None for a pair the model cannot read: a side empty, or longer than its max_len with the end token."""
@@ -235,7 +235,7 @@ def read_pair(
 
 def align_corpus(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     sources: Sequence[str],
     targets: Sequence[str],
     golds: Sequence[GoldAlignment],
@@ -289,7 +289,7 @@ def aer_grid(report: AlignmentReport, measure: str, convention: str, extraction:
     return grid
 
 
-def pair_matrix(model: Transformer, tokenizer: Tokenizer, source: str, target: str, method: Method) -> np.ndarray:
+def pair_matrix(model: Transformer, tokenizer: TokenizerBase, source: str, target: str, method: Method) -> np.ndarray:
     """The target-word x source-word matrix a method reads for one aligned pair (what it extracted its links from)."""
     read = read_pair(model, tokenizer, source, target, method.measure == "integrated gradients")
     if read is None:

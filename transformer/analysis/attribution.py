@@ -30,7 +30,7 @@ from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 DEFAULT_STEPS = 32  # interpolation steps of integrated gradients
 # The midpoint rule: along the straight path a log-probability often jumps within a few steps (from about
@@ -145,7 +145,7 @@ def attribute(
 
 def corpus_agreement(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     sentences: Iterable[str],
     n_steps: int = DEFAULT_STEPS,
     progress: Callable[[int], None] | None = None,

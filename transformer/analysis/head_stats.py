@@ -14,7 +14,7 @@ import pandas as pd
 from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode
 from transformer.model.encoder_decoder import Transformer
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 STATISTICS = {
     "entropy": "entropy of the weights (nats; 0 = one key, log K = uniform)",
@@ -81,7 +81,7 @@ def statistics_frame(statistics: dict[str, np.ndarray]) -> pd.DataFrame:
 
 def corpus_statistics(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     sentences: Iterable[str],
     kind: str,
     progress: Callable[[int], None] | None = None,

@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from transformer.decoding.lens import LogitLens, guesses
 from transformer.decoding.result import source_ids
 from transformer.model.encoder_decoder import Transformer
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 
 class TunedLensError(ValueError):
@@ -59,7 +59,7 @@ def read_with(model: Transformer, tuned: TunedLens, lens: LogitLens, tgt_ids: Se
     return LogitLens(*(torch.stack(part) for part in zip(*layers, last)), states=translated)
 
 
-def _batches(tokenizer: Tokenizer, model: Transformer, sources: Sequence[str], targets: Sequence[str],
+def _batches(tokenizer: TokenizerBase, model: Transformer, sources: Sequence[str], targets: Sequence[str],
              tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
     """Length-sorted batches of about `tokens` target tokens: (src (B, S), decoder input (B, T + 1))."""
     config = model.config
@@ -111,7 +111,7 @@ def mean_kl(
 
 def fit_tuned_lens(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     sources: Sequence[str],
     targets: Sequence[str],
     steps: int = 200,

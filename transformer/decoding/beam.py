@@ -12,7 +12,7 @@ from transformer.decoding.greedy import KeysSoFar, default_max_new_tokens, encod
 from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
 from transformer.model.encoder_decoder import Transformer
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -236,7 +236,7 @@ def beam_search_batch(
 
 def beam_search(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     text: str,
     width: int = 4,
     alpha: float = 0.6,

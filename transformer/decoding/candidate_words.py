@@ -19,7 +19,7 @@ from transformer.model.layers import LayerCache
 from transformer.model.masks import target_mask
 from transformer.model.probes import Probe
 from transformer.text.pieces import WORD_START, is_special, readable
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 MAX_CONTINUATION = 6  # pieces a candidate's word is continued by at most; a longer word ends in "…"
 CACHE_BUDGET = 1 << 23  # floats of key/value cache continued together (32 MB), bounding the transient memory
@@ -63,7 +63,7 @@ def _rows_of(cache: list[LayerCache], rows: int) -> list[LayerCache]:
 
 @torch.inference_mode()
 def candidate_words(
-    model: Transformer, tokenizer: Tokenizer, result: DecodeResult, probe: Probe | None = None
+    model: Transformer, tokenizer: TokenizerBase, result: DecodeResult, probe: Probe | None = None
 ) -> list[list[str | None]]:
     """For each step and each of its top-k candidates, the word taking it would make, as a reader reads it
     ("chat" for "▁ch"); None where that is the candidate itself, punctuation or a special token."""
@@ -94,7 +94,7 @@ def candidate_words(
 
 
 def _continue(
-    model: Transformer, tokenizer: Tokenizer, memory: torch.Tensor, src_mask: torch.Tensor, cache: list[LayerCache],
+    model: Transformer, tokenizer: TokenizerBase, memory: torch.Tensor, src_mask: torch.Tensor, cache: list[LayerCache],
     real: torch.Tensor, cells: list[tuple[int, int]], topk_ids: torch.Tensor, words: list[list[list[str]]],
     probe: Probe | None,
 ) -> None:  # fmt: skip

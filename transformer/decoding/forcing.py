@@ -9,17 +9,19 @@ from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult, assemble, model_device, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.pieces import readable
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 
-def branch(model: Transformer, tokenizer: Tokenizer, result: DecodeResult, step: int, token_id: int) -> DecodeResult:
+def branch(
+    model: Transformer, tokenizer: TokenizerBase, result: DecodeResult, step: int, token_id: int
+) -> DecodeResult:
     """What if the model had taken token_id at step: force the output up to there, then decode greedily."""
     prefix = [*result.tgt_ids[:step], token_id]
     strategy = f"what-if: '{readable(tokenizer.id_to_piece(token_id))}' at step {step + 1}"
     return decode_ids(model, tokenizer, result.src_ids, strategy=strategy, prefix=prefix, truncated=result.truncated)
 
 
-def teacher_force(model: Transformer, tokenizer: Tokenizer, text: str, target: str) -> DecodeResult:
+def teacher_force(model: Transformer, tokenizer: TokenizerBase, text: str, target: str) -> DecodeResult:
     """Runs the model on a given translation: the attention it gives it and each token's probability."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
     tgt_ids = source_ids(tokenizer, target, model.config.max_len, side="target")[0]
@@ -28,7 +30,7 @@ def teacher_force(model: Transformer, tokenizer: Tokenizer, text: str, target: s
 
 @torch.inference_mode()
 def teacher_force_ids(
-    model: Transformer, tokenizer: Tokenizer, src_ids: list[int], tgt_ids: list[int], truncated: bool = False
+    model: Transformer, tokenizer: TokenizerBase, src_ids: list[int], tgt_ids: list[int], truncated: bool = False
 ) -> DecodeResult:
     """One parallel forward pass over the whole output tgt_ids (eos included), no cache."""
     device = model_device(model)

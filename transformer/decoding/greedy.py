@@ -15,7 +15,7 @@ from transformer.decoding.result import DecodeResult, assemble, lower_triangle, 
 from transformer.model.encoder_decoder import EncoderOutput, Transformer
 from transformer.model.masks import padding_mask
 from transformer.model.probes import Probe
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 
 def encode_source(
@@ -139,7 +139,7 @@ def generate(
     )  # fmt: skip
 
 
-def forced_prefix(tokenizer: Tokenizer, prefix: Sequence[int] = ()) -> list[int]:
+def forced_prefix(tokenizer: TokenizerBase, prefix: Sequence[int] = ()) -> list[int]:
     """The tokens an output is forced to start with: the target language's code (for a model that has them),
     then the given prefix (a what-if branch's; it may already start with the code)."""
     code = tokenizer.target_prefix_ids
@@ -152,7 +152,7 @@ def default_max_new_tokens(model: Transformer, src_len: int) -> int:
 
 def decode(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     text: str,
     choose: Chooser = greedy_chooser,
     strategy: str = "greedy",
@@ -168,7 +168,7 @@ def decode(
 
 def decode_ids(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     ids: list[int],
     choose: Chooser = greedy_chooser,
     strategy: str = "greedy",

@@ -12,7 +12,7 @@ from transformer.decoding.beam_tree import BeamTree
 from transformer.decoding.lens import LogitLens
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 TOP_K = 10  # candidates kept per step for display
 
@@ -69,7 +69,7 @@ class DecodeResult:
         return self.src_pieces if AttentionKind(kind).keys_from_source else self.decoder_input_pieces
 
 
-def source_ids(tokenizer: Tokenizer, text: str, max_len: int, side: str = "source") -> tuple[list[int], bool]:
+def source_ids(tokenizer: TokenizerBase, text: str, max_len: int, side: str = "source") -> tuple[list[int], bool]:
     """Token ids of a sentence with eos appended (and the side's language code first, for a model that has
     them), cut to max_len; and whether it was cut. side="target" for a translation the model is given."""
     if not text or not text.strip():
@@ -93,7 +93,7 @@ def model_device(model: Transformer) -> torch.device:
     return next(model.parameters()).device
 
 
-def pieces_of(tokenizer: Tokenizer, ids: Sequence[int]) -> list[str]:
+def pieces_of(tokenizer: TokenizerBase, ids: Sequence[int]) -> list[str]:
     return [tokenizer.id_to_piece(i) for i in ids]
 
 
@@ -107,7 +107,7 @@ def lower_triangle(rows: list[torch.Tensor]) -> torch.Tensor:
 
 
 def assemble(
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     start_id: int,  # the decoder's first input token (the config's start_id)
     src_ids: list[int],
     tgt_ids: list[int],

@@ -13,7 +13,7 @@ from transformer.decoding.beam import beam_search
 from transformer.decoding.greedy import decode, greedy_chooser, sampling_chooser
 from transformer.decoding.result import DecodeResult
 from transformer.model.encoder_decoder import Transformer
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 STRATEGIES = ("greedy", "beam", "sampling")
 
@@ -56,7 +56,7 @@ class DecodeSettings:
 
 
 def decode_text(
-    model: Transformer, tokenizer: Tokenizer, text: str, settings: DecodeSettings = DecodeSettings()
+    model: Transformer, tokenizer: TokenizerBase, text: str, settings: DecodeSettings = DecodeSettings()
 ) -> DecodeResult:
     """Decodes one sentence as the settings say, recording every attention map of every step."""
     limit = settings.max_new_tokens or None

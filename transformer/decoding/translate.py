@@ -11,12 +11,12 @@ from transformer.decoding.greedy import default_max_new_tokens, generate, greedy
 from transformer.decoding.result import model_device, source_ids
 from transformer.decoding.settings import DecodeSettings
 from transformer.model.encoder_decoder import Transformer
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 
 def translate_texts(
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     texts: Sequence[str],
     settings: DecodeSettings = DecodeSettings(),
     batch_size: int = 64,

@@ -29,12 +29,13 @@ from transformer.io.header import CheckpointError, check_tensors, read_file_head
 from transformer.io.metadata import read_metadata
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.model.encoder_decoder import Transformer
-from transformer.text.tokenizer import Tokenizer, TokenizerError
+from transformer.text.json_tokenizer import JsonTokenizer
+from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 FORMAT_NAME = "transformer-explorer-checkpoint"
 # FORMAT.md; versions 2 and 3 added the families' conventions to the config, each with the earlier version's defaults
-FORMAT_VERSION = "3"
-READABLE_VERSIONS = ("1", "2", "3")
+FORMAT_VERSION = "4"
+READABLE_VERSIONS = ("1", "2", "3", "4")
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr.safetensors"
@@ -53,7 +54,7 @@ class Checkpoint:
     """A loaded model with its tokenizer and the metadata written by training."""
 
     model: Transformer
-    tokenizer: Tokenizer
+    tokenizer: TokenizerBase
     metadata: dict[str, Any] = field(default_factory=dict)
     file_bytes: int = 0
     problems: tuple[str, ...] = ()  # what looks damaged though it loads (NaN weights): shown with the checkpoint
@@ -76,7 +77,10 @@ def unique_state(model: Transformer) -> dict[str, torch.Tensor]:
 
 
 def checkpoint_bytes(
-    model: Transformer, tokenizer: Tokenizer, metadata: dict[str, Any] | None = None, dtype: torch.dtype = torch.float32
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    metadata: dict[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> bytes:
     """Serialises model, tokenizer and metadata into the checkpoint format."""
     tensors = {name: t.detach().to("cpu", dtype).contiguous() for name, t in unique_state(model).items()}
@@ -84,13 +88,16 @@ def checkpoint_bytes(
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "config": model.config.to_json(),
-        "tokenizer": base64.b64encode(tokenizer.model_proto).decode("ascii"),
         "metadata": json.dumps(metadata or {}, sort_keys=True),
     }
-    if tokenizer.target_proto is not None:
-        header["target_tokenizer"] = base64.b64encode(tokenizer.target_proto).decode("ascii")
-    if tokenizer.vocabulary is not None:
-        header["vocabulary"] = json.dumps(tokenizer.vocabulary, ensure_ascii=False)
+    if isinstance(tokenizer, JsonTokenizer):
+        header["tokenizer_json"] = tokenizer.json_text
+    else:
+        header["tokenizer"] = base64.b64encode(tokenizer.model_proto).decode("ascii")
+        if tokenizer.target_proto is not None:
+            header["target_tokenizer"] = base64.b64encode(tokenizer.target_proto).decode("ascii")
+        if tokenizer.vocabulary is not None:
+            header["vocabulary"] = json.dumps(tokenizer.vocabulary, ensure_ascii=False)
     for key in ("source_prefix", "target_prefix"):
         if getattr(tokenizer, key) is not None:
             header[key] = getattr(tokenizer, key)
@@ -100,7 +107,7 @@ def checkpoint_bytes(
 def save_checkpoint(
     path: str | Path,
     model: Transformer,
-    tokenizer: Tokenizer,
+    tokenizer: TokenizerBase,
     metadata: dict[str, Any] | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> None:
@@ -163,9 +170,15 @@ def _metadata_field(metadata: dict[str, str], key: str) -> str:
     return value
 
 
-def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
-    """The tokenizer of FORMAT.md section 3: one SentencePiece model, or source and target ones over a vocabulary."""
+def _tokenizer(meta: dict[str, Any]) -> TokenizerBase:
+    """The tokenizer of FORMAT.md section 3: one SentencePiece model, source and target ones over a vocabulary, or a
+    tokenizer.json."""
     try:
+        prefixes = [meta.get(key) for key in ("source_prefix", "target_prefix")]
+        if not all(prefix is None or isinstance(prefix, str) for prefix in prefixes):
+            raise TokenizerError("a language code is not a piece")
+        if "tokenizer_json" in meta:
+            return JsonTokenizer(_metadata_field(meta, "tokenizer_json"), *prefixes)
         model = base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True)
         target = base64.b64decode(meta["target_tokenizer"], validate=True) if "target_tokenizer" in meta else None
         vocabulary = json.loads(meta["vocabulary"]) if "vocabulary" in meta else None
@@ -173,9 +186,6 @@ def _tokenizer(meta: dict[str, Any]) -> Tokenizer:
             isinstance(vocabulary, list) and all(isinstance(p, str) for p in vocabulary)
         ):
             raise TokenizerError("the vocabulary is not a list of pieces")
-        prefixes = [meta.get(key) for key in ("source_prefix", "target_prefix")]
-        if not all(prefix is None or isinstance(prefix, str) for prefix in prefixes):
-            raise TokenizerError("a language code is not a piece")
         return Tokenizer(model, target, vocabulary, *prefixes)
     except (ValueError, TypeError, RecursionError) as error:  # bad base64 or JSON, non-ASCII text, a bad model
         raise CheckpointError(f"invalid tokenizer: {str(error)[:200]}") from None

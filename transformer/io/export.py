@@ -10,10 +10,10 @@ import pandas as pd
 
 from transformer.decoding.result import DecodeResult
 from transformer.text.pieces import readable, readable_label
-from transformer.text.tokenizer import Tokenizer
+from transformer.text.tokenizer import TokenizerBase
 
 
-def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.ndarray]:
+def result_arrays(result: DecodeResult, tokenizer: TokenizerBase) -> dict[str, np.ndarray]:
     """Every attention map (L, H, query, key), the pieces, the per-step top-k candidates and the logit lens."""
     return {
         "encoder_self": result.encoder_self.numpy(),
@@ -45,11 +45,11 @@ def result_arrays(result: DecodeResult, tokenizer: Tokenizer) -> dict[str, np.nd
     }
 
 
-def to_npz(result: DecodeResult, tokenizer: Tokenizer) -> bytes:
+def to_npz(result: DecodeResult, tokenizer: TokenizerBase) -> bytes:
     return npz_bytes(result_arrays(result, tokenizer))
 
 
-def to_json(result: DecodeResult, tokenizer: Tokenizer) -> str:
+def to_json(result: DecodeResult, tokenizer: TokenizerBase) -> str:
     return json_text(result_arrays(result, tokenizer))
 
 

@@ -7,12 +7,18 @@ from pathlib import Path
 
 import torch
 
+from transformer.io.bart import import_bart
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from transformer.io.m2m100 import import_m2m100
 from transformer.io.marian import describe_marian, import_marian, read_json, regular_file
 
-IMPORTERS: dict[str, Callable[..., Checkpoint]] = {"marian": import_marian, "m2m_100": import_m2m100}
-FAMILY_NAMES = {"marian": "Marian", "m2m_100": "M2M100"}
+IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
+    "marian": import_marian,
+    "m2m_100": import_m2m100,
+    "bart": import_bart,
+    "mbart": import_bart,
+}
+FAMILY_NAMES = {"marian": "Marian", "m2m_100": "M2M100", "bart": "BART", "mbart": "mBART-50"}
 
 
 def model_type(path: Path) -> str | None:

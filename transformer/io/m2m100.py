@@ -18,10 +18,13 @@ import torch
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.io.marian import (
     ACTIVATIONS,
+    FINAL_NORMS,
     MAX_TOKENIZER_BYTES,
+    check_special_ids,
     checkpoint_from_state,
     hf_weights,
     marian_state,
+    optional_object,
     read_bounded,
     read_json,
     regular_file,
@@ -40,7 +43,6 @@ LANGUAGE_CODES = {
     ).split(),
     "wmt21": "en ha is ja cs ru zh de".split(),
 }
-FINAL_NORMS = {"model.encoder.layer_norm": "encoder_norm", "model.decoder.layer_norm": "decoder_norm"}
 
 
 def m2m100_config(hf: dict[str, Any], vocabulary_size: int, tokenizer: Tokenizer) -> TransformerConfig:
@@ -90,12 +92,7 @@ def import_m2m100(
         config = m2m100_config(hf_config, tokenizer.vocab_size, tokenizer)
     except (ConfigError, TypeError, ValueError, OverflowError) as error:
         raise CheckpointError(f"{directory.name}: config.json: {str(error)[:200]}") from None
-    ids = (config.pad_id, config.bos_id, config.eos_id)
-    if ids != (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id):
-        raise CheckpointError(
-            f"config.json's pad/bos/eos ids {'/'.join(map(str, ids))} are not vocab.json's <pad>/<s>/</s> "
-            f"{tokenizer.pad_id}/{tokenizer.bos_id}/{tokenizer.eos_id}"
-        )
+    check_special_ids(config, tokenizer, "vocab.json")
     metadata = {"languages": pair, "imported": {"from": "Hugging Face M2M100", "directory": directory.name}}
     state = marian_state(hf_weights(directory), config, FINAL_NORMS)
     return checkpoint_from_state(config, state, tokenizer, metadata, device)
@@ -107,9 +104,7 @@ def languages_of(directory: Path) -> list[str]:
 
 
 def _tokenizer_settings(directory: Path) -> dict[str, Any]:
-    settings = read_json(directory, "tokenizer_config.json") if regular_file(directory, "tokenizer_config.json") else {}
-    if not isinstance(settings, dict):
-        raise CheckpointError(f"{directory.name}: tokenizer_config.json is not an object")
+    settings = optional_object(directory, "tokenizer_config.json")
     if settings.get("tokenizer_class", "M2M100Tokenizer") != "M2M100Tokenizer":
         raise CheckpointError(
             f"{directory.name}: the tokenizer {str(settings.get('tokenizer_class'))[:40]} is not read yet (M2M100's "

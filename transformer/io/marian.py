@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from transformer.io.checkpoint import Checkpoint, CheckpointError, model_from_tensors
 from transformer.io.header import DTYPE_BYTES, read_file_header
 from transformer.model.config import ConfigError, TransformerConfig
-from transformer.text.tokenizer import Tokenizer, TokenizerError
+from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
 EMBEDDINGS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
@@ -38,6 +38,7 @@ LAYER_PARTS = {
     "fc2": {"encoder": "feed_forward.outer", "decoder": "feed_forward.outer"},
     "final_layer_norm": {"encoder": "ff_block.norm", "decoder": "ff_block.norm"},
 }
+FINAL_NORMS = {"model.encoder.layer_norm": "encoder_norm", "model.decoder.layer_norm": "decoder_norm"}  # pre-norm's
 LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.([a-z_0-9]+)\.(.+)")
 # The most any file of a directory is read to, before anything is parsed: a config a few KB, a vocabulary of
 # 250k pieces about 10 MB. A link to /dev/zero, a named pipe or a 5 GB "config" is refused, not read.
@@ -87,6 +88,24 @@ def read_json(directory: Path, name: str, limit: int = MAX_JSON_BYTES) -> Any:
         raise CheckpointError(f"{name} in {directory.name} is nested too deeply to be a model's file") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CheckpointError(f"{name} in {directory.name} is not JSON: {str(error)[:120]}") from None
+
+
+def optional_object(directory: Path, name: str) -> dict[str, Any]:
+    """A JSON object file the directory may hold (tokenizer_config.json, generation_config.json); {} when absent."""
+    value = read_json(directory, name) if regular_file(directory, name) else {}
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{directory.name}: {name} is not an object")
+    return value
+
+
+def check_special_ids(config: TransformerConfig, tokenizer: TokenizerBase, source: str) -> None:
+    """config.json's pad, bos and eos ids must be the tokenizer's <pad>, <s> and </s> (read from `source`)."""
+    ids = (config.pad_id, config.bos_id, config.eos_id)
+    if ids != (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id):
+        raise CheckpointError(
+            f"config.json's pad/bos/eos ids {'/'.join(map(str, ids))} are not {source}'s <pad>/<s>/</s> "
+            f"{tokenizer.pad_id}/{tokenizer.bos_id}/{tokenizer.eos_id}"
+        )
 
 
 def marian_config_json(path: Path) -> dict[str, Any] | None:

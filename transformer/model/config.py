@@ -74,6 +74,8 @@ class TransformerConfig:
     position_offset: int = 0
     # v3: sinusoid frequencies 10000^(-2i/d) (the paper's) or 10000^(-i/(k-1)) with k = ceil(d/2) (tensor2tensor's)
     sinusoid_frequencies: Literal["paper", "tensor2tensor"] = "paper"
+    # v4: a layer norm on each side's embedded, position-encoded input (BART's and mBART's layernorm_embedding)
+    embedding_norm: bool = False
 
     def __post_init__(self) -> None:
         for name, kind in typing.get_type_hints(TransformerConfig).items():
@@ -152,6 +154,9 @@ class TransformerConfig:
             shapes["tgt_embed.lookup.weight"] = (self.tgt_vocab_size, d)
         if self.positional == "learned":
             shapes["src_position.table"] = shapes["tgt_position.table"] = (self.position_offset + self.max_len, d)
+        if self.embedding_norm:
+            norm("src_position.norm")
+            norm("tgt_position.norm")
         for i in range(self.n_encoder_layers):
             block(f"encoder_layers.{i}", ("self_attn",), ("attn_block", "ff_block"))
         for i in range(self.n_decoder_layers):

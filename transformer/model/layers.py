@@ -54,7 +54,8 @@ class Embeddings(nn.Module):
 
 
 class PositionalEncoding(nn.Module):
-    """Adds position information: the fixed sinusoids of section 3.5, or a learned table."""
+    """Adds position information: the fixed sinusoids of section 3.5, or a learned table; then, where the config
+    says so, a layer norm (BART's and mBART's embedding norm)."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -68,6 +69,7 @@ class PositionalEncoding(nn.Module):
         else:
             table = self._sinusoids(min(rows, PRECOMPUTED_POSITIONS), config.d_model)
             self.register_buffer("table", table, persistent=False)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
 
     def _sinusoids(self, end: int, d_model: int, start: int = 0) -> torch.Tensor:
@@ -76,9 +78,9 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """x (B, T, d_model) at positions offset .. offset + T - 1; offset a (B,) tensor gives each row its own."""
         if isinstance(offset, int):
-            return self.dropout(x + self.rows(offset, x.size(1)))
+            return self.dropout(self.norm(x + self.rows(offset, x.size(1))))
         positions = offset[:, None] + torch.arange(x.size(1), device=offset.device)
-        return self.dropout(x + self.rows(0, int(positions.max()) + 1)[positions])
+        return self.dropout(self.norm(x + self.rows(0, int(positions.max()) + 1)[positions]))
 
     def rows(self, offset: int, length: int) -> torch.Tensor:
         """The encodings of positions offset .. offset + length - 1 (table rows from position_offset on):

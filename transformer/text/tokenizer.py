@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import bisect
+import copy
 import io
 import os
 import re
 from collections.abc import Iterable
+from typing import Self
 
 import sentencepiece as spm
 
@@ -22,7 +24,97 @@ class TokenizerError(ValueError):
     """A tokenizer model that cannot be loaded or does not fit its checkpoint."""
 
 
-class Tokenizer:
+class TokenizerBase:
+    """What every tokenizer layout shares: the piece of each id, the special ids, a language pair's codes."""
+
+    pieces: list[str]
+    piece_ids: dict[str, int]
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+
+    def _special_ids_from_pieces(self) -> None:
+        """pad, unk and eos are the ids of <pad>, <unk> and </s>; bos that of <s>, or pad's where there is none
+        (Marian's and T5's decoders start from pad)."""
+        self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
+        if len(self.piece_ids) != len(self.pieces):
+            raise TokenizerError("the vocabulary repeats a piece")
+        missing = [piece for piece in ("<pad>", "<unk>", "</s>") if piece not in self.piece_ids]
+        if missing:
+            raise TokenizerError(f"the vocabulary lacks {', '.join(missing)}")
+        self.pad_id, self.unk_id, self.eos_id = (self.piece_ids[p] for p in ("<pad>", "<unk>", "</s>"))
+        self.bos_id = self.piece_ids.get("<s>", self.pad_id)
+
+    def _set_prefixes(self, source_prefix: str | None, target_prefix: str | None) -> None:
+        """A language-pair model's codes (M2M100's, mBART-50's): the source's starts every source, the target's
+        every output."""
+        self.source_prefix, self.target_prefix = source_prefix, target_prefix
+        unknown = [p for p in (source_prefix, target_prefix) if p is not None and p not in self.piece_ids]
+        if unknown:
+            raise TokenizerError(f"the language code {unknown[0][:40]!r} is not a piece of the vocabulary")
+        self.source_prefix_ids = [] if source_prefix is None else [self.piece_ids[source_prefix]]
+        self.target_prefix_ids = [] if target_prefix is None else [self.piece_ids[target_prefix]]
+
+    def with_prefixes(self, source_prefix: str | None, target_prefix: str | None) -> Self:
+        """This tokenizer for another language pair (the same pieces and model, other codes)."""
+        other = copy.copy(self)
+        other._set_prefixes(source_prefix, target_prefix)
+        return other
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self.pieces[token_id]
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of the pieces of any str (a source's eos and a language pair's codes are added by the caller)."""
+        raise NotImplementedError
+
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        raise NotImplementedError
+
+    def encode_words(self, text: str) -> tuple[list[int], list[range]]:
+        """encode(text), and for each piece the whitespace-separated words of text it belongs to (word_ranges)."""
+        raise NotImplementedError
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ids, with special ids (padding, bos, eos, language codes) left out."""
+        raise NotImplementedError
+
+    def unknown_parts(self, text: str) -> list[str]:
+        """The distinct parts of text read as the unknown token."""
+        raise NotImplementedError
+
+    def identity(self) -> tuple:
+        """Everything that decides the ids of a text."""
+        raise NotImplementedError
+
+    def same_as(self, other: TokenizerBase) -> bool:
+        """Whether two tokenizers give the same ids for every text (so their models' outputs compare)."""
+        return type(self) is type(other) and self.identity() == other.identity()
+
+
+def word_ranges(text: str, spans: Iterable[tuple[int, int]]) -> list[range]:
+    """For each piece's character span of text, the whitespace-separated words of text it belongs to.
+
+    A piece belongs to the words its non-space characters lie in, a piece that is only spaces (a word-start mark)
+    to the word after it.
+    """
+    starts = [m.start() for m in re.finditer(r"\S+", text)]
+    words = []
+    for begin, end in spans:
+        seen = text[begin:end]
+        core = seen.strip()
+        first = begin + seen.index(core) if core else end
+        last = first + len(core) - 1 if core else end
+        words.append(range(max(0, bisect.bisect_right(starts, first) - 1), bisect.bisect_right(starts, last)))
+    return words
+
+
+class Tokenizer(TokenizerBase):
     """Text <-> ids and pieces with SentencePiece, in one of two layouts.
 
     Joint (this project's): one SentencePiece model, a piece's id its index in the model. With a
@@ -49,30 +141,13 @@ class Tokenizer:
                 raise TokenizerError(f"not a SentencePiece model: {str(error)[:200]}") from None
             self.pad_id, self.unk_id = self.processor.pad_id(), self.processor.unk_id()
             self.bos_id, self.eos_id = self.processor.bos_id(), self.processor.eos_id()
-            self.piece_ids: dict[str, int] = {}
+            self.piece_ids = {}
         else:
             self.pieces = list(vocabulary)
-            self.piece_ids = {piece: i for i, piece in enumerate(self.pieces)}
-            if len(self.piece_ids) != len(self.pieces):
-                raise TokenizerError("the vocabulary repeats a piece")
-            missing = [piece for piece in ("<pad>", "<unk>", "</s>") if piece not in self.piece_ids]
-            if missing:
-                raise TokenizerError(f"the vocabulary lacks {', '.join(missing)}")
-            self.pad_id, self.unk_id, self.eos_id = (self.piece_ids[p] for p in ("<pad>", "<unk>", "</s>"))
-            self.bos_id = self.piece_ids.get("<s>", self.pad_id)  # Marian has no <s>: its decoder starts from pad
-        # A language-pair model's (M2M100's) codes: the source's starts every source, the target's every output.
-        self.source_prefix, self.target_prefix = source_prefix, target_prefix
-        unknown = [p for p in (source_prefix, target_prefix) if p is not None and p not in self.piece_ids]
-        if unknown:
-            raise TokenizerError(f"the language code {unknown[0][:40]!r} is not a piece of the vocabulary")
-        self.source_prefix_ids = [] if source_prefix is None else [self.piece_ids[source_prefix]]
-        self.target_prefix_ids = [] if target_prefix is None else [self.piece_ids[target_prefix]]
+            self._special_ids_from_pieces()
+        self._set_prefixes(source_prefix, target_prefix)
         # Language codes are tokens, not text: decode() leaves them out (a code of M2M100's is __fr__).
         self.code_ids = frozenset(i for i, piece in enumerate(self.pieces) if LANGUAGE_CODE.fullmatch(piece))
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.pieces)
 
     def encode(self, text: str) -> list[int]:
         """Ids of any str: a lone surrogate (an undecodable byte under surrogateescape) becomes U+FFFD first."""
@@ -86,23 +161,20 @@ class Tokenizer:
         """encode(text), and for each piece the whitespace-separated words of text it belongs to (an empty range for a
         language code): how the pieces of a sentence meet words that someone else tokenized, e.g. gold alignments.
 
-        SentencePiece gives each piece the byte span of the text it came from; a piece belongs to the words its
-        non-space bytes lie in, a piece that is only the word-start mark to the word after it. A piece is one word
-        or part of one, except the unknown piece that stands for several unknown words in a row ("<unk>" for
+        SentencePiece gives each piece the byte span of the text it came from, read here as a span of characters
+        (word_ranges says how a span meets words). A piece is one word or part of one, except the unknown piece that stands for several unknown words in a row ("<unk>" for
         "ten ten" in a vocabulary of digits' names); every word has at least one piece.
         """
         code, rest = self._split_code(text)
         data = rest.encode()
-        starts = [len(rest[: m.start()].encode()) for m in re.finditer(r"\S+", rest)]  # byte offsets, as str.split
-        ids, words = [] if code is None else [self.piece_ids.get(code, self.unk_id)], [] if code is None else [range(0)]
-        for piece in self.processor.EncodeAsProto(rest).pieces:
-            ids.append(piece.id if self.vocabulary is None else self.piece_ids.get(piece.piece, self.unk_id))
-            seen = data[piece.begin : piece.end].decode()
-            core = seen.strip()
-            first = piece.begin + len(seen[: seen.index(core)].encode()) if core else piece.end
-            last = first + len(core.encode()) - 1 if core else piece.end
-            words.append(range(max(0, bisect.bisect_right(starts, first) - 1), bisect.bisect_right(starts, last)))
-        return ids, words
+        char_at = [i for i, character in enumerate(rest) for _ in character.encode()] + [len(rest)]  # byte -> char
+        proto = self.processor.EncodeAsProto(rest).pieces
+        ids = [] if code is None else [self.piece_ids.get(code, self.unk_id)]
+        ids += [
+            piece.id if self.vocabulary is None else self.piece_ids.get(piece.piece, self.unk_id) for piece in proto
+        ]
+        words = word_ranges(rest, [(char_at[min(p.begin, len(data))], char_at[min(p.end, len(data))]) for p in proto])
+        return ids, ([] if code is None else [range(0)]) + words
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """encode() of each text; a joint model encodes them on every core at once (a million lines in seconds)."""
@@ -128,9 +200,6 @@ class Tokenizer:
         # is, word-start mark included: MarianTokenizer.decode turns every mark left into a space, and so do we.
         return self.target_processor.DecodePieces([self.pieces[i] for i in kept]).replace("\u2581", " ").strip()
 
-    def id_to_piece(self, token_id: int) -> str:
-        return self.pieces[token_id]
-
     def unknown_parts(self, text: str) -> list[str]:
         """The distinct parts of text read as the unknown token, as the whole text is split.
 
@@ -145,11 +214,8 @@ class Tokenizer:
         ]
         return [part for part in dict.fromkeys(parts) if part]
 
-    def same_as(self, other: Tokenizer) -> bool:
-        """Whether two tokenizers give the same ids for every text (so their models' outputs compare)."""
-        return (self.model_proto, self.target_proto, self.vocabulary, self.source_prefix, self.target_prefix) == (
-            other.model_proto, other.target_proto, other.vocabulary, other.source_prefix, other.target_prefix,
-        )  # fmt: skip
+    def identity(self) -> tuple:
+        return self.model_proto, self.target_proto, self.vocabulary, self.source_prefix, self.target_prefix
 
 
 def _processor(model_proto: bytes) -> spm.SentencePieceProcessor:

@@ -1,0 +1,222 @@
+"""Hugging Face BART and mBART-50 models, imported: logits, every attention map and greedy output equal
+transformers' own.
+
+Offline: small random models and tokenizers trained here (a byte-level BPE for BART, a SentencePiece unigram model
+for mBART-50) are saved the way Hugging Face saves them; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import torch
+from helpers import assert_same_as_transformers, make_sentences
+from tokenizers import ByteLevelBPETokenizer
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    BartTokenizer,
+    MBart50Tokenizer,
+    MBartConfig,
+    MBartForConditionalGeneration,
+)
+
+from transformer.decoding.greedy import decode
+from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.translate import translate_texts
+from transformer.io.bart import import_bart, languages_of
+from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from transformer.io.hugging_face import import_hf
+
+SENTENCES = ["the red dog runs.", "a woman jumps in the blue park", "le chien rouge court!"]
+CORPUS = [" ".join(s.split()) for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme!"] * 20
+SIZES = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+             encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=1, bos_token_id=0,
+             eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
+
+
+def _save_random(model_class, config, directory, rare_from: int | None = None, forced: int | None = None) -> None:
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    model.generation_config.forced_bos_token_id = forced  # where transformers 5 keeps it (4 kept it in config.json)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.3)  # far from the initial values: every weight matters
+        if rare_from is not None:
+            model.model.shared.weight[rare_from:] *= 0.1  # language codes: rarely chosen, so outputs hold text
+    model.save_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def mbart_dir(tmp_path_factory):
+    """A saved random mBART-50 model (pre-norm, final and embedding norms, learned positions from row 2) with its
+    tokenizer, en_XX→fr_XX."""
+    directory = tmp_path_factory.mktemp("mbart50-tiny")
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.Train(sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=60,
+                                   character_coverage=1.0, hard_vocab_limit=False, minloglevel=2)  # fmt: skip
+    (directory / "sentencepiece.bpe.model").write_bytes(buffer.getvalue())
+    tokenizer = MBart50Tokenizer.from_pretrained(directory, src_lang="en_XX", tgt_lang="fr_XX")
+    (directory / "sentencepiece.bpe.model").unlink()
+    tokenizer.save_pretrained(directory)
+    config = MBartConfig(vocab_size=len(tokenizer), activation_function="gelu", scale_embedding=True, **SIZES)
+    _save_random(MBartForConditionalGeneration, config, directory, rare_from=tokenizer.convert_tokens_to_ids("ar_AR"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def bart_dir(tmp_path_factory):
+    """A saved random BART model (post-norm, embedding norms, learned positions from row 2) with a byte-level BPE."""
+    directory = tmp_path_factory.mktemp("bart-tiny")
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(CORPUS, vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.save_model(str(directory))
+    BartTokenizer.from_pretrained(directory).save_pretrained(directory)
+    config = BartConfig(vocab_size=bpe.get_vocab_size(), activation_function="gelu", **SIZES)
+    _save_random(BartForConditionalGeneration, config, directory, forced=0)
+    return directory
+
+
+FAMILIES = {
+    "mbart": (MBartForConditionalGeneration, MBart50Tokenizer, "fr_XX"),
+    "bart": (BartForConditionalGeneration, BartTokenizer, None),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def family(request, mbart_dir, bart_dir):
+    """(name, directory, transformers' model, its tokenizer, the forced first output token's id)."""
+    model_class, tokenizer_class, target = FAMILIES[request.param]
+    directory = {"mbart": mbart_dir, "bart": bart_dir}[request.param]
+    model = model_class.from_pretrained(directory, attn_implementation="eager").eval()
+    tokenizer = tokenizer_class.from_pretrained(directory)
+    forced = model.generation_config.forced_bos_token_id if target is None else tokenizer.convert_tokens_to_ids(target)
+    return request.param, directory, model, tokenizer, forced
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_logits_and_every_attention_map_equal_transformers(family, sentence):
+    _, directory, hf_model, hf_tokenizer, forced = family
+    ours = import_hf(directory)
+    src_ids = hf_tokenizer(sentence)["input_ids"]
+    result = decode(ours.model, ours.tokenizer, sentence)
+    assert result.src_ids == src_ids  # <s> or en_XX, the same pieces and ids, </s>
+    decoder_input = [ours.config.start_id, forced, 12, 5, 9]
+    assert_same_as_transformers(ours.model, hf_model, src_ids, decoder_input, layers=2)
+
+
+@pytest.mark.parametrize("sentence", SENTENCES)
+def test_greedy_decoding_equals_generate_with_the_forced_first_token(family, sentence):
+    _, directory, hf_model, hf_tokenizer, forced = family
+    ours = import_hf(directory)
+    result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
+    with torch.no_grad():
+        generated = hf_model.generate(torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1,
+                                      do_sample=False, max_new_tokens=12, forced_bos_token_id=forced,
+                                      forced_eos_token_id=None)[0].tolist()  # fmt: skip  # ours stops, not forces
+    assert [ours.config.start_id, *result.tgt_ids] == generated and result.tgt_ids[0] == forced
+    assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
+    # the batched translation (the CLI's and Corpus') and beam search force the first token too
+    assert translate_texts(ours.model, ours.tokenizer, [sentence], DecodeSettings(max_new_tokens=12)) == [result.text]
+    beam = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(strategy="beam", beam_width=3))
+    assert beam.tgt_ids[0] == forced
+
+
+def test_the_imported_file_round_trips_and_follows_the_format(family, tmp_path):
+    from numpy_reference import ReferenceModel
+
+    name, directory, *_ = family
+    imported = import_hf(directory)
+    save_checkpoint(tmp_path / "model.safetensors", imported.model, imported.tokenizer)
+    loaded = load_checkpoint(tmp_path / "model.safetensors")
+    assert (loaded.config.embedding_norm, loaded.config.position_offset) == (True, 2)
+    assert loaded.config.norm_first == (name == "mbart")
+    assert loaded.tokenizer.same_as(imported.tokenizer)
+    for sentence in SENTENCES:
+        reference = ReferenceModel(str(tmp_path / "model.safetensors")).greedy(sentence)
+        result = decode(loaded.model, loaded.tokenizer, sentence)
+        assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
+        for kind in ("encoder_self", "decoder_self", "cross"):
+            np.testing.assert_allclose(reference[kind], getattr(result, kind).numpy(), atol=1e-5)
+
+
+def test_words_of_pieces_follow_the_text(family):
+    _, directory, *_ = family
+    tokenizer = import_hf(directory).tokenizer
+    ids, words = tokenizer.encode_words("the red dog runs.")
+    assert ids == tokenizer.encode("the red dog runs.")
+    assert words[0] == range(0, 1) and words[-1] == range(3, 4)  # "the" ... "runs." (its full stop too)
+    assert sorted({w for r in words for w in r}) == [0, 1, 2, 3]
+
+
+def test_mbart_languages_are_listed_and_chosen(mbart_dir):
+    codes = languages_of(mbart_dir)
+    assert {"en_XX", "fr_XX", "de_DE"} <= set(codes) and len(codes) == 52
+    german = import_bart(mbart_dir, target_language="de_DE")
+    result = decode_text(german.model, german.tokenizer, SENTENCES[0], DecodeSettings(max_new_tokens=6))
+    assert result.tgt_pieces[0] == "de_DE" and "de_DE" not in result.text
+    with pytest.raises(CheckpointError, match="no language code 'xx_XX'; the model knows ar_AR, "):
+        import_bart(mbart_dir, target_language="xx_XX")
+
+
+def test_bart_reads_vocab_and_merges_when_there_is_no_tokenizer_json(bart_dir, tmp_path):
+    copy = tmp_path / "bart-files"
+    shutil.copytree(bart_dir, copy)
+    (copy / "tokenizer.json").unlink()
+    from_files, from_json = import_hf(copy).tokenizer, import_hf(bart_dir).tokenizer
+    for sentence in SENTENCES:
+        assert from_files.encode(sentence) == from_json.encode(sentence)
+        assert from_files.decode(from_files.encode(sentence)) == sentence
+
+
+def test_what_cannot_be_read_is_one_clear_line(mbart_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(mbart_dir, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config | {"decoder_layers": 3}))  # lies about its tensors
+    with pytest.raises(CheckpointError, match="the weights do not fit the config: decoder_layers.2"):
+        import_hf(broken)
+    (broken / "config.json").write_text(json.dumps(config))
+    settings = json.loads((broken / "tokenizer_config.json").read_text())
+    (broken / "tokenizer_config.json").write_text(json.dumps(settings | {"tokenizer_class": "MBartTokenizer"}))
+    with pytest.raises(CheckpointError, match="mBART's puts the language code after the text"):
+        import_hf(broken)
+    (broken / "tokenizer_config.json").write_text(json.dumps(settings))
+    (broken / "tokenizer.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not a tokenizer.json"):
+        import_hf(broken)
+    (broken / "tokenizer.json").unlink()
+    with pytest.raises(CheckpointError, match="lacks the tokenizer file"):
+        import_hf(broken)
+
+
+def test_a_bart_directory_among_the_checkpoints_works_on_every_page(bart_dir, tmp_path, monkeypatch):
+    from test_marian import open_on_every_page
+
+    open_on_every_page(bart_dir, tmp_path, monkeypatch, f"{bart_dir.name} · Hugging Face BART")
+
+
+def test_an_mbart_directory_works_on_every_page_and_translates_into_the_language_chosen(mbart_dir, tmp_path,
+                                                                                          monkeypatch):  # fmt: skip
+    from test_marian import open_on_every_page
+
+    at = open_on_every_page(mbart_dir, tmp_path, monkeypatch, f"{mbart_dir.name} · Hugging Face mBART-50")
+    into = at.selectbox(key="widget_target_language")
+    assert into.value == "fr_XX" and {"de_DE", "fr_XX"} <= set(into.options)
+    assert at.session_state.result.tgt_pieces[0] == "fr_XX"
+    at = into.set_value("de_DE").run()  # no new click: the sentence is translated again, into German
+    assert not at.exception and at.session_state.result.tgt_pieces[0] == "de_DE"
+    sidebar = " ".join(caption.value for caption in at.sidebar.caption)
+    assert r"translating en\_XX→de\_DE" in sidebar  # markdown-escaped
+    assert at.query_params["into"] == "de_DE"
+    from helpers import start
+
+    linked = start({"ckpt": mbart_dir.name, "into": "de_DE", "text": "the red dog runs"})  # the link opens that pair
+    assert not linked.exception and linked.session_state.result.tgt_pieces[0] == "de_DE"
+    at = at.selectbox(key="widget_checkpoint").set_value("en-fr").run()  # a model without languages: no chooser
+    assert not at.exception and "widget_target_language" not in [box.key for box in at.selectbox]

@@ -1,0 +1,164 @@
+"""Hugging Face BART and mBART-50 models in this project's format, read from the saved files alone.
+
+Both families add learned positions from row 2 on and put a layer norm on the embedded input (FORMAT.md's
+`embedding_norm`), with GELU; mBART is pre-norm with a final layer norm on each side, BART post-norm. Their
+tokenizers are read from `tokenizer.json` with the `tokenizers` library (BART's byte-level BPE may instead come as
+`vocab.json` and `merges.txt`). A BART source is `<s> … </s>` and its output is forced to start with
+`forced_bos_token_id` (config.json's, or generation_config.json's), `<s>` in bart-large; an mBART-50 source starts with its language's code (`en_XX`) and its output with the
+target's, as M2M100's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import ByteLevelBPETokenizer
+
+from transformer.io.checkpoint import Checkpoint, CheckpointError
+from transformer.io.marian import (
+    ACTIVATIONS,
+    FINAL_NORMS,
+    MAX_TOKENIZER_BYTES,
+    check_special_ids,
+    checkpoint_from_state,
+    hf_weights,
+    marian_state,
+    optional_object,
+    read_bounded,
+    read_json,
+    regular_file,
+    shape_fields,
+    shape_problems,
+)
+from transformer.model.config import ConfigError, TransformerConfig
+from transformer.text.json_tokenizer import JsonTokenizer
+from transformer.text.tokenizer import TokenizerError
+
+FAMILIES = {"bart": "BART", "mbart": "mBART-50"}
+POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's: rows 0 and 1 are never read
+SIDE_NORMS = {
+    "model.encoder.layernorm_embedding": "src_position.norm",
+    "model.decoder.layernorm_embedding": "tgt_position.norm",
+}
+POSITION_TABLES = {
+    "model.encoder.embed_positions.weight": "src_position.table",
+    "model.decoder.embed_positions.weight": "tgt_position.table",
+}
+BART_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+
+def bart_config(hf: dict[str, Any], tokenizer: JsonTokenizer) -> TransformerConfig:
+    """This project's config for a BART or mBART `config.json`; ConfigError naming what it cannot express."""
+    unsupported = shape_problems(hf)
+    if not hf.get("tie_word_embeddings", True):
+        unsupported.append("an output layer not tied to the embeddings")
+    if hf.get("vocab_size") != tokenizer.vocab_size:
+        unsupported.append(f"{hf.get('vocab_size')!r} tokens against the tokenizer's {tokenizer.vocab_size}")
+    if unsupported:
+        raise ConfigError(f"this {FAMILIES[hf['model_type']]} model has {', '.join(unsupported)}, which this format "
+                          "cannot hold")  # fmt: skip
+    eos = hf.get("eos_token_id")
+    return TransformerConfig(
+        **shape_fields(hf, tokenizer.vocab_size),
+        pad_id=hf.get("pad_token_id"),
+        unk_id=tokenizer.unk_id,
+        bos_id=hf.get("bos_token_id"),
+        eos_id=eos,
+        norm_first=hf["model_type"] == "mbart",
+        positional="learned",
+        position_offset=POSITION_OFFSET,
+        embedding_norm=True,
+        activation=ACTIVATIONS[hf["activation_function"]],
+        scale_embedding=bool(hf.get("scale_embedding", False)),
+        decoder_start_id=hf.get("decoder_start_token_id") if hf.get("decoder_start_token_id") is not None else eos,
+    )
+
+
+def import_bart(
+    directory: str | Path,
+    device: torch.device | str = "cpu",
+    source_language: str | None = None,
+    target_language: str | None = None,
+) -> Checkpoint:
+    """A BART or mBART-50 model directory as a checkpoint of this project; an mBART-50 one translating between the
+    languages given (by default tokenizer_config.json's src_lang and tgt_lang)."""
+    directory = Path(directory)
+    hf_config = read_json(directory, "config.json")
+    kind = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    if kind not in FAMILIES:
+        raise CheckpointError(f"{directory} is not a Hugging Face BART or mBART model directory (model_type bart or "
+                              "mbart)")  # fmt: skip
+    settings = optional_object(directory, "tokenizer_config.json")
+    tokenizer = _json_tokenizer(directory, _tokenizer_json(directory, kind))
+    if kind == "mbart":
+        if settings.get("tokenizer_class", "MBart50Tokenizer") != "MBart50Tokenizer":
+            raise CheckpointError(f"{directory.name}: the tokenizer {str(settings.get('tokenizer_class'))[:40]} is not "
+                                  "read (mBART's puts the language code after the text; mBART-50's before it is)")  # fmt: skip
+        pair = {"src": source_language or settings.get("src_lang"), "tgt": target_language or settings.get("tgt_lang")}
+        unknown = [str(code)[:20] for code in pair.values() if tokenizer.piece_ids.get(code) not in tokenizer.code_ids]
+        if unknown:
+            codes = ", ".join(tokenizer.pieces[i] for i in sorted(tokenizer.code_ids))
+            raise CheckpointError(f"{directory.name}: no language code {unknown[0]!r}; the model knows {codes}")
+        tokenizer = tokenizer.with_prefixes(pair["src"], pair["tgt"])
+        metadata: dict[str, Any] = {"languages": pair}
+    else:
+        forced = _forced_first_token(directory, hf_config)
+        target = tokenizer.pieces[forced] if isinstance(forced, int) and 0 <= forced < tokenizer.vocab_size else None
+        tokenizer = tokenizer.with_prefixes("<s>" if "<s>" in tokenizer.piece_ids else None, target)
+        metadata = {}
+    try:
+        config = bart_config(hf_config, tokenizer)
+    except (ConfigError, TypeError, ValueError, OverflowError) as error:
+        raise CheckpointError(f"{directory.name}: config.json: {str(error)[:200]}") from None
+    check_special_ids(config, tokenizer, "the tokenizer")
+    weights = hf_weights(directory)
+    state = marian_state(weights, config, SIDE_NORMS | (FINAL_NORMS if config.norm_first else {}))
+    state |= {ours: weights[theirs] for theirs, ours in POSITION_TABLES.items() if theirs in weights}
+    metadata["imported"] = {"from": f"Hugging Face {FAMILIES[kind]}", "directory": directory.name}
+    return checkpoint_from_state(config, state, tokenizer, metadata, device)
+
+
+def _forced_first_token(directory: Path, hf_config: dict[str, Any]) -> Any:
+    """forced_bos_token_id: config.json's (transformers 4 wrote it there), else generation_config.json's."""
+    if "forced_bos_token_id" in hf_config:
+        return hf_config["forced_bos_token_id"]
+    return optional_object(directory, "generation_config.json").get("forced_bos_token_id")
+
+
+def languages_of(directory: Path) -> list[str]:
+    """The language codes an mBART-50 directory's tokenizer knows (for choosing a pair); none for BART."""
+    if read_json(directory, "config.json").get("model_type") != "mbart":
+        return []
+    tokenizer = _json_tokenizer(directory, _tokenizer_json(directory, "mbart"))
+    return [tokenizer.pieces[i] for i in sorted(tokenizer.code_ids)]
+
+
+def _tokenizer_json(directory: Path, kind: str) -> str:
+    """tokenizer.json's text, or for BART one made from vocab.json and merges.txt by `tokenizers`."""
+    if regular_file(directory, "tokenizer.json") is not None:
+        try:
+            return read_bounded(directory, "tokenizer.json", MAX_TOKENIZER_BYTES).decode()
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{directory.name}: tokenizer.json is not UTF-8 text") from None
+    if kind != "bart" or regular_file(directory, "vocab.json") is None or regular_file(directory, "merges.txt") is None:
+        wanted = "tokenizer.json, or vocab.json and merges.txt" if kind == "bart" else "tokenizer.json"
+        raise CheckpointError(f"{directory} lacks the tokenizer file(s) {wanted} (the tokenizer's save_pretrained "
+                              "writes them)")  # fmt: skip
+    for name in ("vocab.json", "merges.txt"):
+        read_bounded(directory, name, MAX_TOKENIZER_BYTES)  # refuses a file too large before the library reads it
+    try:
+        bpe = ByteLevelBPETokenizer(str(directory / "vocab.json"), str(directory / "merges.txt"), trim_offsets=True)
+    except Exception as error:  # tokenizers raises plain Exception for a malformed file
+        raise CheckpointError(f"{directory.name}: vocab.json and merges.txt are not a BPE tokenizer: "
+                              f"{str(error)[:150]}") from None  # fmt: skip
+    bpe.add_special_tokens(BART_SPECIALS)
+    return bpe.to_str()
+
+
+def _json_tokenizer(directory: Path, json_text: str) -> JsonTokenizer:
+    try:
+        return JsonTokenizer(json_text)
+    except TokenizerError as error:
+        raise CheckpointError(f"{directory.name}: invalid tokenizer files: {str(error)[:200]}") from None
