@@ -45,7 +45,13 @@ def m2m_dir(tmp_path_factory):
     tokenizer = M2M100Tokenizer(str(directory / "vocab.json"), str(directory / "sentencepiece.bpe.model"),
                                 src_lang="en", tgt_lang="fr")  # fmt: skip
     tokenizer.save_pretrained(directory)
-    config = M2M100Config(vocab_size=len(vocabulary) + 100 + 8, d_model=16, encoder_layers=2, decoder_layers=2,
+    return _save_random_model(directory, len(vocabulary) + 100 + 8, codes_from=len(vocabulary))
+
+
+def _save_random_model(directory, vocab_size: int, codes_from: int):
+    """A small random M2M100 model saved beside its tokenizer, the ids from codes_from on (language codes, unused
+    rows) rarely chosen so that outputs hold text."""
+    config = M2M100Config(vocab_size=vocab_size, d_model=16, encoder_layers=2, decoder_layers=2,
                           encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
                           max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
                           decoder_start_token_id=2)  # fmt: skip
@@ -54,7 +60,7 @@ def m2m_dir(tmp_path_factory):
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.3)  # far from the initial values: every weight matters
-        model.model.shared.weight[len(vocabulary) :] *= 0.1  # language codes: rarely chosen, so outputs hold text
+        model.model.shared.weight[codes_from:] *= 0.1
     model.save_pretrained(directory)
     return directory
 
@@ -165,3 +171,79 @@ def test_an_m2m100_directory_among_the_checkpoints_works_on_every_page(m2m_dir, 
     at = open_on_every_page(m2m_dir, tmp_path, monkeypatch, f"{m2m_dir.name} · Hugging Face M2M100")
     sidebar = " ".join(caption.value for caption in at.sidebar.caption)
     assert "Imported from Hugging Face M2M100, translating en→fr" in sidebar
+
+
+@pytest.fixture(scope="module")
+def nllb_dir(tmp_path_factory):
+    """A saved random NLLB-200 model (M2M100's class, two embedding rows past the tokens) with a BPE tokenizer.json
+    and the 202 language codes, eng_Latn→fra_Latn."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import NllbTokenizer
+
+    directory = tmp_path_factory.mktemp("nllb-tiny")
+    corpus = [" ".join(s.split()) + "." for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme!"] * 20
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
+    bpe.train_from_iterator(
+        corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+    )
+    bpe.model.save(str(directory))
+    merges = [tuple(line.split()) for line in (directory / "merges.txt").read_text().splitlines()[1:] if line]
+    vocabulary = json.loads((directory / "vocab.json").read_text())
+    for name in ("merges.txt", "vocab.json"):
+        (directory / name).unlink()
+    tokenizer = NllbTokenizer(vocab=vocabulary, merges=merges, src_lang="eng_Latn", tgt_lang="fra_Latn")
+    tokenizer.save_pretrained(directory)
+    return _save_random_model(directory, len(tokenizer) + 2, codes_from=len(vocabulary))
+
+
+@pytest.mark.parametrize("target", ["fra_Latn", "deu_Latn"])
+def test_nllb_equals_transformers_in_logits_maps_and_greedy_output(nllb_dir, target):
+    from transformers import NllbTokenizer
+
+    hf_model = M2M100ForConditionalGeneration.from_pretrained(nllb_dir, attn_implementation="eager").eval()
+    hf_tokenizer = NllbTokenizer.from_pretrained(nllb_dir, src_lang="eng_Latn", tgt_lang=target)
+    ours = import_hf(nllb_dir) if target == "fra_Latn" else import_m2m100(nllb_dir, target_language=target)
+    assert ours.metadata["imported"]["from"] == "Hugging Face NLLB-200"
+    assert ours.tokenizer.vocab_size == hf_model.config.vocab_size == len(hf_tokenizer) + 2
+    forced = hf_tokenizer.convert_tokens_to_ids(target)
+    for sentence in ("the red dog runs.", "a woman jumps in the blue park."):
+        src_ids = hf_tokenizer(sentence)["input_ids"]
+        assert decode(ours.model, ours.tokenizer, sentence).src_ids == src_ids  # eng_Latn, the pieces, </s>
+        assert_same_as_transformers(ours.model, hf_model, src_ids, [2, forced, 12, 5, 9], layers=2)
+        result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
+        with torch.no_grad():
+            generated = hf_model.generate(torch.tensor([src_ids]), num_beams=1, do_sample=False, max_new_tokens=12,
+                                          forced_bos_token_id=forced)[0].tolist()  # fmt: skip
+        assert [2, *result.tgt_ids] == generated and result.tgt_pieces[0] == target
+        assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
+
+
+def test_nllb_round_trips_through_the_format(nllb_dir, tmp_path):
+    from numpy_reference import ReferenceModel
+
+    imported = import_hf(nllb_dir)
+    save_checkpoint(tmp_path / "nllb.safetensors", imported.model, imported.tokenizer)
+    loaded = load_checkpoint(tmp_path / "nllb.safetensors")
+    assert loaded.tokenizer.same_as(imported.tokenizer) and loaded.tokenizer.target_prefix == "fra_Latn"
+    assert loaded.tokenizer.id_to_piece(loaded.tokenizer.vocab_size - 1) == "<unused1>"  # the rows past the tokens
+    reference = ReferenceModel(str(tmp_path / "nllb.safetensors")).greedy("the red dog runs.")
+    result = decode(loaded.model, loaded.tokenizer, "the red dog runs.")
+    assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
+    np.testing.assert_allclose(reference["cross"], result.cross.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["m2m", "nllb"])
+def test_a_vocab_size_far_past_the_tokens_is_refused_before_anything_is_built(family, m2m_dir, nllb_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(m2m_dir if family == "m2m" else nllb_dir, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config | {"vocab_size": 10**9}))  # a list of 10^9 names
+    with pytest.raises(CheckpointError, match="vocab_size 1000000000 does not fit the tokenizer's"):
+        import_hf(broken)
+    if family == "nllb":
+        (broken / "config.json").write_text(json.dumps(config))
+        settings = json.loads((broken / "tokenizer_config.json").read_text())
+        (broken / "tokenizer_config.json").write_text(json.dumps(settings | {"legacy_behaviour": True}))
+        with pytest.raises(CheckpointError, match="legacy_behaviour puts the language code after the text"):
+            import_hf(broken)

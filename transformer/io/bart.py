@@ -14,27 +14,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import ByteLevelBPETokenizer
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError
+from transformer.io.hf_tokenizers import read_tokenizer_json, with_language_pair
 from transformer.io.marian import (
     ACTIVATIONS,
     FINAL_NORMS,
-    MAX_TOKENIZER_BYTES,
     check_special_ids,
     checkpoint_from_state,
     hf_weights,
     marian_state,
     optional_object,
-    read_bounded,
     read_json,
-    regular_file,
     shape_fields,
     shape_problems,
 )
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.json_tokenizer import JsonTokenizer
-from transformer.text.tokenizer import TokenizerError
 
 FAMILIES = {"bart": "BART", "mbart": "mBART-50"}
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's: rows 0 and 1 are never read
@@ -46,7 +42,6 @@ POSITION_TABLES = {
     "model.encoder.embed_positions.weight": "src_position.table",
     "model.decoder.embed_positions.weight": "tgt_position.table",
 }
-BART_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 
 def bart_config(hf: dict[str, Any], tokenizer: JsonTokenizer) -> TransformerConfig:
@@ -91,17 +86,13 @@ def import_bart(
         raise CheckpointError(f"{directory} is not a Hugging Face BART or mBART model directory (model_type bart or "
                               "mbart)")  # fmt: skip
     settings = optional_object(directory, "tokenizer_config.json")
-    tokenizer = _json_tokenizer(directory, _tokenizer_json(directory, kind))
+    tokenizer = read_tokenizer_json(directory, byte_level_files=kind == "bart")
     if kind == "mbart":
         if settings.get("tokenizer_class", "MBart50Tokenizer") != "MBart50Tokenizer":
             raise CheckpointError(f"{directory.name}: the tokenizer {str(settings.get('tokenizer_class'))[:40]} is not "
                                   "read (mBART's puts the language code after the text; mBART-50's before it is)")  # fmt: skip
         pair = {"src": source_language or settings.get("src_lang"), "tgt": target_language or settings.get("tgt_lang")}
-        unknown = [str(code)[:20] for code in pair.values() if tokenizer.piece_ids.get(code) not in tokenizer.code_ids]
-        if unknown:
-            codes = ", ".join(tokenizer.pieces[i] for i in sorted(tokenizer.code_ids))
-            raise CheckpointError(f"{directory.name}: no language code {unknown[0]!r}; the model knows {codes}")
-        tokenizer = tokenizer.with_prefixes(pair["src"], pair["tgt"])
+        tokenizer = with_language_pair(tokenizer, directory, pair["src"], pair["tgt"])
         metadata: dict[str, Any] = {"languages": pair}
     else:
         forced = _forced_first_token(directory, hf_config)
@@ -125,40 +116,3 @@ def _forced_first_token(directory: Path, hf_config: dict[str, Any]) -> Any:
     if "forced_bos_token_id" in hf_config:
         return hf_config["forced_bos_token_id"]
     return optional_object(directory, "generation_config.json").get("forced_bos_token_id")
-
-
-def languages_of(directory: Path) -> list[str]:
-    """The language codes an mBART-50 directory's tokenizer knows (for choosing a pair); none for BART."""
-    if read_json(directory, "config.json").get("model_type") != "mbart":
-        return []
-    tokenizer = _json_tokenizer(directory, _tokenizer_json(directory, "mbart"))
-    return [tokenizer.pieces[i] for i in sorted(tokenizer.code_ids)]
-
-
-def _tokenizer_json(directory: Path, kind: str) -> str:
-    """tokenizer.json's text, or for BART one made from vocab.json and merges.txt by `tokenizers`."""
-    if regular_file(directory, "tokenizer.json") is not None:
-        try:
-            return read_bounded(directory, "tokenizer.json", MAX_TOKENIZER_BYTES).decode()
-        except UnicodeDecodeError:
-            raise CheckpointError(f"{directory.name}: tokenizer.json is not UTF-8 text") from None
-    if kind != "bart" or regular_file(directory, "vocab.json") is None or regular_file(directory, "merges.txt") is None:
-        wanted = "tokenizer.json, or vocab.json and merges.txt" if kind == "bart" else "tokenizer.json"
-        raise CheckpointError(f"{directory} lacks the tokenizer file(s) {wanted} (the tokenizer's save_pretrained "
-                              "writes them)")  # fmt: skip
-    for name in ("vocab.json", "merges.txt"):
-        read_bounded(directory, name, MAX_TOKENIZER_BYTES)  # refuses a file too large before the library reads it
-    try:
-        bpe = ByteLevelBPETokenizer(str(directory / "vocab.json"), str(directory / "merges.txt"), trim_offsets=True)
-    except Exception as error:  # tokenizers raises plain Exception for a malformed file
-        raise CheckpointError(f"{directory.name}: vocab.json and merges.txt are not a BPE tokenizer: "
-                              f"{str(error)[:150]}") from None  # fmt: skip
-    bpe.add_special_tokens(BART_SPECIALS)
-    return bpe.to_str()
-
-
-def _json_tokenizer(directory: Path, json_text: str) -> JsonTokenizer:
-    try:
-        return JsonTokenizer(json_text)
-    except TokenizerError as error:
-        raise CheckpointError(f"{directory.name}: invalid tokenizer files: {str(error)[:200]}") from None

@@ -6,6 +6,8 @@ M2M100 is pre-norm with a final layer norm on each side, adds sinusoids in halve
 frequencies from row pad_id + 1 on, scales its embeddings, starts the decoder from `</s>` and forces the first
 output token to the target language's code (`__fr__`); each source starts with its own language's code. The
 codes' ids follow the vocabulary in the order of fairseq's list named by `language_codes`, then 8 made-up words.
+NLLB-200 is the same model with another tokenizer, saved as `tokenizer.json` (`NllbTokenizer`), whose codes are
+special tokens such as `fra_Latn`, and two embedding rows past its tokens.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import torch
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError
+from transformer.io.hf_tokenizers import read_tokenizer_json, with_language_pair
 from transformer.io.marian import (
     ACTIVATIONS,
     FINAL_NORMS,
@@ -32,9 +35,11 @@ from transformer.io.marian import (
     shape_problems,
 )
 from transformer.model.config import ConfigError, TransformerConfig
-from transformer.text.tokenizer import Tokenizer, TokenizerError
+from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 # fairseq's language codes, in the order their tokens follow the vocabulary (transformers' M2M100Tokenizer).
+NLLB_TOKENIZERS = ("NllbTokenizer", "NllbTokenizerFast")  # NLLB-200: the M2M100 model with a tokenizer.json
+MAX_UNUSED_ROWS = 1024  # embedding rows past the tokenizer's tokens: a few in real models, never millions
 LANGUAGE_CODES = {
     "m2m100": (
         "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi hr ht hu "
@@ -87,30 +92,49 @@ def import_m2m100(
         raise CheckpointError(f"{directory} is not a Hugging Face M2M100 model directory (model_type m2m_100)")
     settings = _tokenizer_settings(directory)
     pair = {"src": source_language or settings.get("src_lang"), "tgt": target_language or settings.get("tgt_lang")}
-    tokenizer = _m2m100_tokenizer(directory, settings, hf_config.get("vocab_size"), pair)
+    nllb = settings.get("tokenizer_class") in NLLB_TOKENIZERS
+    size = hf_config.get("vocab_size")
+    tokenizer = _nllb_tokenizer(directory, size, pair) if nllb else _m2m100_tokenizer(directory, settings, size, pair)
     try:
         config = m2m100_config(hf_config, tokenizer.vocab_size, tokenizer)
     except (ConfigError, TypeError, ValueError, OverflowError) as error:
         raise CheckpointError(f"{directory.name}: config.json: {str(error)[:200]}") from None
-    check_special_ids(config, tokenizer, "vocab.json")
-    metadata = {"languages": pair, "imported": {"from": "Hugging Face M2M100", "directory": directory.name}}
+    check_special_ids(config, tokenizer, "tokenizer.json" if nllb else "vocab.json")
+    family = "NLLB-200" if nllb else "M2M100"
+    metadata = {"languages": pair, "imported": {"from": f"Hugging Face {family}", "directory": directory.name}}
     state = marian_state(hf_weights(directory), config, FINAL_NORMS)
     return checkpoint_from_state(config, state, tokenizer, metadata, device)
 
 
-def languages_of(directory: Path) -> list[str]:
-    """The language codes an M2M100 directory's tokenizer knows (for choosing a pair)."""
-    return list(LANGUAGE_CODES.get(str(_tokenizer_settings(directory).get("language_codes", "m2m100")), []))
-
-
 def _tokenizer_settings(directory: Path) -> dict[str, Any]:
     settings = optional_object(directory, "tokenizer_config.json")
-    if settings.get("tokenizer_class", "M2M100Tokenizer") != "M2M100Tokenizer":
+    kind = settings.get("tokenizer_class", "M2M100Tokenizer")
+    if kind not in ("M2M100Tokenizer", *NLLB_TOKENIZERS):
         raise CheckpointError(
-            f"{directory.name}: the tokenizer {str(settings.get('tokenizer_class'))[:40]} is not read yet (M2M100's "
-            "is: sentencepiece.bpe.model with vocab.json)"
+            f"{directory.name}: the tokenizer {str(kind)[:40]} is not read (M2M100's is: sentencepiece.bpe.model "
+            "with vocab.json; NLLB-200's: tokenizer.json)"
         )
+    if kind in NLLB_TOKENIZERS and settings.get("legacy_behaviour"):
+        raise CheckpointError(f"{directory.name}: NLLB's legacy_behaviour puts the language code after the text: not "
+                              "read (the default since 2023 puts it before)")  # fmt: skip
     return settings
+
+
+def _unused_rows(directory: Path, model_size: Any, tokens: int) -> int:
+    """How many embedding rows past the tokenizer's tokens config.json's vocab_size describes (M2M100's 8
+    madeupwords, NLLB's 2 unnamed rows); CheckpointError for fewer rows than tokens, or implausibly many more."""
+    if not isinstance(model_size, int) or not tokens <= model_size <= tokens + MAX_UNUSED_ROWS:
+        raise CheckpointError(
+            f"{directory.name}: config.json's vocab_size {str(model_size)[:20]} does not fit the tokenizer's "
+            f"{tokens} tokens (it may exceed them by at most {MAX_UNUSED_ROWS})"
+        )
+    return model_size - tokens
+
+
+def _nllb_tokenizer(directory: Path, model_size: Any, pair: dict[str, Any]) -> TokenizerBase:
+    tokenizer = with_language_pair(read_tokenizer_json(directory), directory, pair["src"], pair["tgt"])
+    unused = _unused_rows(directory, model_size, tokenizer.vocab_size)
+    return tokenizer.padded_to(model_size) if unused else tokenizer
 
 
 def _m2m100_tokenizer(directory: Path, settings: dict[str, Any], model_size: Any, pair: dict[str, Any]) -> Tokenizer:
@@ -132,12 +156,7 @@ def _m2m100_tokenizer(directory: Path, settings: dict[str, Any], model_size: Any
     if unknown:
         raise CheckpointError(f"{directory.name}: no language code {unknown[0]!r}; the model knows {', '.join(codes)}")
     pieces = sorted(index, key=index.__getitem__) + [f"__{code}__" for code in codes]
-    if not isinstance(model_size, int) or model_size < len(pieces):
-        raise CheckpointError(
-            f"{directory.name}: config.json's vocab_size {model_size!r} is smaller than vocab.json and the language "
-            f"codes ({len(pieces)})"
-        )
-    pieces += [f"madeupword{i:04d}" for i in range(model_size - len(pieces))]
+    pieces += [f"madeupword{i:04d}" for i in range(_unused_rows(directory, model_size, len(pieces)))]
     try:
         return Tokenizer(
             read_bounded(directory, names[0], MAX_TOKENIZER_BYTES), None, pieces, f"__{pair['src']}__",

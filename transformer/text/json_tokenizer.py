@@ -1,19 +1,22 @@
 """Tokenization by a Hugging Face `tokenizer.json` (the `tokenizers` library), whose text travels in the checkpoint.
 
-mBART-50's SentencePiece-derived unigram model with fairseq's ids, BART's byte-level BPE and T5's unigram model are
-all saved this way: one reader serves them, and `tokenizers` (the kept implementation of those pipelines, in
+mBART-50's SentencePiece-derived unigram model with fairseq's ids, NLLB-200's BPE, BART's byte-level BPE and T5's
+unigram model are all saved this way: one reader serves them, and `tokenizers` (the kept implementation of those pipelines, in
 Rust; loading it runs no code from the file) does the splitting and joining.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
+from tokenizers import AddedToken
 from tokenizers import Tokenizer as Backend
 
 from transformer.text.tokenizer import LONE_SURROGATE, TokenizerBase, TokenizerError, word_ranges
 
-SPECIAL_PIECES = frozenset({"<s>", "<pad>", "</s>", "<unk>", "<mask>"})
+# A language code among the special tokens: mBART-50's fr_XX, NLLB-200's fra_Latn.
+SPECIAL_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}_[A-Z][A-Za-z]{1,3}")
 
 
 class JsonTokenizer(TokenizerBase):
@@ -32,11 +35,17 @@ class JsonTokenizer(TokenizerBase):
         self.pieces = sorted(index, key=index.__getitem__)
         self._special_ids_from_pieces()
         self._set_prefixes(source_prefix, target_prefix)
-        # Special tokens other than the five (mBART-50's en_XX, NLLB's fra_Latn) are language codes, not text.
         added = self.backend.get_added_tokens_decoder()
         self.code_ids = frozenset(
-            i for i, token in added.items() if token.special and token.content not in SPECIAL_PIECES
+            i for i, token in added.items() if token.special and SPECIAL_LANGUAGE_CODE.fullmatch(token.content)
         )
+
+    def padded_to(self, size: int) -> JsonTokenizer:
+        """This tokenizer with special tokens <unused0>, <unused1> ... up to `size` ids: a model whose embedding has
+        rows no token uses (NLLB-200's 256,206 rows for 256,204 tokens) keeps one vocabulary size throughout."""
+        backend = Backend.from_str(self.json_text)
+        backend.add_special_tokens([AddedToken(f"<unused{i}>", special=True) for i in range(size - self.vocab_size)])
+        return JsonTokenizer(backend.to_str(), self.source_prefix, self.target_prefix)
 
     def encode(self, text: str) -> list[int]:
         return self.backend.encode(_readable(text), add_special_tokens=False).ids
