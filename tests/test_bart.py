@@ -7,25 +7,21 @@ for mBART-50) are saved the way Hugging Face saves them; nothing is downloaded.
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 
 import numpy as np
 import pytest
-import sentencepiece as spm
 import torch
 from helpers import assert_same_as_transformers, make_sentences
-from tokenizers import ByteLevelBPETokenizer
 from transformers import (
-    BartConfig,
     BartForConditionalGeneration,
     BartTokenizer,
     MBart50Tokenizer,
-    MBartConfig,
     MBartForConditionalGeneration,
 )
 
+from benchmarks.hf_models import save_bart, save_mbart50
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
@@ -35,51 +31,19 @@ from transformer.io.hugging_face import import_hf
 
 SENTENCES = ["the red dog runs.", "a woman jumps in the blue park", "le chien rouge court!"]
 CORPUS = [" ".join(s.split()) for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme!"] * 20
-SIZES = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-             encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64, pad_token_id=1, bos_token_id=0,
-             eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
-
-
-def _save_random(model_class, config, directory, rare_from: int | None = None, forced: int | None = None) -> None:
-    torch.manual_seed(0)
-    model = model_class(config).eval()
-    model.generation_config.forced_bos_token_id = forced  # where transformers 5 keeps it (4 kept it in config.json)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.3)  # far from the initial values: every weight matters
-        if rare_from is not None:
-            model.model.shared.weight[rare_from:] *= 0.1  # language codes: rarely chosen, so outputs hold text
-    model.save_pretrained(directory)
 
 
 @pytest.fixture(scope="module")
 def mbart_dir(tmp_path_factory):
     """A saved random mBART-50 model (pre-norm, final and embedding norms, learned positions from row 2) with its
     tokenizer, en_XX→fr_XX."""
-    directory = tmp_path_factory.mktemp("mbart50-tiny")
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.Train(sentence_iterator=iter(CORPUS), model_writer=buffer, vocab_size=60,
-                                   character_coverage=1.0, hard_vocab_limit=False, minloglevel=2)  # fmt: skip
-    (directory / "sentencepiece.bpe.model").write_bytes(buffer.getvalue())
-    tokenizer = MBart50Tokenizer.from_pretrained(directory, src_lang="en_XX", tgt_lang="fr_XX")
-    (directory / "sentencepiece.bpe.model").unlink()
-    tokenizer.save_pretrained(directory)
-    config = MBartConfig(vocab_size=len(tokenizer), activation_function="gelu", scale_embedding=True, **SIZES)
-    _save_random(MBartForConditionalGeneration, config, directory, rare_from=tokenizer.convert_tokens_to_ids("ar_AR"))
-    return directory
+    return save_mbart50(tmp_path_factory.mktemp("mbart50-tiny"), CORPUS)
 
 
 @pytest.fixture(scope="module")
 def bart_dir(tmp_path_factory):
     """A saved random BART model (post-norm, embedding norms, learned positions from row 2) with a byte-level BPE."""
-    directory = tmp_path_factory.mktemp("bart-tiny")
-    bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS, vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    bpe.save_model(str(directory))
-    BartTokenizer.from_pretrained(directory).save_pretrained(directory)
-    config = BartConfig(vocab_size=bpe.get_vocab_size(), activation_function="gelu", **SIZES)
-    _save_random(BartForConditionalGeneration, config, directory, forced=0)
-    return directory
+    return save_bart(tmp_path_factory.mktemp("bart-tiny"), CORPUS)
 
 
 FAMILIES = {

@@ -6,22 +6,21 @@ the way Hugging Face saves them; nothing is downloaded.
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 
 import numpy as np
 import pytest
-import sentencepiece as spm
 import torch
 from helpers import assert_same_as_transformers, make_sentences
-from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
+from benchmarks.hf_models import save_m2m100, save_nllb
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.io.hugging_face import import_hf
+from transformer.io.hugging_face import describe_hf, import_hf
 from transformer.io.m2m100 import import_m2m100
 
 SENTENCES = ["the red dog runs", "a woman jumps in the blue park", "le chien rouge court"]
@@ -30,39 +29,8 @@ SENTENCES = ["the red dog runs", "a woman jumps in the blue park", "le chien rou
 @pytest.fixture(scope="module")
 def m2m_dir(tmp_path_factory):
     """A saved random M2M100 model (pre-norm, final norms, offset sinusoids) with its tokenizer files, en→fr."""
-    directory = tmp_path_factory.mktemp("m2m100-tiny")
     sentences = [" ".join(s.split()) for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme"] * 20
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.Train(sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=60,
-                                   character_coverage=1.0, hard_vocab_limit=False, minloglevel=2, model_type="bpe")  # fmt: skip
-    (directory / "sentencepiece.bpe.model").write_bytes(buffer.getvalue())
-    processor = spm.SentencePieceProcessor()
-    processor.LoadFromSerializedProto(buffer.getvalue())
-    pieces = [processor.IdToPiece(i) for i in range(processor.GetPieceSize())
-              if not processor.IsControl(i) and not processor.IsUnknown(i)]  # fmt: skip
-    vocabulary = ["<s>", "<pad>", "</s>", "<unk>", *pieces]
-    (directory / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(vocabulary)}))
-    tokenizer = M2M100Tokenizer(str(directory / "vocab.json"), str(directory / "sentencepiece.bpe.model"),
-                                src_lang="en", tgt_lang="fr")  # fmt: skip
-    tokenizer.save_pretrained(directory)
-    return _save_random_model(directory, len(vocabulary) + 100 + 8, codes_from=len(vocabulary))
-
-
-def _save_random_model(directory, vocab_size: int, codes_from: int):
-    """A small random M2M100 model saved beside its tokenizer, the ids from codes_from on (language codes, unused
-    rows) rarely chosen so that outputs hold text."""
-    config = M2M100Config(vocab_size=vocab_size, d_model=16, encoder_layers=2, decoder_layers=2,
-                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
-                          max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                          decoder_start_token_id=2)  # fmt: skip
-    torch.manual_seed(0)
-    model = M2M100ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.3)  # far from the initial values: every weight matters
-        model.model.shared.weight[codes_from:] *= 0.1
-    model.save_pretrained(directory)
-    return directory
+    return save_m2m100(tmp_path_factory.mktemp("m2m100-tiny"), sentences)
 
 
 @pytest.fixture(scope="module")
@@ -177,24 +145,8 @@ def test_an_m2m100_directory_among_the_checkpoints_works_on_every_page(m2m_dir, 
 def nllb_dir(tmp_path_factory):
     """A saved random NLLB-200 model (M2M100's class, two embedding rows past the tokens) with a BPE tokenizer.json
     and the 202 language codes, eng_Latn→fra_Latn."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import NllbTokenizer
-
-    directory = tmp_path_factory.mktemp("nllb-tiny")
     corpus = [" ".join(s.split()) + "." for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme!"] * 20
-    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
-    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
-    bpe.train_from_iterator(
-        corpus, trainers.BpeTrainer(vocab_size=120, special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
-    )
-    bpe.model.save(str(directory))
-    merges = [tuple(line.split()) for line in (directory / "merges.txt").read_text().splitlines()[1:] if line]
-    vocabulary = json.loads((directory / "vocab.json").read_text())
-    for name in ("merges.txt", "vocab.json"):
-        (directory / name).unlink()
-    tokenizer = NllbTokenizer(vocab=vocabulary, merges=merges, src_lang="eng_Latn", tgt_lang="fra_Latn")
-    tokenizer.save_pretrained(directory)
-    return _save_random_model(directory, len(tokenizer) + 2, codes_from=len(vocabulary))
+    return save_nllb(tmp_path_factory.mktemp("nllb-tiny"), corpus)
 
 
 @pytest.mark.parametrize("target", ["fra_Latn", "deu_Latn"])
@@ -205,6 +157,7 @@ def test_nllb_equals_transformers_in_logits_maps_and_greedy_output(nllb_dir, tar
     hf_tokenizer = NllbTokenizer.from_pretrained(nllb_dir, src_lang="eng_Latn", tgt_lang=target)
     ours = import_hf(nllb_dir) if target == "fra_Latn" else import_m2m100(nllb_dir, target_language=target)
     assert ours.metadata["imported"]["from"] == "Hugging Face NLLB-200"
+    assert describe_hf(nllb_dir) == f"{nllb_dir.name} · Hugging Face NLLB-200"  # in the checkpoint list
     assert ours.tokenizer.vocab_size == hf_model.config.vocab_size == len(hf_tokenizer) + 2
     forced = hf_tokenizer.convert_tokens_to_ids(target)
     for sentence in ("the red dog runs.", "a woman jumps in the blue park."):

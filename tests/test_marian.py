@@ -6,7 +6,6 @@ Hugging Face saves them; nothing is downloaded.
 
 from __future__ import annotations
 
-import io
 import json
 
 import numpy as np
@@ -14,8 +13,9 @@ import pytest
 import sentencepiece as spm
 import torch
 from helpers import assert_same_as_transformers, make_sentences
-from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+from transformers import MarianMTModel, MarianTokenizer
 
+from benchmarks.hf_models import save_marian
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -26,47 +26,17 @@ SOURCE_WORDS = "the a dog cat man woman runs jumps red blue park ball".split()
 TARGET_WORDS = "le la chien chat homme femme court saute rouge bleu parc balle".split()
 
 
-def _spm(words: list[str], seed: int) -> bytes:
+def _sentences(words: list[str], seed: int) -> list[str]:
     sentences = [" ".join(s.split()) for s in make_sentences(300, seed=seed)]
-    sentences = [" ".join(words[SOURCE_WORDS.index(w) % len(words)] if w in SOURCE_WORDS else w for w in s.split())
-                 for s in sentences]  # fmt: skip
-    buffer = io.BytesIO()
-    spm.SentencePieceTrainer.Train(sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=40,
-                                   character_coverage=1.0, hard_vocab_limit=False, minloglevel=2)  # fmt: skip
-    return buffer.getvalue()
+    return [" ".join(words[SOURCE_WORDS.index(w) % len(words)] if w in SOURCE_WORDS else w for w in s.split())
+            for s in sentences]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def marian_dir(tmp_path_factory):
     """A saved random Marian model (swish, scaled embeddings, a final logits bias) with its tokenizer files."""
     directory = tmp_path_factory.mktemp("opus-mt-en-fr")
-    source, target = _spm(SOURCE_WORDS, 1), _spm(TARGET_WORDS, 2)
-    pieces = []
-    for proto in (source, target):
-        processor = spm.SentencePieceProcessor()
-        processor.LoadFromSerializedProto(proto)
-        pieces += [processor.IdToPiece(i) for i in range(processor.GetPieceSize()) if not processor.IsControl(i)
-                   and not processor.IsUnknown(i)]  # fmt: skip
-    vocabulary = ["</s>", "<unk>", *dict.fromkeys(pieces), ">>fra<<", "<pad>"]
-    (directory / "source.spm").write_bytes(source)
-    (directory / "target.spm").write_bytes(target)
-    (directory / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(vocabulary)}))
-    tokenizer = MarianTokenizer(str(directory / "source.spm"), str(directory / "target.spm"), str(directory / "vocab.json"),
-                                source_lang="en", target_lang="fr")  # fmt: skip
-    tokenizer.save_pretrained(directory)
-    pad = len(vocabulary) - 1
-    config = MarianConfig(vocab_size=len(vocabulary), d_model=16, encoder_layers=2, decoder_layers=2,
-                          encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32,
-                          max_position_embeddings=64, activation_function="swish", scale_embedding=True,
-                          pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None)  # fmt: skip
-    torch.manual_seed(0)
-    model = MarianMTModel(config).eval()
-    with torch.no_grad():
-        model.final_logits_bias.normal_(0, 0.5)
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.3)  # far from the initial values: every weight matters
-    model.save_pretrained(directory)
-    return directory
+    return save_marian(directory, _sentences(SOURCE_WORDS, 1), _sentences(TARGET_WORDS, 2))
 
 
 @pytest.fixture(scope="module")

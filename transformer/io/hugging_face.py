@@ -9,7 +9,7 @@ import torch
 
 from transformer.io.bart import import_bart
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from transformer.io.m2m100 import import_m2m100
+from transformer.io.m2m100 import import_m2m100, is_nllb
 from transformer.io.marian import describe_marian, import_marian, read_json, regular_file
 
 IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
@@ -47,7 +47,10 @@ def describe_hf(directory: Path) -> str:
         return f"{directory.name} · Hugging Face (config.json unreadable)"
     if kind == "marian":
         return describe_marian(directory)
-    return f"{directory.name} · Hugging Face {FAMILY_NAMES.get(kind or '', kind)}"
+    family = FAMILY_NAMES.get(kind or "", kind)
+    if kind == "m2m_100" and is_nllb(directory):
+        family = "NLLB-200"
+    return f"{directory.name} · Hugging Face {family}"
 
 
 def import_hf(directory: str | Path, device: torch.device | str = "cpu") -> Checkpoint:

@@ -92,7 +92,7 @@ def import_m2m100(
         raise CheckpointError(f"{directory} is not a Hugging Face M2M100 model directory (model_type m2m_100)")
     settings = _tokenizer_settings(directory)
     pair = {"src": source_language or settings.get("src_lang"), "tgt": target_language or settings.get("tgt_lang")}
-    nllb = settings.get("tokenizer_class") in NLLB_TOKENIZERS
+    nllb = is_nllb(directory)
     size = hf_config.get("vocab_size")
     tokenizer = _nllb_tokenizer(directory, size, pair) if nllb else _m2m100_tokenizer(directory, settings, size, pair)
     try:
@@ -104,6 +104,14 @@ def import_m2m100(
     metadata = {"languages": pair, "imported": {"from": f"Hugging Face {family}", "directory": directory.name}}
     state = marian_state(hf_weights(directory), config, FINAL_NORMS)
     return checkpoint_from_state(config, state, tokenizer, metadata, device)
+
+
+def is_nllb(directory: Path) -> bool:
+    """Whether an M2M100 directory holds NLLB-200's tokenizer (a hostile tokenizer_config.json reads as not)."""
+    try:
+        return optional_object(directory, "tokenizer_config.json").get("tokenizer_class") in NLLB_TOKENIZERS
+    except (CheckpointError, OSError):
+        return False
 
 
 def _tokenizer_settings(directory: Path) -> dict[str, Any]:

@@ -1,0 +1,158 @@
+"""python -m benchmarks.hf_families [--quick] [--skip-nllb-600m]: each Hugging Face family read here, imported and
+decoding token by token against transformers' own generate in the same run, at the tests' size and at opus-mt's
+(d_model 512, 6+6 layers); and a model of NLLB-200-distilled-600M's configuration (random weights) imported:
+time and peak memory, and its decode speed.
+
+Needs `transformers` (requirements-dev.txt). Greedy, 40 tokens, the end token never chosen, so both sides produce
+the same number of tokens; the forced first token (a language code, BART's <s>) counts as one of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb
+from benchmarks.model_speed import Row, median_ms, no_eos_chooser
+from transformer.decoding.greedy import generate
+from transformer.decoding.result import source_ids
+from transformer.io.hugging_face import import_hf
+
+from .app_speed import machine
+
+TOKENS = 40
+SENTENCE = "the red dog runs in the blue park and a small cat sits on the big ball"
+CORPUS = [SENTENCE, "a woman jumps in the green street", "le chien rouge court dans le parc bleu"] * 40
+OPUS_MT = dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8,
+               encoder_ffn_dim=2048, decoder_ffn_dim=2048, max_position_embeddings=512)  # fmt: skip
+NLLB_600M = dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+                 decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
+                 scale_embedding=True, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
+NLLB_TOKENS = 256_204  # NLLB-200's tokenizer: its embedding has two rows more
+
+
+def family_builders() -> dict:
+    return {
+        "Marian": lambda directory, sizes: save_marian(directory, CORPUS, CORPUS, sizes),
+        "M2M100": lambda directory, sizes: save_m2m100(directory, CORPUS, sizes),
+        "NLLB-200": lambda directory, sizes: save_nllb(directory, CORPUS, sizes),
+        "mBART-50": lambda directory, sizes: save_mbart50(directory, CORPUS, sizes),
+        "BART": lambda directory, sizes: save_bart(directory, CORPUS, sizes),
+    }
+
+
+def decode_row(family: str, size: str, directory: Path, repeats: int) -> Row:
+    """Ours (recording every attention map, as the app's step view does) against transformers' generate, per token."""
+    from transformers import AutoModelForSeq2SeqLM
+
+    ours = import_hf(directory)
+    theirs = AutoModelForSeq2SeqLM.from_pretrained(directory, attn_implementation="eager").eval()
+    ids, _ = source_ids(ours.tokenizer, SENTENCE, ours.config.max_len)
+    src, prefix = torch.tensor([ids]), ours.tokenizer.target_prefix_ids
+    choose = no_eos_chooser(ours.config.eos_id)
+    forced = prefix[0] if prefix else None
+
+    def hugging_face() -> None:
+        with torch.no_grad():
+            theirs.generate(src, num_beams=1, do_sample=False, max_new_tokens=TOKENS, min_new_tokens=TOKENS,
+                            forced_bos_token_id=forced, forced_eos_token_id=None)  # fmt: skip
+
+    with torch.no_grad():
+        theirs_ms = median_ms(hugging_face, repeats)
+        ours_ms = median_ms(
+            lambda: generate(ours.model, src, TOKENS, choose, need_weights=True, prefix=prefix), repeats
+        )
+        silent_ms = median_ms(lambda: generate(ours.model, src, TOKENS, choose, prefix=prefix), repeats)
+    return Row(f"{family}, {size}: greedy, per token, every map recorded", "transformers generate, per token",
+               theirs_ms / TOKENS, ours_ms / TOKENS, "report",
+               f"recording nothing: {silent_ms / TOKENS:.2f} ms ({silent_ms / theirs_ms:.2f} of theirs)")  # fmt: skip
+
+
+def save_nllb_600m(directory: Path) -> None:
+    """NLLB-200-distilled-600M's configuration with random weights and a tokenizer of its size (made-up pieces)."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+
+    specials = ["<s>", "<pad>", "</s>", "<unk>"]
+    words = NLLB_TOKENS - len(specials) - 202 - 1  # the 202 language codes and <mask> follow
+    vocabulary = {piece: i for i, piece in enumerate(specials + [f"▁w{i}" for i in range(words)])}
+    tokenizer = NllbTokenizer(vocab=vocabulary, merges=[], src_lang="eng_Latn", tgt_lang="fra_Latn")
+    assert len(tokenizer) == NLLB_TOKENS, len(tokenizer)
+    tokenizer.save_pretrained(directory)
+    with torch.device("meta"):
+        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=NLLB_TOKENS + 2, **NLLB_600M))
+    model = model.to_empty(device="cpu")
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0, 0.02)
+    model.save_pretrained(directory)
+
+
+IMPORT_SCRIPT = """
+import json, resource, sys, time
+start = time.perf_counter()
+import torch
+from transformer.io.hugging_face import import_hf
+from transformer.decoding.settings import DecodeSettings, decode_text
+torch.set_grad_enabled(False)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+loaded = time.perf_counter()
+checkpoint = import_hf(sys.argv[1])
+imported = time.perf_counter()
+result = decode_text(checkpoint.model, checkpoint.tokenizer, "w1 w2 w3 w4 w5 w6 w7 w8", DecodeSettings(max_new_tokens=20))
+decoded = time.perf_counter()
+print(json.dumps({"import_s": imported - loaded, "decode_s": decoded - imported, "tokens": len(result.tgt_ids),
+                  "parameters": sum(p.numel() for p in checkpoint.model.parameters()),
+                  "rss_before_mb": before / 1024, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def nllb_600m_report() -> str:
+    """Builds the model, then imports it and translates in a fresh process (its peak memory is the import's)."""
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        save_nllb_600m(Path(folder))
+        built = time.perf_counter() - started
+        weights = (Path(folder) / "model.safetensors").stat().st_size
+        out = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT, folder], capture_output=True, text=True, check=True)
+        figures = json.loads(out.stdout.strip().splitlines()[-1])
+    return (
+        f"NLLB-600M configuration ({figures['parameters']:,} parameters, model.safetensors {weights / 2**30:.2f} GiB, "
+        f"built with transformers in {built:.0f} s): import {figures['import_s']:.1f} s, peak memory "
+        f"{figures['peak_mb']:,.0f} MB ({figures['rss_before_mb']:,.0f} MB of it Python, torch and the package "
+        f"before the import); then {figures['tokens']} tokens decoded, every map recorded, in "
+        f"{figures['decode_s']:.1f} s ({figures['decode_s'] * 1000 / max(1, figures['tokens']):.0f} ms a token)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.hf_families", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
+    parser.add_argument("--skip-nllb-600m", action="store_true", help="no 2.4 GB model (it takes minutes)")
+    args = parser.parse_args()
+    repeats = 3 if args.quick else 7
+    print(f"machine: {machine()}\n", flush=True)
+    rows = []
+    for size, sizes in (("tests' size (d 16, 2+2)", TINY), ("opus-mt's size (d 512, 6+6)", OPUS_MT)):
+        for family, build in family_builders().items():
+            with tempfile.TemporaryDirectory() as folder:
+                rows.append(decode_row(family, size, build(Path(folder), sizes), repeats))
+                print(f"{rows[-1].what}: ours {rows[-1].ours_ms:.2f} ms, theirs {rows[-1].baseline_ms:.2f} ms, "
+                      f"ratio {rows[-1].ratio:.2f}; {rows[-1].note}", flush=True)  # fmt: skip
+    from benchmarks.__main__ import table
+
+    print("\n" + table(rows), flush=True)
+    if not args.skip_nllb_600m:
+        print("\n" + nllb_600m_report(), flush=True)
+    print(f"\nthis process's peak memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
