@@ -200,3 +200,12 @@ def test_a_vocab_size_far_past_the_tokens_is_refused_before_anything_is_built(fa
         (broken / "tokenizer_config.json").write_text(json.dumps(settings | {"legacy_behaviour": True}))
         with pytest.raises(CheckpointError, match="legacy_behaviour puts the language code after the text"):
             import_hf(broken)
+
+
+def test_an_nllb_directory_works_on_every_page_in_the_language_chosen(nllb_dir, tmp_path, monkeypatch):
+    from test_marian import open_on_every_page
+
+    at = open_on_every_page(nllb_dir, tmp_path, monkeypatch, f"{nllb_dir.name} · Hugging Face NLLB-200")
+    assert at.selectbox(key="widget_source_language").value == "eng_Latn"
+    at = at.selectbox(key="widget_target_language").set_value("deu_Latn").run()
+    assert not at.exception and at.session_state.result.tgt_pieces[0] == "deu_Latn"
