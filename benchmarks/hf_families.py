@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb
+from benchmarks.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb, save_t5
 from benchmarks.model_speed import Row, median_ms, no_eos_chooser
 from transformer.decoding.greedy import generate
 from transformer.decoding.result import source_ids
@@ -46,7 +46,16 @@ def family_builders() -> dict:
         "NLLB-200": lambda directory, sizes: save_nllb(directory, CORPUS, sizes),
         "mBART-50": lambda directory, sizes: save_mbart50(directory, CORPUS, sizes),
         "BART": lambda directory, sizes: save_bart(directory, CORPUS, sizes),
+        "T5": lambda directory, sizes: save_t5(directory, CORPUS, t5_sizes(sizes)),
+        "Flan-T5": lambda directory, sizes: save_t5(directory, CORPUS, t5_sizes(sizes), flan=True),
     }
+
+
+def t5_sizes(sizes: dict) -> dict:
+    """The same sizes in T5Config's names."""
+    return dict(d_model=sizes["d_model"], d_kv=sizes["d_model"] // sizes["encoder_attention_heads"],
+                d_ff=sizes["encoder_ffn_dim"], num_layers=sizes["encoder_layers"],
+                num_decoder_layers=sizes["decoder_layers"], num_heads=sizes["encoder_attention_heads"])  # fmt: skip
 
 
 def decode_row(family: str, size: str, directory: Path, repeats: int) -> Row:

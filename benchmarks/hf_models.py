@@ -27,6 +27,9 @@ from transformers import (
     MBartConfig,
     MBartForConditionalGeneration,
     NllbTokenizer,
+    T5Config,
+    T5ForConditionalGeneration,
+    T5Tokenizer,
 )
 
 # The tests' size: every option exercised, every map small. The benchmark passes wider ones.
@@ -35,9 +38,12 @@ TINY = dict(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_he
 FAIRSEQ_IDS = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
 
 
-def save_random(model, directory: Path, rare_from: int | None = None, forced: int | None = None) -> Path:
+def save_random(
+    model, directory: Path, rare_from: int | None = None, forced: int | None = None, rare: tuple[int, ...] = ()
+) -> Path:
     """Saves `model` with weights far from their initial values (every weight matters); the ids from rare_from on
-    (language codes, unused rows) rarely chosen, so that outputs hold text; `forced` the first output token."""
+    (language codes, unused rows) and those in `rare` seldom chosen, so that outputs hold text; `forced` the first
+    output token."""
     model.eval()
     model.generation_config.forced_bos_token_id = forced  # where transformers 5 keeps it (4 kept it in config.json)
     with torch.no_grad():
@@ -45,15 +51,17 @@ def save_random(model, directory: Path, rare_from: int | None = None, forced: in
             parameter.add_(torch.randn_like(parameter) * 0.3)
         if rare_from is not None:
             model.get_input_embeddings().weight[rare_from:] *= 0.1
+        for token in rare:
+            model.get_input_embeddings().weight[token] *= 0.1
     model.save_pretrained(directory)
     return directory
 
 
-def spm_model(sentences: list[str], vocab_size: int, model_type: str = "unigram") -> bytes:
+def spm_model(sentences: list[str], vocab_size: int, model_type: str = "unigram", **special_ids: int) -> bytes:
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.Train(sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=vocab_size,
                                    character_coverage=1.0, hard_vocab_limit=False, minloglevel=2,
-                                   model_type=model_type)  # fmt: skip
+                                   model_type=model_type, **special_ids)  # fmt: skip
     return buffer.getvalue()
 
 
@@ -136,3 +144,20 @@ def save_bart(directory: Path, sentences: list[str], sizes: dict = TINY) -> Path
     config = BartConfig(vocab_size=bpe.get_vocab_size(), activation_function="gelu", **FAIRSEQ_IDS, **sizes)
     torch.manual_seed(0)
     return save_random(BartForConditionalGeneration(config), directory, forced=0)
+
+
+def save_t5(directory: Path, sentences: list[str], sizes: dict | None = None, flan: bool = False) -> Path:
+    """T5 (ReLU, the decoder's output scaled before the tied output layer) or, with flan, T5 v1.1's and Flan-T5's
+    conventions (gated GELU, no output scale); RMS norms, no biases, relative position buckets, a unigram
+    tokenizer.json whose embedding has rows past its tokens."""
+    t5_ids = dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1)  # T5's own SentencePiece model's
+    (directory / "spiece.model").write_bytes(spm_model(sentences, 60, **t5_ids))
+    tokenizer = T5Tokenizer.from_pretrained(directory, extra_ids=4)
+    (directory / "spiece.model").unlink()  # transformers 5 saves a tokenizer.json alone
+    tokenizer.save_pretrained(directory)
+    sizes = sizes or dict(d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=2, num_heads=4,
+                          relative_attention_num_buckets=8, relative_attention_max_distance=20)  # fmt: skip
+    config = T5Config(vocab_size=len(tokenizer) + 12, feed_forward_proj="gated-gelu" if flan else "relu",
+                      tie_word_embeddings=not flan, decoder_start_token_id=0, **sizes)  # fmt: skip
+    torch.manual_seed(0)
+    return save_random(T5ForConditionalGeneration(config), directory, rare_from=len(tokenizer), rare=(0, 2))

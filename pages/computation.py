@@ -5,6 +5,7 @@ import torch
 
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages
+from transformer.model.attention import MultiHeadAttention
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable_label
 from transformer.viz.matrices import matrix_heatmap
@@ -51,6 +52,13 @@ stages = attention_stages(inputs, head)
 d_k = config.d_head
 
 
+def scaled_title(module: MultiHeadAttention, biased: bool, d_k: int) -> str:
+    """The scores as the softmax reads them: divided by √d_k (the paper's) or not (T5's), plus T5's relative
+    position bias."""
+    title = f"Q Kᵀ / √d_k (√{d_k} = {d_k**0.5:.2f})" if module.scaled else "Q Kᵀ (this model does not divide by √d_k)"
+    return f"{title} + relative position bias" if biased else title
+
+
 def draw(matrix: torch.Tensor, name: str, rows: list[str] | None, columns: list[str] | None = None,
          highlight: bool = True, probabilities: bool = False) -> None:  # fmt: skip
     figure = matrix_heatmap(matrix.float().cpu().numpy(), name, rows, columns, row if highlight else None,
@@ -84,7 +92,7 @@ columns = st.columns(2)
 with columns[0]:
     draw(stages.scores, "Q Kᵀ", queries, keys)
 with columns[1]:
-    draw(stages.scaled, f"Q Kᵀ / √d_k (√{d_k} = {d_k**0.5:.2f})", queries, keys)
+    draw(stages.scaled, scaled_title(inputs.module, inputs.position_bias is not None, d_k), queries, keys)
 columns = st.columns(2)
 with columns[0]:
     draw(stages.masked, "masked (grey: −∞)", queries, keys)

@@ -1,9 +1,11 @@
-"""Positional encoding (section 3.5): the sinusoids, their similarity, and what enters the first layer."""
+"""Positional encoding (section 3.5): the sinusoids, their similarity, and what enters the first layer; for a model
+with relative positions (T5), the bias each head adds to its scores instead."""
 
 import numpy as np
 import streamlit as st
+import torch
 
-from transformer.viz.charts import curves, grouped_bars
+from transformer.viz.charts import curves, grouped_bars, lines
 from transformer.viz.matrices import matrix_heatmap
 from ui import models, url
 from ui.charts import show
@@ -14,6 +16,48 @@ MAX_POSITIONS_DRAWN = 512
 explored = page_frame()
 model, config, result = explored.checkpoint.model, explored.checkpoint.config, explored.result
 st.title("Positional encoding")
+
+
+def relative_positions() -> None:
+    """T5's relative positions: nothing is added to the embeddings; each self-attention head adds a learned number
+    to the score of every query and key, chosen by the bucket of their distance."""
+    st.markdown(
+        "This model adds **no position vector** to its embeddings: its encoder and decoder self-attentions add, to "
+        "the score of each query and key, a learned number per head chosen by the key's distance from the query "
+        "(T5's relative position bias, Raffel et al. 2020; Shaw et al. 2018). Distances are grouped in "
+        f"{config.relative_buckets} buckets: one per distance for near tokens, then logarithmically wider ones up "
+        f"to {config.relative_max_distance} tokens, beyond which all distances share the last bucket. The "
+        "encoder's buckets tell before from after; the decoder sees only the past. Cross-attention has no bias. "
+        "These numbers join the scores before the softmax, so they shape every map on the other pages."
+    )
+    side = st.radio("Self-attention of the", ["encoder", "decoder"], horizontal=True, key="relative_side")
+    module = model.src_position if side == "encoder" else model.tgt_position
+    reach = min(config.relative_max_distance + 16, MAX_POSITIONS_DRAWN)
+    distances = np.arange(-reach, reach + 1) if side == "encoder" else np.arange(-reach, 1)
+    with torch.no_grad():
+        by_distance = module.attention_bias(torch.zeros(1, 1, dtype=torch.long), torch.tensor(distances)[None])
+    by_distance = by_distance[0, :, 0].float().cpu().numpy()  # (H, distances)
+    series = {f"head {h + 1}": (distances.tolist(), by_distance[h].tolist()) for h in range(config.n_heads)}
+    title = f"what each head adds to a score, by distance ({side})"
+    show(lines(series, title, "key position − query position", "added to the score"), key="relative_curves")
+    head = st.selectbox("Head", range(config.n_heads), format_func=lambda h: f"head {h + 1}", key="relative_head")
+    if side == "encoder":
+        pieces = result.src_pieces
+    else:
+        pieces = [result.start_piece, *result.tgt_pieces[:-1]]  # the decoder's input
+    positions = torch.arange(len(pieces))[None]
+    with torch.no_grad():
+        matrix = module.attention_bias(positions, positions)[0, head].float().cpu()
+    if side == "decoder":
+        matrix = matrix.masked_fill(torch.ones_like(matrix, dtype=torch.bool).triu(1), float("-inf"))
+    title = f"head {head + 1}'s bias over your sentence (query × key; grey: a key the decoder cannot see)"
+    show(matrix_heatmap(matrix.numpy(), title, row_pieces=pieces, column_pieces=pieces), key="relative_matrix")
+
+
+if config.positional == "relative":
+    relative_positions()
+    url.write_url()
+    st.stop()
 learned = config.positional == "learned"
 shown = min(config.max_len, MAX_POSITIONS_DRAWN)  # the similarity matrix grows with its square
 table = model.src_position.rows(0, shown).detach().float().cpu().numpy()  # the model's own, sinusoids or learned

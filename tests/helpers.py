@@ -183,3 +183,20 @@ def assert_same_as_transformers(model, hf_model, src_ids: list[int], decoder_inp
         assert len(a) == len(b) and (layers is None or len(a) == layers)
         for layer, (x, y) in enumerate(zip(a, b)):
             torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5, msg=f"{kind} layer {layer}")
+
+
+def assert_follows_the_format(path, checkpoint, sentences: list[str]) -> None:
+    """The NumPy reader of FORMAT.md, given the checkpoint file at path, decodes each sentence to the same ids and
+    the same attention maps (within 1e-5) as the package's checkpoint loaded from it."""
+    import numpy as np
+    from numpy_reference import ReferenceModel
+
+    from transformer.decoding.greedy import decode
+
+    reference_model = ReferenceModel(str(path))
+    for sentence in sentences:
+        reference = reference_model.greedy(sentence)
+        result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+        assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
+        for kind in ("encoder_self", "decoder_self", "cross"):
+            np.testing.assert_allclose(reference[kind], getattr(result, kind).numpy(), atol=1e-5)

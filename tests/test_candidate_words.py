@@ -59,12 +59,23 @@ def test_the_shipped_models_candidates_make_the_words_decoding_each_alone_makes(
     assert assert_words_alone(shipped.model, shipped.tokenizer, result) > 0  # some pieces do grow into words
 
 
-@pytest.mark.parametrize("options", [{}, {"norm_first": True, "positional": "learned"}], ids=["post-norm", "learned"])
+T5_LIKE = dict(norm_first=True, positional="relative", norm="rms", bias=False, attention_scale=False,
+               feed_forward="gated", activation="gelu_tanh", scale_output=True, relative_buckets=8,
+               relative_max_distance=20)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"norm_first": True, "positional": "learned"}, T5_LIKE],
+    ids=["post-norm", "learned", "relative"],  # relative: each row's keys at their own positions
+)
 def test_a_random_models_candidates_for_greedy_and_beam_results(tokenizer, options):
     torch.manual_seed(3)
     model = Transformer(tiny_config(tokenizer, **options)).eval()
-    if options:
+    if options.get("positional") == "learned":
         torch.nn.init.normal_(model.tgt_position.table, std=0.5)  # learned positions that matter
+    if options.get("positional") == "relative":
+        torch.nn.init.normal_(model.tgt_position.relative_bias, std=2.0)
     text = "the cat sat on the mat"
     for result in (
         decode(model, tokenizer, text, max_new_tokens=12),

@@ -115,7 +115,7 @@ def test_what_cannot_be_read_is_one_clear_line(m2m_dir, tmp_path):
     (broken / "pytorch_model.bin").write_bytes(b"\x80\x04 a pickle")
     with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle and is not read"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config | {"model_type": "t5"}))
+    (broken / "config.json").write_text(json.dumps(config | {"model_type": "pegasus"}))
     with pytest.raises(CheckpointError, match="not a Hugging Face model directory of a family read here"):
         import_hf(broken)
 

@@ -120,6 +120,7 @@ def test_a_cache_grows_past_its_room_and_a_branch_never_overwrites_another(model
         dict(norm_first=True),
         dict(positional="learned"),
         dict(positional="learned", position_offset=2, embedding_norm=True),
+        dict(positional="relative", norm="rms", bias=False, feed_forward="gated", scale_output=True, norm_first=True),
         dict(tie_embeddings=False, tgt_vocab_size=70),
         dict(n_encoder_layers=1),
         dict(activation="gelu"),
@@ -271,3 +272,9 @@ def test_the_shipped_model_with_a_huge_max_len_loads_small_and_translates_the_sa
 
 def _model_and_tokenizer(checkpoint):
     return checkpoint.model, checkpoint.tokenizer
+
+
+@pytest.mark.parametrize("buckets, distance", [(2, 128), (32, 16), (32, 0)])
+def test_relative_buckets_whose_formula_has_no_value_are_refused(tokenizer, buckets, distance):
+    with pytest.raises(ConfigError, match="relative_buckets must be from 4 to 1024"):
+        tiny_config(tokenizer, positional="relative", relative_buckets=buckets, relative_max_distance=distance)

@@ -47,7 +47,7 @@ def _add_checkpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
         default=str(DEFAULT_CHECKPOINT),
-        help="checkpoint file, or a Hugging Face Marian, M2M100, mBART-50 or BART model directory (default: %(default)s)",
+        help="checkpoint file, or a Hugging Face model directory (Marian, M2M100, NLLB, mBART-50, BART, T5) (default: %(default)s)",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
 
@@ -415,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     hf = commands.add_parser(
         "import-hf",
-        help="convert a Hugging Face Marian (opus-mt), M2M100, mBART-50 or BART model directory",
+        help="convert a Hugging Face model directory (Marian, M2M100, NLLB, mBART-50, BART, T5)",
     )
     hf.add_argument("directory", help="saved by the model's and the tokenizer's save_pretrained")
     hf.add_argument("--out", required=True, help="the checkpoint file to write")

@@ -28,6 +28,7 @@ class SublayerInputs:
     mask: torch.Tensor  # (T_q, T_k) True where the query may look
     output: torch.Tensor  # (T_q, d_model) the module's own output
     p_attn: torch.Tensor  # (H, T_q, T_k) the module's own weights
+    position_bias: torch.Tensor | None = None  # (H, T_q, T_k) added to the scores (T5's relative positions)
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class AttentionStages:
     key: torch.Tensor  # (T_k, d_k)
     value: torch.Tensor  # (T_k, d_k)
     scores: torch.Tensor  # (T_q, T_k) Q K^T
-    scaled: torch.Tensor  # scores / sqrt(d_k)
+    scaled: torch.Tensor  # scores / sqrt(d_k) (not divided in T5), plus the relative positions' bias where there is one
     masked: torch.Tensor  # -inf where the mask hides a key
     p_attn: torch.Tensor  # softmax of masked
     head_output: torch.Tensor  # (T_q, d_k) p_attn V
@@ -71,6 +72,7 @@ def sublayer_inputs(
         seen.mask[0, 0].expand(len(queries), len(context)),
         seen.output[0],
         seen.p_attn[0],
+        None if seen.position_bias is None else seen.position_bias[0],
     )
 
 
@@ -81,13 +83,18 @@ def attention_stages(inputs: SublayerInputs, head: int) -> AttentionStages:
     d_k, n_heads = module.d_head, module.n_heads
     heads = slice(head * d_k, (head + 1) * d_k)
 
+    def product(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        return x @ linear.weight.T if linear.bias is None else x @ linear.weight.T + linear.bias
+
     def per_head(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return (x @ linear.weight.T + linear.bias).view(len(x), n_heads, d_k).transpose(0, 1)  # (H, T, d_k)
+        return product(linear, x).view(len(x), n_heads, d_k).transpose(0, 1)  # (H, T, d_k)
 
     query, key, value = (per_head(p, x) for p, x in ((module.q_proj, inputs.queries), (module.k_proj, inputs.context),
                                                      (module.v_proj, inputs.context)))  # fmt: skip
     scores = query @ key.transpose(1, 2)  # (H, T_q, T_k)
-    scaled = scores / math.sqrt(d_k)
+    scaled = scores / math.sqrt(d_k) if module.scaled else scores
+    if inputs.position_bias is not None:
+        scaled = scaled + inputs.position_bias
     masked = scaled.masked_fill(~inputs.mask, float("-inf"))
     p_attn = masked.softmax(dim=-1)
     head_outputs = p_attn @ value  # (H, T_q, d_k)
@@ -105,5 +112,5 @@ def attention_stages(inputs: SublayerInputs, head: int) -> AttentionStages:
         p_attn=p_attn[head],
         head_output=head_outputs[head],
         concat=concat,
-        output=concat @ module.out_proj.weight.T + module.out_proj.bias,
+        output=product(module.out_proj, concat),
     )

@@ -107,11 +107,14 @@ def _continue(
     keys = KeysSoFar(real.expand(len(cells), -1) & (torch.arange(real.size(1), device=device) <= at[:, None]))
     last = topk_ids.to(device)[at, torch.tensor([rank for _, rank in cells], device=device)]
     cache, positions = _rows_of(cache, len(cells)), at + 1
+    # each key slot's position in its row (relative positions need them): the shared prefix's slots, then the row's own
+    key_positions = torch.arange(cache[0].length, device=device).expand(len(cells), -1)
     for continued in range(MAX_CONTINUATION + 1):
         keys = keys.extended(last, pad_id)
+        key_positions = torch.cat([key_positions, positions[:, None]], dim=1)
         decoded = model.decode(last[:, None], memory.expand(len(cells), -1, -1), src_mask, keys.mask(), cache=cache,
-                               probe=probe, positions=positions)  # fmt: skip
-        last = model.generator(decoded.hidden[:, -1]).argmax(dim=-1)  # the log-softmax keeps the order
+                               probe=probe, positions=positions, key_positions=key_positions)  # fmt: skip
+        last = model.output_logits(decoded.hidden[:, -1]).argmax(dim=-1)  # the log-softmax keeps the order
         kept = []
         for place, ((step, rank), token, position) in enumerate(zip(cells, last.tolist(), positions.tolist())):
             piece = tokenizer.id_to_piece(token)
@@ -125,3 +128,4 @@ def _continue(
         cells = [cells[place] for place in kept]
         cache = [layer.select(index) for layer in decoded.cache]
         keys, last, positions = keys.selected(index), last.index_select(0, index), positions.index_select(0, index) + 1
+        key_positions = key_positions.index_select(0, index)

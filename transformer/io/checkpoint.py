@@ -34,8 +34,8 @@ from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 FORMAT_NAME = "transformer-explorer-checkpoint"
 # FORMAT.md; versions 2 and 3 added the families' conventions to the config, each with the earlier version's defaults
-FORMAT_VERSION = "4"
-READABLE_VERSIONS = ("1", "2", "3", "4")
+FORMAT_VERSION = "5"
+READABLE_VERSIONS = ("1", "2", "3", "4", "5")
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr.safetensors"

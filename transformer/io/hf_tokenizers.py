@@ -12,6 +12,7 @@ from transformer.io.marian import MAX_TOKENIZER_BYTES, read_bounded, regular_fil
 from transformer.text.json_tokenizer import JsonTokenizer
 from transformer.text.tokenizer import TokenizerError
 
+MAX_UNUSED_ROWS = 1024  # embedding rows past the tokenizer's tokens: a few in real models, never millions
 BYTE_LEVEL_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # BART's, at ids 0-4 of its vocab.json
 
 
@@ -43,6 +44,24 @@ def with_language_pair(tokenizer: JsonTokenizer, directory: Path, source: object
         codes = ", ".join(tokenizer.pieces[i] for i in sorted(tokenizer.code_ids))
         raise CheckpointError(f"{directory.name}: no language code {unknown[0]!r}; the model knows {codes}")
     return tokenizer.with_prefixes(str(source), str(target))
+
+
+def unused_rows(directory: Path, model_size: object, tokens: int) -> int:
+    """How many embedding rows past the tokenizer's tokens config.json's vocab_size describes (M2M100's 8
+    madeupwords, NLLB's 2 unnamed rows, T5's 28 to a multiple of 128); CheckpointError for fewer rows than tokens,
+    or implausibly many more (a hostile config asking for a billion names)."""
+    if not isinstance(model_size, int) or not tokens <= model_size <= tokens + MAX_UNUSED_ROWS:
+        raise CheckpointError(
+            f"{directory.name}: config.json's vocab_size {str(model_size)[:20]} does not fit the tokenizer's "
+            f"{tokens} tokens (it may exceed them by at most {MAX_UNUSED_ROWS})"
+        )
+    return model_size - tokens
+
+
+def padded_json_tokenizer(directory: Path, model_size: object) -> JsonTokenizer:
+    """The directory's tokenizer.json, with <unused0> ... naming the embedding rows past its tokens."""
+    tokenizer = read_tokenizer_json(directory)
+    return tokenizer.padded_to(model_size) if unused_rows(directory, model_size, tokenizer.vocab_size) else tokenizer
 
 
 def _byte_level_json(directory: Path) -> str:

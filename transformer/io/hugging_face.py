@@ -11,14 +11,16 @@ from transformer.io.bart import import_bart
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from transformer.io.m2m100 import import_m2m100, is_nllb
 from transformer.io.marian import describe_marian, import_marian, read_json, regular_file
+from transformer.io.t5 import import_t5
 
 IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
     "marian": import_marian,
     "m2m_100": import_m2m100,
     "bart": import_bart,
     "mbart": import_bart,
+    "t5": import_t5,
 }
-FAMILY_NAMES = {"marian": "Marian", "m2m_100": "M2M100", "bart": "BART", "mbart": "mBART-50"}
+FAMILY_NAMES = {"marian": "Marian", "m2m_100": "M2M100", "bart": "BART", "mbart": "mBART-50", "t5": "T5"}
 
 
 def model_type(path: Path) -> str | None:

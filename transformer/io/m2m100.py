@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError
-from transformer.io.hf_tokenizers import read_tokenizer_json, with_language_pair
+from transformer.io.hf_tokenizers import padded_json_tokenizer, unused_rows, with_language_pair
 from transformer.io.marian import (
     ACTIVATIONS,
     FINAL_NORMS,
@@ -39,7 +39,6 @@ from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 # fairseq's language codes, in the order their tokens follow the vocabulary (transformers' M2M100Tokenizer).
 NLLB_TOKENIZERS = ("NllbTokenizer", "NllbTokenizerFast")  # NLLB-200: the M2M100 model with a tokenizer.json
-MAX_UNUSED_ROWS = 1024  # embedding rows past the tokenizer's tokens: a few in real models, never millions
 LANGUAGE_CODES = {
     "m2m100": (
         "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd gl gu ha he hi hr ht hu "
@@ -128,21 +127,8 @@ def _tokenizer_settings(directory: Path) -> dict[str, Any]:
     return settings
 
 
-def _unused_rows(directory: Path, model_size: Any, tokens: int) -> int:
-    """How many embedding rows past the tokenizer's tokens config.json's vocab_size describes (M2M100's 8
-    madeupwords, NLLB's 2 unnamed rows); CheckpointError for fewer rows than tokens, or implausibly many more."""
-    if not isinstance(model_size, int) or not tokens <= model_size <= tokens + MAX_UNUSED_ROWS:
-        raise CheckpointError(
-            f"{directory.name}: config.json's vocab_size {str(model_size)[:20]} does not fit the tokenizer's "
-            f"{tokens} tokens (it may exceed them by at most {MAX_UNUSED_ROWS})"
-        )
-    return model_size - tokens
-
-
 def _nllb_tokenizer(directory: Path, model_size: Any, pair: dict[str, Any]) -> TokenizerBase:
-    tokenizer = with_language_pair(read_tokenizer_json(directory), directory, pair["src"], pair["tgt"])
-    unused = _unused_rows(directory, model_size, tokenizer.vocab_size)
-    return tokenizer.padded_to(model_size) if unused else tokenizer
+    return with_language_pair(padded_json_tokenizer(directory, model_size), directory, pair["src"], pair["tgt"])
 
 
 def _m2m100_tokenizer(directory: Path, settings: dict[str, Any], model_size: Any, pair: dict[str, Any]) -> Tokenizer:
@@ -164,7 +150,7 @@ def _m2m100_tokenizer(directory: Path, settings: dict[str, Any], model_size: Any
     if unknown:
         raise CheckpointError(f"{directory.name}: no language code {unknown[0]!r}; the model knows {', '.join(codes)}")
     pieces = sorted(index, key=index.__getitem__) + [f"__{code}__" for code in codes]
-    pieces += [f"madeupword{i:04d}" for i in range(_unused_rows(directory, model_size, len(pieces)))]
+    pieces += [f"madeupword{i:04d}" for i in range(unused_rows(directory, model_size, len(pieces)))]
     try:
         return Tokenizer(
             read_bounded(directory, names[0], MAX_TOKENIZER_BYTES), None, pieces, f"__{pair['src']}__",

@@ -18,10 +18,16 @@ def attention(
     value: torch.Tensor,
     mask: torch.Tensor | None = None,
     dropout: nn.Dropout | None = None,
+    scaled: bool = True,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V, returning the output and the weights p_attn."""
-    d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)
+    """softmax(Q K^T / sqrt(d_k)) V, returning the output and the weights p_attn; unscaled and with a position
+    bias added to the scores where the model has them (T5)."""
+    scores = query @ key.transpose(-2, -1)
+    if scaled:
+        scores = scores / math.sqrt(query.size(-1))
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # masked keys get exactly 0 weight
     p_attn = scores.softmax(dim=-1)
@@ -37,6 +43,11 @@ def side_by_side(*weights_and_biases: torch.Tensor) -> tuple[torch.Tensor, torch
     return torch.cat(weights).t().contiguous(), torch.cat(biases)
 
 
+def weights_side_by_side(*weights: torch.Tensor) -> tuple[torch.Tensor, None]:
+    """side_by_side of linear layers without biases."""
+    return torch.cat(weights).t().contiguous(), None
+
+
 class MultiHeadAttention(nn.Module):
     """h heads of attention over learned projections, concatenated and projected by W_O."""
 
@@ -44,15 +55,17 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads = config.n_heads
         self.d_head = config.d_head
-        self.q_proj = Linear(config.d_model, config.d_model)
-        self.k_proj = Linear(config.d_model, config.d_model)
-        self.v_proj = Linear(config.d_model, config.d_model)
-        self.out_proj = Linear(config.d_model, config.d_model)
+        self.q_proj = Linear(config.d_model, config.d_model, bias=config.bias)
+        self.k_proj = Linear(config.d_model, config.d_model, bias=config.bias)
+        self.v_proj = Linear(config.d_model, config.d_model, bias=config.bias)
+        self.out_proj = Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
-        self._fused = DerivedWeights(side_by_side)
+        self.scaled = config.attention_scale
+        self._fused = DerivedWeights(side_by_side if config.bias else weights_side_by_side)
 
     def query_key_value_parameters(self) -> list[torch.Tensor]:
-        return [p for linear in (self.q_proj, self.k_proj, self.v_proj) for p in (linear.weight, linear.bias)]
+        linears = (self.q_proj, self.k_proj, self.v_proj)
+        return [p for linear in linears for p in (linear.weight, linear.bias) if p is not None]
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, _ = x.shape
@@ -73,7 +86,8 @@ class MultiHeadAttention(nn.Module):
             return self.split_heads(self.q_proj(x)), *self.project_key_value(x)
         weight_t, bias = self._fused.of(*parameters)
         batch, length, d_model = x.shape
-        fused = torch.addmm(bias, x.reshape(-1, d_model), weight_t)
+        rows = x.reshape(-1, d_model)
+        fused = rows @ weight_t if bias is None else torch.addmm(bias, rows, weight_t)
         query, key, value = fused.view(batch, length, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)
         return query, key, value  # each (B, H, T, d_head)
 
@@ -86,8 +100,10 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool,
         keep: torch.Tensor | None = None,
         query: torch.Tensor | None = None,
+        position_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attends from queries x (B, T_q, d_model) over projected keys/values (B, H, T_k, d_head).
+        """Attends from queries x (B, T_q, d_model) over projected keys/values (B, H, T_k, d_head), the relative
+        positions' bias (B, H, T_q, T_k) added to the scores where the model has one.
 
         query, if given, is x already projected and split into heads (self-attention projects all three at
         once). With need_weights the explicit path computes p_attn; otherwise the fused kernel runs,
@@ -97,11 +113,15 @@ class MultiHeadAttention(nn.Module):
         if query is None:
             query = self.split_heads(self.q_proj(x))
         if need_weights:
-            heads, p_attn = attention(query, key, value, mask, self.dropout if self.training else None)
+            dropout = self.dropout if self.training else None
+            heads, p_attn = attention(query, key, value, mask, dropout, self.scaled, position_bias)
         else:
+            if position_bias is not None:  # one additive mask: the bias, and -inf where the mask hides a key
+                mask = position_bias if mask is None else position_bias.masked_fill(~mask, float("-inf"))
             heads = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0
-            )
+                query, key, value, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0,
+                scale=None if self.scaled else 1.0,
+            )  # fmt: skip
             p_attn = None
         if keep is not None:
             heads = heads * keep.to(heads)

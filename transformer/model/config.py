@@ -63,8 +63,11 @@ class TransformerConfig:
     eos_id: int = 3
     norm_first: bool = False  # False: the paper's post-norm; True: pre-norm
     tie_embeddings: bool = True  # share source, target embeddings and the generator
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"
-    activation: Literal["relu", "gelu", "swish"] = "relu"  # of the feed-forward layer: the paper's ReLU, GELU, SiLU
+    # "relative": no position added; a learned bias per head and relative-distance bucket added to the attention
+    # scores (T5's), on self-attention only
+    positional: Literal["sinusoidal", "learned", "relative"] = "sinusoidal"
+    # of the feed-forward layer: the paper's ReLU, GELU, GELU's tanh approximation (T5's gelu_new), SiLU
+    activation: Literal["relu", "gelu", "gelu_tanh", "swish"] = "relu"
     # Conventions that differ between model families (FORMAT.md), each defaulting to the paper's:
     layer_norm_eps: float = 1e-5
     scale_embedding: bool = True  # token embeddings times sqrt(d_model) (section 3.4)
@@ -76,6 +79,16 @@ class TransformerConfig:
     sinusoid_frequencies: Literal["paper", "tensor2tensor"] = "paper"
     # v4: a layer norm on each side's embedded, position-encoded input (BART's and mBART's layernorm_embedding)
     embedding_norm: bool = False
+    # v5, T5's conventions: RMS norms (a scale, no mean and no bias), linear layers without biases, scores not divided
+    # by sqrt(d_head), a gated feed-forward layer (act(x W1) * (x W_gate)) W2, the decoder's output times
+    # d_model^-0.5 before the generator, and the relative positions' buckets
+    norm: Literal["layer", "rms"] = "layer"
+    bias: bool = True
+    attention_scale: bool = True
+    feed_forward: Literal["plain", "gated"] = "plain"
+    scale_output: bool = False
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
 
     def __post_init__(self) -> None:
         for name, kind in typing.get_type_hints(TransformerConfig).items():
@@ -97,6 +110,15 @@ class TransformerConfig:
             raise ConfigError(f"layer_norm_eps must be in (0, 1), got {self.layer_norm_eps!r}")
         if not 0 <= self.position_offset <= MAX_DIMENSION:
             raise ConfigError(f"position_offset must be from 0 to {MAX_DIMENSION}, got {self.position_offset!r}")
+        # Every bucket formula's logarithm needs max_distance past the exact buckets (relative_buckets // 2).
+        if (
+            not 4 <= self.relative_buckets <= 1024
+            or not self.relative_buckets // 2 < self.relative_max_distance <= 2**20
+        ):
+            raise ConfigError(
+                "relative_buckets must be from 4 to 1024 and relative_max_distance above relative_buckets // 2 (at "
+                f"most 2^20), got {self.relative_buckets!r} and {self.relative_max_distance!r}"
+            )
         if self.sinusoid_frequencies == "tensor2tensor" and self.d_model < 4:
             raise ConfigError("tensor2tensor sinusoids need d_model of at least 4")
         if not 0 <= self.start_id < self.tgt_vocab_size:
@@ -135,16 +157,22 @@ class TransformerConfig:
         shapes: dict[str, tuple[int, ...]] = {}
 
         def linear(name: str, fan_in: int, fan_out: int) -> None:
-            shapes[f"{name}.weight"], shapes[f"{name}.bias"] = (fan_out, fan_in), (fan_out,)
+            shapes[f"{name}.weight"] = (fan_out, fan_in)
+            if self.bias:
+                shapes[f"{name}.bias"] = (fan_out,)
 
         def norm(name: str) -> None:
-            shapes[f"{name}.weight"] = shapes[f"{name}.bias"] = (d,)
+            shapes[f"{name}.weight"] = (d,)
+            if self.norm == "layer":
+                shapes[f"{name}.bias"] = (d,)
 
         def block(prefix: str, attentions: tuple[str, ...], norms: tuple[str, ...]) -> None:
             for attention in attentions:
                 for projection in ("q_proj", "k_proj", "v_proj", "out_proj"):
                     linear(f"{prefix}.{attention}.{projection}", d, d)
             linear(f"{prefix}.feed_forward.inner", d, self.d_ff)
+            if self.feed_forward == "gated":
+                linear(f"{prefix}.feed_forward.gate", d, self.d_ff)
             linear(f"{prefix}.feed_forward.outer", self.d_ff, d)
             for name in norms:
                 norm(f"{prefix}.{name}.norm")
@@ -154,6 +182,11 @@ class TransformerConfig:
             shapes["tgt_embed.lookup.weight"] = (self.tgt_vocab_size, d)
         if self.positional == "learned":
             shapes["src_position.table"] = shapes["tgt_position.table"] = (self.position_offset + self.max_len, d)
+        if self.positional == "relative":
+            shapes["src_position.relative_bias"] = shapes["tgt_position.relative_bias"] = (
+                self.relative_buckets,
+                self.n_heads,
+            )
         if self.embedding_norm:
             norm("src_position.norm")
             norm("tgt_position.norm")
@@ -164,10 +197,10 @@ class TransformerConfig:
         if self.norm_first:
             norm("encoder_norm")
             norm("decoder_norm")
-        if self.tie_embeddings:
+        if not self.tie_embeddings:
+            shapes["generator.weight"] = (self.tgt_vocab_size, d)
+        if self.bias:
             shapes["generator.bias"] = (self.tgt_vocab_size,)
-        else:
-            linear("generator", d, self.tgt_vocab_size)
         return shapes
 
     def parameter_count(self) -> int:

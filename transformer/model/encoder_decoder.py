@@ -9,7 +9,14 @@ from torch import nn
 
 from transformer.model.config import TransformerConfig
 from transformer.model.kinds import AttentionKind
-from transformer.model.layers import DecoderLayer, Embeddings, EncoderLayer, LayerCache, PositionalEncoding
+from transformer.model.layers import (
+    DecoderLayer,
+    Embeddings,
+    EncoderLayer,
+    LayerCache,
+    PositionalEncoding,
+    make_norm,
+)
 from transformer.model.linear import Linear
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
@@ -63,15 +70,14 @@ class Transformer(nn.Module):
         self.src_embed = Embeddings(config.src_vocab_size, config)
         self.tgt_embed = self.src_embed if config.tie_embeddings else Embeddings(config.tgt_vocab_size, config)
         self.src_position = PositionalEncoding(config)
-        self.tgt_position = PositionalEncoding(config)
+        self.tgt_position = PositionalEncoding(config, bidirectional=False)
         self.encoder_layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.n_encoder_layers)])
         self.decoder_layers = nn.ModuleList([DecoderLayer(config) for _ in range(config.n_decoder_layers)])
-        final_norm = (
-            (lambda: nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)) if config.norm_first else nn.Identity
-        )
+        final_norm = (lambda: make_norm(config)) if config.norm_first else nn.Identity
         self.encoder_norm = final_norm()  # pre-norm needs a last norm; post-norm ends normalised
         self.decoder_norm = final_norm()
-        self.generator = Linear(config.d_model, config.tgt_vocab_size)
+        self.generator = Linear(config.d_model, config.tgt_vocab_size, bias=config.bias)
+        self.output_scale = config.d_model**-0.5 if config.scale_output else None
         self._init_weights()
         if config.tie_embeddings:
             self.generator.weight = self.tgt_embed.lookup.weight
@@ -95,9 +101,11 @@ class Transformer(nn.Module):
         through it, with no hook on the shared modules.
         """
         x = self.src_position(self.src_embed(src) if embedded is None else embedded)
+        positions = torch.arange(src.size(1), device=src.device)[None]
+        bias = self.src_position.attention_bias(positions, positions)
         maps = []
         for i, layer in enumerate(self.encoder_layers):
-            x, p_attn = layer(x, src_mask, need_weights, self._sublayer_probe(probe, AttentionKind.ENCODER, i))
+            x, p_attn = layer(x, src_mask, need_weights, self._sublayer_probe(probe, AttentionKind.ENCODER, i), bias)
             maps.append(p_attn)
         return EncoderOutput(self.encoder_norm(x), tuple(maps) if need_weights else ())
 
@@ -112,15 +120,19 @@ class Transformer(nn.Module):
         probe: Probe | None = None,
         embedded: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
+        key_positions: torch.Tensor | None = None,
     ) -> DecoderOutput:
         """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it.
 
         embedded, if given, replaces the token embeddings of tgt (as in encode). positions (B,), if given, is each
         row's position of its first token, where rows continue prefixes of different lengths from one cache (the
-        keys a row may not see hidden by tgt_mask); else the cache's length.
+        keys a row may not see hidden by tgt_mask); else the cache's length. Such rows of a model with relative
+        positions need key_positions too (B, cached + T): the position of each key slot in that row.
         """
-        offset = positions if positions is not None else 0 if cache is None else cache[0].length
+        cached = 0 if cache is None else cache[0].length
+        offset = positions if positions is not None else cached
         x = self.tgt_position(self.tgt_embed(tgt) if embedded is None else embedded, offset)
+        bias = self._self_attention_bias(offset, tgt.size(1), key_positions, tgt.device)
         self_maps, cross_maps, new_cache, states = [], [], [], []
         for i, layer in enumerate(self.decoder_layers):
             x, self_p, cross_p, layer_cache = layer(
@@ -132,6 +144,7 @@ class Transformer(nn.Module):
                 None if cache is None else cache[i],
                 self._sublayer_probe(probe, AttentionKind.DECODER, i),
                 self._sublayer_probe(probe, AttentionKind.CROSS, i),
+                bias,
             )
             self_maps.append(self_p)
             cross_maps.append(cross_p)
@@ -147,6 +160,22 @@ class Transformer(nn.Module):
             tuple(states),
         )
 
+    def _self_attention_bias(
+        self, offset: int | torch.Tensor, length: int, key_positions: torch.Tensor | None, device: torch.device
+    ) -> torch.Tensor | None:
+        """The relative positions' bias of the decoder's new queries over every key (None without relative
+        positions): keys at their slots' positions, or where key_positions puts them."""
+        if not self.tgt_position.relative:
+            return None
+        steps = torch.arange(length, device=device)
+        if isinstance(offset, int):
+            return self.tgt_position.attention_bias(
+                (offset + steps)[None], torch.arange(offset + length, device=device)[None]
+            )
+        if key_positions is None:
+            raise ValueError("rows at positions of their own need key_positions in a model with relative positions")
+        return self.tgt_position.attention_bias(offset[:, None] + steps, key_positions)
+
     def _sublayer_probe(self, probe: Probe | None, kind: AttentionKind, layer: int):
         return None if probe is None else probe.at(kind, layer, self.config.n_heads)
 
@@ -158,8 +187,13 @@ class Transformer(nn.Module):
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """The generator: log-softmax over the target vocabulary, in float32 at least (a half-precision model's
         log-probs would round away the differences between close candidates)."""
-        logits = self.generator(hidden)
+        logits = self.output_logits(hidden)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)
+
+    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The generator's scores of decoder states (..., d_model), scaled by d_model^-0.5 first where the model
+        says so (T5 with tied embeddings)."""
+        return self.generator(hidden if self.output_scale is None else hidden * self.output_scale)
 
     def lens_log_probs(self, states: torch.Tensor) -> torch.Tensor:
         """What the output layer makes of decoder layer outputs (..., d_model), as if each were the last (the
@@ -187,4 +221,4 @@ class Transformer(nn.Module):
         """Unnormalised scores (B, T, V) for training, where the loss applies its own softmax."""
         src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask).memory
-        return self.generator(self.decode(tgt, memory, src_mask, target_mask(tgt, self.config.pad_id)).hidden)
+        return self.output_logits(self.decode(tgt, memory, src_mask, target_mask(tgt, self.config.pad_id)).hidden)

@@ -41,6 +41,31 @@ def sinusoidal_table(
     return table.float()
 
 
+def make_norm(config: TransformerConfig) -> nn.Module:
+    """A layer norm (section 3.1's, Ba et al.) or, where the config says so, an RMS norm (T5's: a scale, no mean, no
+    bias; Zhang and Sennrich 2019)."""
+    if config.norm == "rms":
+        return nn.RMSNorm(config.d_model, eps=config.layer_norm_eps)
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+
+def relative_buckets(relative: torch.Tensor, bidirectional: bool, buckets: int, max_distance: int) -> torch.Tensor:
+    """T5's bucket of each relative position (key position minus query position): exact for small distances, then
+    logarithmically wider up to max_distance, the last bucket beyond; a decoder's (not bidirectional) sees the past
+    only. Computed as Mesh TensorFlow and transformers do, so that every bucket agrees with theirs."""
+    bucket = torch.zeros_like(relative)
+    if bidirectional:
+        buckets //= 2
+        bucket += (relative > 0).long() * buckets
+        distance = relative.abs()
+    else:
+        distance = -torch.minimum(relative, torch.zeros_like(relative))
+    exact = buckets // 2
+    large = exact + (torch.log(distance.float() / exact) / math.log(max_distance / exact) * (buckets - exact)).long()
+    large = torch.minimum(large, torch.full_like(large, buckets - 1))
+    return bucket + torch.where(distance < exact, distance, large)
+
+
 class Embeddings(nn.Module):
     """Token embeddings scaled by sqrt(d_model) (section 3.4), unless the config says otherwise."""
 
@@ -55,21 +80,30 @@ class Embeddings(nn.Module):
 
 class PositionalEncoding(nn.Module):
     """Adds position information: the fixed sinusoids of section 3.5, or a learned table; then, where the config
-    says so, a layer norm (BART's and mBART's embedding norm)."""
+    says so, a layer norm (BART's and mBART's embedding norm). With relative positions (T5's) it adds nothing: its
+    bias per head and bucket of relative position joins the self-attention scores (attention_bias)."""
 
-    def __init__(self, config: TransformerConfig) -> None:
+    def __init__(self, config: TransformerConfig, bidirectional: bool = True) -> None:
         super().__init__()
+        self.relative = config.positional == "relative"
+        self.bidirectional, self.buckets, self.max_distance = (
+            bidirectional,
+            config.relative_buckets,
+            config.relative_max_distance,
+        )
         self.learned = config.positional == "learned"
         self.max_len, self.layout = config.max_len, config.sinusoid_layout
         self.frequencies = config.sinusoid_frequencies
         self.first = config.position_offset  # the table's row of a sequence's first position
         rows = self.first + config.max_len
-        if self.learned:
+        if self.relative:
+            self.relative_bias = nn.Parameter(torch.zeros(config.relative_buckets, config.n_heads))
+        elif self.learned:
             self.table = nn.Parameter(torch.zeros(rows, config.d_model))
         else:
             table = self._sinusoids(min(rows, PRECOMPUTED_POSITIONS), config.d_model)
             self.register_buffer("table", table, persistent=False)
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.embedding_norm else nn.Identity()
+        self.norm = make_norm(config) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
 
     def _sinusoids(self, end: int, d_model: int, start: int = 0) -> torch.Tensor:
@@ -77,10 +111,21 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, x: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
         """x (B, T, d_model) at positions offset .. offset + T - 1; offset a (B,) tensor gives each row its own."""
+        if self.relative:
+            return self.dropout(self.norm(x))
         if isinstance(offset, int):
             return self.dropout(self.norm(x + self.rows(offset, x.size(1))))
         positions = offset[:, None] + torch.arange(x.size(1), device=offset.device)
         return self.dropout(self.norm(x + self.rows(0, int(positions.max()) + 1)[positions]))
+
+    def attention_bias(self, query_positions: torch.Tensor, key_positions: torch.Tensor) -> torch.Tensor | None:
+        """The relative positions' bias (B, H, T_q, T_k) for queries and keys at these positions, (B, T_q) and
+        (B, T_k); None without relative positions."""
+        if not self.relative:
+            return None
+        relative = key_positions[:, None, :] - query_positions[:, :, None]
+        buckets = relative_buckets(relative, self.bidirectional, self.buckets, self.max_distance)
+        return self.relative_bias[buckets].permute(0, 3, 1, 2)
 
     def rows(self, offset: int, length: int) -> torch.Tensor:
         """The encodings of positions offset .. offset + length - 1 (table rows from position_offset on):
@@ -93,21 +138,31 @@ class PositionalEncoding(nn.Module):
         return self._sinusoids(end, self.table.size(1), start).to(self.table)
 
 
-ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "swish": F.silu,
+}
 
 
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), or with GELU or SiLU (swish) in place of max(0, .)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), or with GELU or SiLU (swish) in place of max(0, .);
+    gated (T5 v1.1's): (act(x W1) * x W_gate) W2."""
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.inner = Linear(config.d_model, config.d_ff)
-        self.outer = Linear(config.d_ff, config.d_model)
+        self.inner = Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.gate = Linear(config.d_model, config.d_ff, bias=config.bias) if config.feed_forward == "gated" else None
+        self.outer = Linear(config.d_ff, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.activation = ACTIVATIONS[config.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.outer(self.dropout(self.activation(self.inner(x))))
+        hidden = self.activation(self.inner(x))
+        if self.gate is not None:
+            hidden = hidden * self.gate(x)
+        return self.outer(self.dropout(hidden))
 
 
 class Residual(nn.Module):
@@ -115,7 +170,7 @@ class Residual(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.norm = make_norm(config)
         self.dropout = nn.Dropout(config.dropout)
         self.norm_first = config.norm_first
 
@@ -141,14 +196,15 @@ def probed_attend(
     need_weights: bool,
     probe: SublayerProbe | None,
     query: torch.Tensor | None = None,
+    position_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The module's attention of queries h over keys/values projected from context, as the probe asks."""
     if probe is None:
-        return module.attend(h, key, value, mask, need_weights, query=query)
+        return module.attend(h, key, value, mask, need_weights, query=query, position_bias=position_bias)
     recording = probe.records is not None
-    out, p_attn = module.attend(h, key, value, mask, need_weights or recording, probe.keep, query)
+    out, p_attn = module.attend(h, key, value, mask, need_weights or recording, probe.keep, query, position_bias)
     if recording:
-        probe.record(SublayerRecord(h, context, mask, out, p_attn))
+        probe.record(SublayerRecord(h, context, mask, out, p_attn, position_bias))
     return out, p_attn
 
 
@@ -163,11 +219,16 @@ class EncoderLayer(nn.Module):
         self.ff_block = Residual(config)
 
     def forward(
-        self, x: torch.Tensor, src_mask: torch.Tensor, need_weights: bool, probe: SublayerProbe | None = None
+        self,
+        x: torch.Tensor,
+        src_mask: torch.Tensor,
+        need_weights: bool,
+        probe: SublayerProbe | None = None,
+        position_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         def self_attend(h: torch.Tensor) -> tuple:
             query, key, value = self.self_attn.project_query_key_value(h)
-            return probed_attend(self.self_attn, h, h, key, value, src_mask, need_weights, probe, query)
+            return probed_attend(self.self_attn, h, h, key, value, src_mask, need_weights, probe, query, position_bias)
 
         x, p_attn = self.attn_block(x, self_attend)
         x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
@@ -273,8 +334,10 @@ class DecoderLayer(nn.Module):
         cache: LayerCache | None = None,
         self_probe: SublayerProbe | None = None,
         cross_probe: SublayerProbe | None = None,
+        position_bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, LayerCache | None]:
-        """With a cache, x holds only the new positions and tgt_mask covers them over all keys."""
+        """With a cache, x holds only the new positions and tgt_mask covers them over all keys; position_bias, the
+        relative positions' bias of those queries over all keys."""
 
         def self_attend(h: torch.Tensor) -> tuple:
             query, key, value = self.self_attn.project_query_key_value(h)
@@ -282,7 +345,9 @@ class DecoderLayer(nn.Module):
             if cache is not None:
                 extended = cache.extended(key, value)
                 key, value = extended.self_key, extended.self_value
-            out, p_attn = probed_attend(self.self_attn, h, h, key, value, tgt_mask, need_weights, self_probe, query)
+            out, p_attn = probed_attend(
+                self.self_attn, h, h, key, value, tgt_mask, need_weights, self_probe, query, position_bias
+            )
             return out, p_attn, extended
 
         def cross_attend(h: torch.Tensor) -> tuple:

@@ -25,6 +25,7 @@ class SublayerRecord:
     mask: torch.Tensor | None  # broadcastable to (B, H, T_q, T_k), True where a query may look
     output: torch.Tensor  # (B, T_q, d_model) the module's output, before dropout and the residual
     p_attn: torch.Tensor  # (B, H, T_q, T_k)
+    position_bias: torch.Tensor | None = None  # (B, H, T_q, T_k) added to the scores (T5's relative positions)
 
 
 @dataclass(frozen=True)
