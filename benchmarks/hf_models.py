@@ -26,6 +26,8 @@ from transformers import (
     MBart50Tokenizer,
     MBartConfig,
     MBartForConditionalGeneration,
+    MT5Config,
+    MT5ForConditionalGeneration,
     NllbTokenizer,
     T5Config,
     T5ForConditionalGeneration,
@@ -146,10 +148,12 @@ def save_bart(directory: Path, sentences: list[str], sizes: dict = TINY) -> Path
     return save_random(BartForConditionalGeneration(config), directory, forced=0)
 
 
-def save_t5(directory: Path, sentences: list[str], sizes: dict | None = None, flan: bool = False) -> Path:
+def save_t5(
+    directory: Path, sentences: list[str], sizes: dict | None = None, flan: bool = False, multilingual: bool = False
+) -> Path:
     """T5 (ReLU, the decoder's output scaled before the tied output layer) or, with flan, T5 v1.1's and Flan-T5's
-    conventions (gated GELU, no output scale); RMS norms, no biases, relative position buckets, a unigram
-    tokenizer.json whose embedding has rows past its tokens."""
+    conventions (gated GELU, no output scale), or mT5's (MT5ForConditionalGeneration, the same as Flan-T5's); RMS
+    norms, no biases, relative position buckets, a unigram tokenizer.json whose embedding has rows past its tokens."""
     t5_ids = dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1)  # T5's own SentencePiece model's
     (directory / "spiece.model").write_bytes(spm_model(sentences, 60, **t5_ids))
     tokenizer = T5Tokenizer.from_pretrained(directory, extra_ids=4)
@@ -157,7 +161,10 @@ def save_t5(directory: Path, sentences: list[str], sizes: dict | None = None, fl
     tokenizer.save_pretrained(directory)
     sizes = sizes or dict(d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=2, num_heads=4,
                           relative_attention_num_buckets=8, relative_attention_max_distance=20)  # fmt: skip
-    config = T5Config(vocab_size=len(tokenizer) + 12, feed_forward_proj="gated-gelu" if flan else "relu",
-                      tie_word_embeddings=not flan, decoder_start_token_id=0, **sizes)  # fmt: skip
+    config_class, model_class = (
+        (MT5Config, MT5ForConditionalGeneration) if multilingual else (T5Config, T5ForConditionalGeneration)
+    )
+    config = config_class(vocab_size=len(tokenizer) + 12, feed_forward_proj="gated-gelu" if flan or multilingual else "relu",
+                          tie_word_embeddings=not (flan or multilingual), decoder_start_token_id=0, **sizes)  # fmt: skip
     torch.manual_seed(0)
-    return save_random(T5ForConditionalGeneration(config), directory, rare_from=len(tokenizer), rare=(0, 2))
+    return save_random(model_class(config), directory, rare_from=len(tokenizer), rare=(0, 2))

@@ -13,7 +13,7 @@ import shutil
 import pytest
 import torch
 from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences
-from transformers import T5ForConditionalGeneration, T5Tokenizer
+from transformers import MT5ForConditionalGeneration, T5ForConditionalGeneration, T5Tokenizer
 
 from benchmarks.hf_models import save_t5
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
@@ -28,11 +28,14 @@ SENTENCES = ["the red dog runs.", "a woman jumps in the blue park", "le chien ro
 CORPUS = [" ".join(s.split()) for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme!"] * 20
 
 
-@pytest.fixture(scope="module", params=["t5", "flan"])
+@pytest.fixture(scope="module", params=["t5", "flan", "mt5"])
 def t5(request, tmp_path_factory):
     """(directory, transformers' model, its tokenizer) for each variant."""
-    directory = save_t5(tmp_path_factory.mktemp(f"{request.param}-tiny"), CORPUS, flan=request.param == "flan")
-    model = T5ForConditionalGeneration.from_pretrained(directory, attn_implementation="eager").eval()
+    variant = request.param
+    directory = save_t5(tmp_path_factory.mktemp(f"{variant}-tiny"), CORPUS, flan=variant == "flan",
+                        multilingual=variant == "mt5")  # fmt: skip
+    model_class = MT5ForConditionalGeneration if variant == "mt5" else T5ForConditionalGeneration
+    model = model_class.from_pretrained(directory, attn_implementation="eager").eval()
     return directory, model, T5Tokenizer.from_pretrained(directory)
 
 
@@ -71,7 +74,7 @@ def test_greedy_decoding_equals_generate(t5, sentence):
 def test_the_imported_file_round_trips_and_follows_the_format(t5, tmp_path):
     directory, *_ = t5
     imported = import_hf(directory)
-    assert describe_hf(directory) == f"{directory.name} · Hugging Face T5"
+    assert describe_hf(directory) in (f"{directory.name} · Hugging Face T5", f"{directory.name} · Hugging Face mT5")
     save_checkpoint(tmp_path / "t5.safetensors", imported.model, imported.tokenizer)
     loaded = load_checkpoint(tmp_path / "t5.safetensors")
     config = loaded.config
@@ -110,13 +113,18 @@ def test_what_cannot_be_read_is_one_clear_line(t5, tmp_path):
     (broken / "config.json").write_text(json.dumps(config | {"vocab_size": 10**9}))
     with pytest.raises(CheckpointError, match="does not fit the tokenizer's"):
         import_hf(broken)
+    (broken / "config.json").write_text(json.dumps(config | {"model_type": "longt5"}))  # a variant: the reason
+    with pytest.raises(CheckpointError, match="LongT5 attends locally .* which this format cannot hold"):
+        import_hf(broken)
 
 
 def test_a_t5_directory_works_on_every_page(t5, tmp_path, monkeypatch):
     from test_marian import open_on_every_page
 
     directory, *_ = t5
-    at = open_on_every_page(directory, tmp_path, monkeypatch, f"{directory.name} · Hugging Face T5")
+    label = describe_hf(directory)
+    assert label.endswith(("Hugging Face T5", "Hugging Face mT5"))
+    at = open_on_every_page(directory, tmp_path, monkeypatch, label)
     at = at.switch_page("pages/positional.py").run()  # the relative positions' bias, not sinusoids
     assert not at.exception and at.radio(key="relative_side").value == "encoder"
     at = at.radio(key="relative_side").set_value("decoder").run()

@@ -19,8 +19,15 @@ IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
     "bart": import_bart,
     "mbart": import_bart,
     "t5": import_t5,
+    "mt5": import_t5,
 }
-FAMILY_NAMES = {"marian": "Marian", "m2m_100": "M2M100", "bart": "BART", "mbart": "mBART-50", "t5": "T5"}
+# Variants of the families above whose layers this format cannot hold, refused with the reason.
+REFUSED = {
+    "nllb_moe": "NLLB-MoE routes each token through a few of many expert feed-forward layers (mixture of experts)",
+    "switch_transformers": "Switch Transformers route each token to one of many expert feed-forward layers",
+    "longt5": "LongT5 attends locally and through transient global tokens, not over the whole sequence",
+}
+FAMILY_NAMES = {"marian": "Marian", "m2m_100": "M2M100", "bart": "BART", "mbart": "mBART-50", "t5": "T5", "mt5": "mT5"}
 
 
 def model_type(path: Path) -> str | None:
@@ -59,6 +66,8 @@ def import_hf(directory: str | Path, device: torch.device | str = "cpu") -> Chec
     """A Hugging Face directory of any family read here, as a checkpoint of this project."""
     directory = Path(directory)
     kind = model_type(directory)
+    if kind in REFUSED:
+        raise CheckpointError(f"{directory.name}: {REFUSED[kind]}, which this format cannot hold: not read")
     if kind not in IMPORTERS:
         known = ", ".join(f"{name} ({key})" for key, name in FAMILY_NAMES.items())
         raise CheckpointError(

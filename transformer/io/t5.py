@@ -1,4 +1,4 @@
-"""Hugging Face T5 and Flan-T5 models in this project's format, read from the saved files alone.
+"""Hugging Face T5, Flan-T5 and mT5 models in this project's format, read from the saved files alone.
 
 T5 differs from the paper's model in every convention FORMAT.md version 5 makes a config field: RMS norms (pre-norm,
 a final one on each side), no biases anywhere, scores not divided by sqrt(d_head), no positions added to the
@@ -62,7 +62,11 @@ def t5_config(hf: dict[str, Any], tokenizer: TokenizerBase, untied: bool) -> Tra
         unsupported.append("an attention width (num_heads x d_kv) other than d_model")
     if unsupported:
         raise ConfigError(f"this T5 model has {', '.join(unsupported)}, which this format cannot hold")
-    scale = hf.get("scale_decoder_outputs", hf.get("tie_word_embeddings", True) is not False)
+    # The original T5 scales its decoder's output (transformers 5 writes scale_decoder_outputs; 4 wrote
+    # tie_word_embeddings true); T5 v1.1, Flan-T5 and mT5 do not.
+    scale = hf.get("scale_decoder_outputs")
+    if scale is None:
+        scale = hf.get("model_type") == "t5" and hf.get("tie_word_embeddings", True) is not False
     return TransformerConfig(
         src_vocab_size=tokenizer.vocab_size,
         tgt_vocab_size=tokenizer.vocab_size,
@@ -95,11 +99,12 @@ def t5_config(hf: dict[str, Any], tokenizer: TokenizerBase, untied: bool) -> Tra
 
 
 def import_t5(directory: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
-    """A T5 or Flan-T5 model directory (T5ForConditionalGeneration) as a checkpoint of this project."""
+    """A T5, Flan-T5 or mT5 model directory (T5ForConditionalGeneration, MT5ForConditionalGeneration) as a
+    checkpoint of this project."""
     directory = Path(directory)
     hf_config = read_json(directory, "config.json")
-    if not isinstance(hf_config, dict) or hf_config.get("model_type") != "t5":
-        raise CheckpointError(f"{directory} is not a Hugging Face T5 model directory (model_type t5)")
+    if not isinstance(hf_config, dict) or hf_config.get("model_type") not in ("t5", "mt5"):
+        raise CheckpointError(f"{directory} is not a Hugging Face T5 or mT5 model directory (model_type t5 or mt5)")
     tokenizer = padded_json_tokenizer(directory, hf_config.get("vocab_size"))
     weights = hf_weights(directory)
     embedding = next((weights[name] for name in EMBEDDINGS if name in weights), None)
@@ -126,5 +131,6 @@ def import_t5(directory: str | Path, device: torch.device | str = "cpu") -> Chec
         if ours is None:
             raise CheckpointError(f"unexpected tensor {name}: not a part of a T5 layer this format holds")
         state[f"{side}_layers.{index}.{ours}.weight"] = tensor
-    metadata = {"imported": {"from": "Hugging Face T5", "directory": directory.name}}
+    family = "mT5" if hf_config["model_type"] == "mt5" else "T5"
+    metadata = {"imported": {"from": f"Hugging Face {family}", "directory": directory.name}}
     return checkpoint_from_state(config, state, tokenizer, metadata, device)
