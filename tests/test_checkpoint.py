@@ -158,7 +158,7 @@ def test_a_small_file_claiming_a_huge_model_is_refused_before_allocating(tmp_pat
     path.write_bytes(with_config((REPO / "checkpoints" / "reverse.safetensors").read_bytes(), **SMALL_FILE_HUGE_CONFIG))
     with measured() as cost, pytest.raises(CheckpointError, match="has shape"):
         load_checkpoint(path)
-    assert cost.peak_growth_mb < 100 and cost.seconds < 1, cost  # was 5.4 GB and 25 s: the model was built first
+    assert cost.peak_growth_mb < 100, cost  # was 5.4 GB: the model was built first
 
 
 def test_the_cli_refuses_it_with_one_line_and_no_allocation(tmp_path, capsys):
@@ -169,7 +169,7 @@ def test_the_cli_refuses_it_with_one_line_and_no_allocation(tmp_path, capsys):
     with measured() as cost:
         code = main(["inspect", "--checkpoint", str(path), "--text", "one two", "--out", str(tmp_path / "m.npz")])
     assert code == 2 and capsys.readouterr().err.startswith("error: tensor ")
-    assert cost.peak_growth_mb < 100 and cost.seconds < 1, cost
+    assert cost.peak_growth_mb < 100, cost
 
 
 def test_tensor_extents_must_tile_the_payload(checkpoint_path):

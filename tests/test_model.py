@@ -2,7 +2,7 @@ import json
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import measured, tiny_config
 
 from transformer.io.checkpoint import unique_state
 from transformer.model.config import ConfigError, TransformerConfig
@@ -114,18 +114,18 @@ def test_a_cache_grows_past_its_room_and_a_branch_never_overwrites_another(model
         torch.testing.assert_close(following.hidden[:, -1], whole(tgt[:, :5]), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        dict(norm_first=True),
-        dict(positional="learned"),
-        dict(positional="learned", position_offset=2, embedding_norm=True),
-        dict(positional="relative", norm="rms", bias=False, feed_forward="gated", scale_output=True, norm_first=True),
-        dict(tie_embeddings=False, tgt_vocab_size=70),
-        dict(n_encoder_layers=1),
-        dict(activation="gelu"),
-    ],
-)
+VARIANTS = [
+    dict(norm_first=True),
+    dict(positional="learned"),
+    dict(positional="learned", position_offset=2, embedding_norm=True),
+    dict(positional="relative", norm="rms", bias=False, feed_forward="gated", scale_output=True, norm_first=True),
+    dict(tie_embeddings=False, tgt_vocab_size=70),
+    dict(n_encoder_layers=1),
+    dict(activation="gelu"),
+]
+
+
+@pytest.mark.parametrize("overrides", VARIANTS)
 def test_variants_build_and_count_their_parameters(tokenizer, overrides):
     config = tiny_config(tokenizer, **overrides)
     model = Transformer(config).eval()
@@ -136,6 +136,31 @@ def test_variants_build_and_count_their_parameters(tokenizer, overrides):
     src, tgt = batch(config)
     maps = model(src, tgt, need_weights=True).attentions
     assert len(maps.encoder_self) == config.n_encoder_layers
+
+
+@pytest.mark.parametrize("overrides", [dict(), *VARIANTS])
+def test_a_model_built_around_given_tensors_holds_them_and_computes_the_same(tokenizer, overrides):
+    config = tiny_config(tokenizer, **overrides)
+    loaded = Transformer(config).eval()
+    state = {name: t.detach().clone() for name, t in unique_state(loaded).items()}
+    held = Transformer.holding(config, state).eval()
+    assert all(t.data_ptr() == state[name].data_ptr() for name, t in unique_state(held).items())  # not copies
+    assert (held.generator.weight is held.src_embed.lookup.weight) == config.tie_embeddings
+    src, tgt = batch(config)
+    torch.testing.assert_close(held(src, tgt).log_probs, loaded(src, tgt).log_probs, atol=0, rtol=0)
+    dropped = "decoder_layers.1.feed_forward.outer.weight"
+    with pytest.raises(ValueError, match=f"no tensor given for {dropped}"):
+        Transformer.holding(config, {name: t for name, t in state.items() if name != dropped})
+
+
+def test_building_around_tensors_allocates_no_weights_of_its_own(tokenizer):
+    config = tiny_config(tokenizer, src_vocab_size=50_000, tgt_vocab_size=50_000, d_model=512, n_heads=8)
+    state = {name: t.detach().clone() for name, t in unique_state(Transformer(config)).items()}
+    weights_mb = sum(t.nbytes for t in state.values()) / 2**20
+    Transformer.holding(config, state)  # the first meta-device build loads torch's meta kernels (about 45 MB, once)
+    with measured() as cost:
+        Transformer.holding(config, state)
+    assert weights_mb > 100 and cost.peak_growth_mb < weights_mb / 4, (weights_mb, cost)  # was the weights again
 
 
 def test_embeddings_are_tied(model):

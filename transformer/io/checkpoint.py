@@ -250,8 +250,7 @@ def model_from_tensors(
     problems = (f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}",) if bad else ()
     for problem in problems:
         warnings.warn(problem, CheckpointWarning, stacklevel=3)
-    model = Transformer(config)
-    model.load_state_dict({name: t.float() for name, t in tensors.items()}, strict=False)
+    model = Transformer.holding(config, {name: t.float() for name, t in tensors.items()})
     model.requires_grad_(False)
     return model.to(device).eval(), problems
 

@@ -79,7 +79,26 @@ class Transformer(nn.Module):
         self.generator = Linear(config.d_model, config.tgt_vocab_size, bias=config.bias)
         self.output_scale = config.d_model**-0.5 if config.scale_output else None
         self._init_weights()
-        if config.tie_embeddings:
+        self._tie_generator()
+
+    @classmethod
+    def holding(cls, config: TransformerConfig, tensors: dict[str, torch.Tensor]) -> Transformer:
+        """The model built around these float tensors (state-dict names, tied ones once) without weights of its
+        own: a 600M-parameter import is held once in memory, not twice, and nothing is initialised only to be
+        overwritten."""
+        with torch.device("meta"):
+            model = cls(config)
+        model.load_state_dict(tensors, strict=False, assign=True)
+        model._tie_generator()
+        for position in (model.src_position, model.tgt_position):
+            position.compute_fixed_table()
+        missing = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+        if missing:
+            raise ValueError(f"no tensor given for {', '.join(missing[:5])}")
+        return model
+
+    def _tie_generator(self) -> None:
+        if self.config.tie_embeddings:
             self.generator.weight = self.tgt_embed.lookup.weight
 
     def _init_weights(self) -> None:

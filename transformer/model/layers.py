@@ -95,16 +95,23 @@ class PositionalEncoding(nn.Module):
         self.max_len, self.layout = config.max_len, config.sinusoid_layout
         self.frequencies = config.sinusoid_frequencies
         self.first = config.position_offset  # the table's row of a sequence's first position
-        rows = self.first + config.max_len
+        self.d_model = config.d_model
         if self.relative:
             self.relative_bias = nn.Parameter(torch.zeros(config.relative_buckets, config.n_heads))
         elif self.learned:
-            self.table = nn.Parameter(torch.zeros(rows, config.d_model))
+            self.table = nn.Parameter(torch.zeros(self.first + config.max_len, config.d_model))
         else:
-            table = self._sinusoids(min(rows, PRECOMPUTED_POSITIONS), config.d_model)
-            self.register_buffer("table", table, persistent=False)
+            self.register_buffer("table", torch.empty(0), persistent=False)
+            self.compute_fixed_table()
         self.norm = make_norm(config) if config.embedding_norm else nn.Identity()
         self.dropout = nn.Dropout(config.dropout)
+
+    def compute_fixed_table(self) -> None:
+        """(Re)computes the sinusoid rows kept ready (never stored in a file: a model built on the meta device
+        needs them made here); learned and relative positions have none."""
+        if not (self.relative or self.learned):
+            rows = min(self.first + self.max_len, PRECOMPUTED_POSITIONS)
+            self.table = self._sinusoids(rows, self.d_model)
 
     def _sinusoids(self, end: int, d_model: int, start: int = 0) -> torch.Tensor:
         return sinusoidal_table(end, d_model, self.layout, start, self.frequencies)
