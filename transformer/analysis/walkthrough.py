@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from transformer.model.attention import MultiHeadAttention
 from transformer.model.encoder_decoder import Transformer
@@ -83,11 +84,8 @@ def attention_stages(inputs: SublayerInputs, head: int) -> AttentionStages:
     d_k, n_heads = module.d_head, module.n_heads
     heads = slice(head * d_k, (head + 1) * d_k)
 
-    def product(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return x @ linear.weight.T if linear.bias is None else x @ linear.weight.T + linear.bias
-
     def per_head(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-        return product(linear, x).view(len(x), n_heads, d_k).transpose(0, 1)  # (H, T, d_k)
+        return F.linear(x, linear.weight, linear.bias).view(len(x), n_heads, d_k).transpose(0, 1)  # (H, T, d_k)
 
     query, key, value = (per_head(p, x) for p, x in ((module.q_proj, inputs.queries), (module.k_proj, inputs.context),
                                                      (module.v_proj, inputs.context)))  # fmt: skip
@@ -112,5 +110,5 @@ def attention_stages(inputs: SublayerInputs, head: int) -> AttentionStages:
         p_attn=p_attn[head],
         head_output=head_outputs[head],
         concat=concat,
-        output=product(module.out_proj, concat),
+        output=F.linear(concat, module.out_proj.weight, module.out_proj.bias),
     )

@@ -177,15 +177,20 @@ def marian_config(
     )
 
 
+def embedding_matrix(tensors: dict[str, torch.Tensor], names: tuple[str, ...]) -> torch.Tensor:
+    """The shared embedding under the first of a family's names for it that the file has."""
+    embedding = next((tensors[name] for name in names if name in tensors), None)
+    if embedding is None:
+        raise CheckpointError(f"no embedding matrix: expected one of {', '.join(names)}")
+    return embedding
+
+
 def marian_state(
     tensors: dict[str, torch.Tensor], config: TransformerConfig, extra: dict[str, str] | None = None
 ) -> dict[str, torch.Tensor]:
     """Marian's state dict under this project's names (FORMAT.md section 4); `extra` names other tensors a family
     of the same layout has (M2M100's final layer norms) and what they are called here."""
-    embedding = next((tensors[name] for name in EMBEDDINGS if name in tensors), None)
-    if embedding is None:
-        raise CheckpointError(f"no embedding matrix: expected one of {', '.join(EMBEDDINGS)}")
-    state = {"src_embed.lookup.weight": embedding}
+    state = {"src_embed.lookup.weight": embedding_matrix(tensors, EMBEDDINGS)}
     bias = tensors.get("final_logits_bias")
     state["generator.bias"] = torch.zeros(config.tgt_vocab_size) if bias is None else bias.reshape(-1)
     for name, tensor in tensors.items():

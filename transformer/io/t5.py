@@ -18,7 +18,7 @@ import torch
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.io.hf_tokenizers import padded_json_tokenizer
-from transformer.io.marian import checkpoint_from_state, hf_weights, read_json
+from transformer.io.marian import checkpoint_from_state, embedding_matrix, hf_weights, read_json
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.tokenizer import TokenizerBase
 
@@ -107,9 +107,7 @@ def import_t5(directory: str | Path, device: torch.device | str = "cpu") -> Chec
         raise CheckpointError(f"{directory} is not a Hugging Face T5 or mT5 model directory (model_type t5 or mt5)")
     tokenizer = padded_json_tokenizer(directory, hf_config.get("vocab_size"))
     weights = hf_weights(directory)
-    embedding = next((weights[name] for name in EMBEDDINGS if name in weights), None)
-    if embedding is None:
-        raise CheckpointError(f"no embedding matrix: expected one of {', '.join(EMBEDDINGS)}")
+    embedding = embedding_matrix(weights, EMBEDDINGS)
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, embedding)  # Flan-T5's own output layer
     try:

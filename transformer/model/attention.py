@@ -36,16 +36,12 @@ def attention(
     return p_attn @ value, p_attn
 
 
-def side_by_side(*weights_and_biases: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Linear layers' (weight, bias, weight, bias, ...) as one: the weights transposed side by side
-    (d_in, sum of d_out) and the biases end to end."""
-    weights, biases = weights_and_biases[0::2], weights_and_biases[1::2]
-    return torch.cat(weights).t().contiguous(), torch.cat(biases)
-
-
-def weights_side_by_side(*weights: torch.Tensor) -> tuple[torch.Tensor, None]:
-    """side_by_side of linear layers without biases."""
-    return torch.cat(weights).t().contiguous(), None
+def side_by_side(*parameters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Linear layers' weights (2-D) and biases (1-D, where the layers have them) as one: the weights transposed side
+    by side (d_in, sum of d_out) and the biases end to end, or None."""
+    weights = [p for p in parameters if p.dim() == 2]
+    biases = [p for p in parameters if p.dim() == 1]
+    return torch.cat(weights).t().contiguous(), torch.cat(biases) if biases else None
 
 
 class MultiHeadAttention(nn.Module):
@@ -61,7 +57,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.scaled = config.attention_scale
-        self._fused = DerivedWeights(side_by_side if config.bias else weights_side_by_side)
+        self._fused = DerivedWeights(side_by_side)
 
     def query_key_value_parameters(self) -> list[torch.Tensor]:
         linears = (self.q_proj, self.k_proj, self.v_proj)
