@@ -78,6 +78,7 @@ def test_pharaoh_links_sure_and_possible_counted_from_zero_or_one():
         (["0-0 zero-one"], ([1], [1]), "line 1: 'zero-one' is not a link"),
         (["0:0"], ([1], [1]), "line 1: '0:0' is not a link"),
         (["3-1"], ([2], [2]), "line 1: source word 3 is out of range: the source line has 2 words, counted from 1"),
+        (["0-" + "9" * 5000], ([1], [1]), "line 1: '0-99999999999999999999999999999999999999' is not a link"),
     ],
 )  # fmt: skip
 def test_a_gold_file_that_does_not_fit_gets_one_line_naming_where(lines, lengths, message):

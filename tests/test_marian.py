@@ -201,11 +201,17 @@ def _hostile(marian_dir, tmp_path, kind: str):
     elif kind == "huge-config":
         config = json.loads((directory / "config.json").read_text())
         (directory / "config.json").write_text(json.dumps(config | {"padding": "x" * (2 << 20)}))
+    elif kind == "digits-config":  # past Python's 4,300 digits: a plain ValueError from the JSON reader
+        text = (directory / "config.json").read_text().rstrip()
+        (directory / "config.json").write_text(text[:-1] + ', "max_length": ' + "9" * 5000 + "}")
+    elif kind == "list-in-config":  # a size that is no number
+        config = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps(config | {"d_model": [0]}))
     return directory
 
 
 HOSTILE = ["deep-config", "deep-tokenizer-config", "config-to-dev-zero", "tokenizer-config-pipe", "vocab-pipe",
-           "vocab-link-out", "huge-config"]  # fmt: skip
+           "vocab-link-out", "huge-config", "digits-config", "list-in-config"]  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
@@ -236,9 +242,10 @@ def test_a_hostile_marian_directory_is_refused_or_read_safely_in_seconds(marian_
         assert outcome.startswith("refused:")
         reason = {"deep-config": "nested too deeply", "config-to-dev-zero": "leads out of the directory",
                   "vocab-link-out": "leads out of the directory", "huge-config": "over 1 MB",
-                  "vocab-pipe": "not a regular file"}[kind]  # fmt: skip
+                  "vocab-pipe": "not a regular file", "digits-config": "not JSON",
+                  "list-in-config": "d_model is [0], not an integer"}[kind]  # fmt: skip
         assert reason in outcome
-    if kind in ("deep-config", "config-to-dev-zero", "huge-config"):
+    if kind in ("deep-config", "config-to-dev-zero", "huge-config", "digits-config", "list-in-config"):
         assert listed == "False"  # not offered in the checkpoint list at all
 
 

@@ -118,6 +118,23 @@ def test_what_cannot_be_read_is_one_clear_line(t5, tmp_path):
         import_hf(broken)
 
 
+@pytest.mark.parametrize("d_kv", [[0], "x", 8.0, True, 10**12])
+def test_a_config_value_of_the_wrong_type_is_refused_before_it_is_used(t5, tmp_path, d_kv):
+    """A list as d_kv was multiplied by num_heads (3e8) into 2.6 GB before any check; every importer checks the
+    type of every number it reads first."""
+    from helpers import measured
+
+    directory, *_ = t5
+    broken = tmp_path / "broken"
+    shutil.copytree(directory, broken)
+    config = json.loads((broken / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps(config | {"d_kv": d_kv, "num_heads": 300_000_000}))
+    with measured() as cost, pytest.raises(CheckpointError, match=r"config.json's (d_kv|num_heads) is .*, not an"):
+        import_hf(broken)
+    assert cost.peak_growth_mb < 100, cost
+    assert describe_hf(broken) == "broken · Hugging Face (config.json unreadable)"
+
+
 def test_a_t5_directory_works_on_every_page(t5, tmp_path, monkeypatch):
     from test_marian import open_on_every_page
 

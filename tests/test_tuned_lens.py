@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 from helpers import REPO, make_sentences
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from transformer.analysis.tuned_lens import (
     TunedLens,
@@ -71,6 +73,26 @@ def test_a_lens_is_read_back_only_for_the_checkpoint_it_was_fitted_to(model, che
                     file_sha256(checkpoint_path), "")  # fmt: skip
     with pytest.raises(TunedLensError, match="not finite"):
         load_tuned_lens(broken, model, file_sha256(checkpoint_path))
+
+
+@pytest.mark.parametrize(
+    "kl",
+    ["not json", '[[1.0, 2.0], {"a": 1}]', '["a", "b"]', "[1.0, NaN]", "[1.0]", "[" + "1.0, " * 5_000_000 + "1.0]",
+     "[" * 100_000, "9" * 5000],
+    ids=["not JSON", "nested", "strings", "NaN", "too few", "five million", "deep", "5,000 digits"],
+)  # fmt: skip
+def test_a_lens_file_whose_measured_kl_is_not_numbers_per_layer_is_refused_in_one_line(
+    model, checkpoint_path, tmp_path, kl
+):
+    """Strings loaded and then broke the explorer for every visitor; 5M values went to every browser."""
+    path = tmp_path / "hostile.safetensors"
+    lens = TunedLens(torch.zeros(2, 16, 16), torch.zeros(2, 16))
+    save_tuned_lens(path, lens, file_sha256(checkpoint_path), "")
+    save_file({"weights": lens.weights, "biases": lens.biases}, str(path),
+              {**safe_open(str(path), "pt").metadata(), "kl_tuned": kl})  # fmt: skip
+    with pytest.raises(TunedLensError, match="kl_tuned") as error:
+        load_tuned_lens(path, model, file_sha256(checkpoint_path))
+    assert "\n" not in str(error.value) and len(str(error.value)) < 200
 
 
 def test_the_command_line_fits_and_stores_a_lens_beside_the_checkpoint(checkpoint_path, model, tmp_path):

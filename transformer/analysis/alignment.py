@@ -32,7 +32,7 @@ from transformer.text.tokenizer import TokenizerBase
 Link = tuple[int, int]  # (source word, target word), 0-based
 CONVENTIONS = ("output", "input")
 DEFAULT_THRESHOLD = 0.3
-LINK = re.compile(r"(\d+)([-?p])(\d+)")
+LINK = re.compile(r"(\d{1,9})([-?p])(\d{1,9})")  # a word index of 5,000 digits is no link (and no int)
 IG_STEPS = 32  # interpolation steps of integrated gradients when aligning (the attribution page's default is 50)
 
 

@@ -193,5 +193,22 @@ def load_tuned_lens(path: str | Path, model: Transformer, checkpoint_sha256: str
         raise TunedLensError(f"{Path(path).name} does not fit this model's {layers + 1} decoder layers of {width}")
     if not (torch.isfinite(weights).all() and torch.isfinite(biases).all()):
         raise TunedLensError(f"{Path(path).name} holds values that are not finite")
-    kl = [json.loads(metadata.get(name, "[]")) for name in ("kl_logit", "kl_tuned")]
-    return TunedLens(weights.float(), biases.float(), tuple(kl[0]), tuple(kl[1]))
+    kl = [
+        _kl_per_layer(metadata.get(name, "[]"), layers, f"{Path(path).name}'s {name}")
+        for name in ("kl_logit", "kl_tuned")
+    ]
+    return TunedLens(weights.float(), biases.float(), kl[0], kl[1])
+
+
+def _kl_per_layer(text: str, layers: int, what: str) -> tuple[float, ...]:
+    """A lens file's measured KL: none, or one finite number per early layer (every visitor's browser gets them)."""
+    if len(text) > 64 * (layers + 1):
+        raise TunedLensError(f"{what} is longer than {layers} numbers")
+    try:
+        values = json.loads(text)
+    except (ValueError, RecursionError):
+        raise TunedLensError(f"{what} is not JSON") from None
+    numbers = isinstance(values, list) and all(type(v) in (int, float) and math.isfinite(v) for v in values)
+    if not numbers or len(values) not in (0, layers):
+        raise TunedLensError(f"{what} is not a list of {layers} finite numbers")
+    return tuple(float(v) for v in values)

@@ -25,7 +25,7 @@ from transformer.io.marian import (
     hf_weights,
     marian_state,
     optional_object,
-    read_json,
+    read_config_json,
     shape_fields,
     shape_problems,
 )
@@ -80,8 +80,8 @@ def import_bart(
     """A BART or mBART-50 model directory as a checkpoint of this project; an mBART-50 one translating between the
     languages given (by default tokenizer_config.json's src_lang and tgt_lang)."""
     directory = Path(directory)
-    hf_config = read_json(directory, "config.json")
-    kind = hf_config.get("model_type") if isinstance(hf_config, dict) else None
+    hf_config = read_config_json(directory)
+    kind = hf_config.get("model_type")
     if kind not in FAMILIES:
         raise CheckpointError(f"{directory} is not a Hugging Face BART or mBART model directory (model_type bart or "
                               "mbart)")  # fmt: skip

@@ -158,7 +158,7 @@ def describe(path: str | Path) -> str:
     try:
         size = f"{path.stat().st_size / 1e6:.1f} MB"
         pair = read_metadata(json.loads(read_file_header(path)["__metadata__"].get("metadata", "{}"))).language_pair
-    except (CheckpointError, OSError, json.JSONDecodeError, RecursionError, AttributeError, TypeError):
+    except (OSError, ValueError, RecursionError, AttributeError, TypeError):  # ValueError: CheckpointError too
         return f"{path.stem} · unreadable"
     return f"{path.stem} · {pair} · {size}"
 
@@ -230,7 +230,7 @@ def load_checkpoint_bytes(
         )
     try:
         metadata = json.loads(_metadata_field(meta, "metadata"))
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # also a number past Python's 4,300 digits
         raise CheckpointError("checkpoint metadata 'metadata' is not valid JSON") from None
     try:
         tensors = load_safetensors(data)

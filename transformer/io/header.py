@@ -25,10 +25,12 @@ DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
 
 def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object whose names are unique: a repeated tensor name would otherwise let the last one win."""
-    names = [name for name, _ in pairs]
-    if len(set(names)) != len(names):
-        raise CheckpointError(f"malformed header: the name {next(n for n in names if names.count(n) > 1)!r} repeats")
-    return dict(pairs)
+    unique = dict(pairs)
+    if len(unique) != len(pairs):  # one pass with a set: a header may name a million tensors
+        seen: set[str] = set()
+        repeated = next(name for name, _ in pairs if name in seen or seen.add(name))
+        raise CheckpointError(f"malformed header: the name {repeated!r} repeats")
+    return unique
 
 
 def read_header(data: bytes, require_metadata: bool = True) -> dict[str, Any]:
@@ -54,7 +56,9 @@ def read_header(data: bytes, require_metadata: bool = True) -> dict[str, Any]:
         raise CheckpointError(f"file is truncated: header claims {header_bytes:,} bytes, file has {len(data) - 8:,}")
     try:
         header = json.loads(data[8 : 8 + header_bytes], object_pairs_hook=_without_duplicates)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except CheckpointError:  # a repeated name
+        raise
+    except (ValueError, RecursionError):  # also a number past Python's 4,300 digits, a plain ValueError
         raise CheckpointError("not a checkpoint: the safetensors header is not valid JSON") from None
     if not isinstance(header, dict):
         raise CheckpointError("not a checkpoint: the safetensors header is not a JSON object")

@@ -10,7 +10,7 @@ import torch
 from transformer.io.bart import import_bart
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from transformer.io.m2m100 import import_m2m100, is_nllb
-from transformer.io.marian import describe_marian, import_marian, read_json, regular_file
+from transformer.io.marian import describe_marian, import_marian, read_config_json, regular_file
 from transformer.io.t5 import import_t5
 
 IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
@@ -35,8 +35,7 @@ def model_type(path: Path) -> str | None:
     hostile config (too deep, too large, not a regular file)."""
     if not path.is_dir() or regular_file(path, "config.json") is None:
         return None
-    config = read_json(path, "config.json")
-    kind = config.get("model_type") if isinstance(config, dict) else None
+    kind = read_config_json(path).get("model_type")
     return kind if isinstance(kind, str) else None
 
 

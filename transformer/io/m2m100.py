@@ -29,6 +29,7 @@ from transformer.io.marian import (
     marian_state,
     optional_object,
     read_bounded,
+    read_config_json,
     read_json,
     regular_file,
     shape_fields,
@@ -86,8 +87,8 @@ def import_m2m100(
     """An M2M100 model directory as a checkpoint of this project, translating between the languages given (by
     default tokenizer_config.json's src_lang and tgt_lang)."""
     directory = Path(directory)
-    hf_config = read_json(directory, "config.json")
-    if not isinstance(hf_config, dict) or hf_config.get("model_type") != "m2m_100":
+    hf_config = read_config_json(directory)
+    if hf_config.get("model_type") != "m2m_100":
         raise CheckpointError(f"{directory} is not a Hugging Face M2M100 model directory (model_type m2m_100)")
     settings = _tokenizer_settings(directory)
     pair = {"src": source_language or settings.get("src_lang"), "tgt": target_language or settings.get("tgt_lang")}

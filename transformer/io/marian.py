@@ -86,8 +86,40 @@ def read_json(directory: Path, name: str, limit: int = MAX_JSON_BYTES) -> Any:
         return json.loads(read_bounded(directory, name, limit))
     except RecursionError:
         raise CheckpointError(f"{name} in {directory.name} is nested too deeply to be a model's file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except ValueError as error:  # not UTF-8, not JSON, or a number past Python's 4,300 digits
         raise CheckpointError(f"{name} in {directory.name} is not JSON: {str(error)[:120]}") from None
+
+
+# config.json's fields that any importer reads as a count, a size or a token id, and as a rate or epsilon:
+# each checked for its type before any is used (a list as d_kv was multiplied by num_heads into gigabytes).
+INTEGER_FIELDS = frozenset({
+    "vocab_size", "decoder_vocab_size", "d_model", "d_kv", "d_ff", "num_heads", "num_layers", "num_decoder_layers",
+    "n_positions", "max_position_embeddings", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+    "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "relative_attention_num_buckets",
+    "relative_attention_max_distance", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+    "forced_bos_token_id",
+})  # fmt: skip
+REAL_FIELDS = frozenset({"dropout", "dropout_rate", "layer_norm_epsilon"})
+MAX_CONFIG_INTEGER = 1 << 31
+
+
+def read_config_json(directory: Path) -> dict[str, Any]:
+    """The directory's config.json: an object whose counts, sizes and ids are integers and whose rates are numbers
+    (null where Hugging Face writes it), each of a plausible size; CheckpointError naming the first that is not."""
+    config = read_json(directory, "config.json")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{directory.name}: config.json is not an object")
+    for name in sorted(INTEGER_FIELDS & config.keys()):
+        value = config[name]
+        if value is not None and (type(value) is not int or not -1 <= value < MAX_CONFIG_INTEGER):
+            raise CheckpointError(f"{directory.name}: config.json's {name} is {str(value)[:20]}, not an integer "
+                                  f"from -1 to {MAX_CONFIG_INTEGER:,}")  # fmt: skip
+    for name in sorted(REAL_FIELDS & config.keys()):
+        value = config[name]
+        if type(value) not in (int, float) or not 0 <= value < 1:
+            raise CheckpointError(f"{directory.name}: config.json's {name} is {str(value)[:20]}, not a number "
+                                  "from 0 to 1")  # fmt: skip
+    return config
 
 
 def optional_object(directory: Path, name: str) -> dict[str, Any]:
@@ -113,8 +145,8 @@ def marian_config_json(path: Path) -> dict[str, Any] | None:
     CheckpointError for a hostile one (a config too deep, too large, not a regular file)."""
     if not path.is_dir() or regular_file(path, "config.json") is None:
         return None
-    config = read_json(path, "config.json")
-    return config if isinstance(config, dict) and config.get("model_type") == "marian" else None
+    config = read_config_json(path)
+    return config if config.get("model_type") == "marian" else None
 
 
 def shape_problems(hf: dict[str, Any]) -> list[str]:

@@ -18,7 +18,7 @@ import torch
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.io.hf_tokenizers import padded_json_tokenizer
-from transformer.io.marian import checkpoint_from_state, embedding_matrix, hf_weights, read_json
+from transformer.io.marian import checkpoint_from_state, embedding_matrix, hf_weights, read_config_json
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.tokenizer import TokenizerBase
 
@@ -102,8 +102,8 @@ def import_t5(directory: str | Path, device: torch.device | str = "cpu") -> Chec
     """A T5, Flan-T5 or mT5 model directory (T5ForConditionalGeneration, MT5ForConditionalGeneration) as a
     checkpoint of this project."""
     directory = Path(directory)
-    hf_config = read_json(directory, "config.json")
-    if not isinstance(hf_config, dict) or hf_config.get("model_type") not in ("t5", "mt5"):
+    hf_config = read_config_json(directory)
+    if hf_config.get("model_type") not in ("t5", "mt5"):
         raise CheckpointError(f"{directory} is not a Hugging Face T5 or mT5 model directory (model_type t5 or mt5)")
     tokenizer = padded_json_tokenizer(directory, hf_config.get("vocab_size"))
     weights = hf_weights(directory)

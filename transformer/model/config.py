@@ -234,6 +234,6 @@ class TransformerConfig:
     def from_json(cls, text: str) -> TransformerConfig:
         try:
             values = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as error:  # a crafted file may nest thousands deep
+        except (ValueError, RecursionError) as error:  # nested thousands deep, or a 5,000-digit number
             raise ConfigError(f"config is not valid JSON: {str(error)[:100]}") from None
         return cls.from_dict(values)
