@@ -59,7 +59,7 @@ def read_files() -> tuple[str, list[str], list[str], list[str]] | None:
         st.warning("Choose the three files, or the example.")
         return None
     try:
-        lines = [uploads.uploaded_lines(file) for file in (source_file, target_file, gold_file)]
+        lines = [uploads.uploaded_lines(file, int(limit)) for file in (source_file, target_file, gold_file)]
     except ValueError as error:
         st.error(literal(str(error)))
         return None

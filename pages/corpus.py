@@ -32,8 +32,8 @@ with st.form("corpus"):
 
 if run:
     try:
-        sources = uploads.uploaded_lines(source_file)[: int(limit)] if source_file else None
-        references = uploads.uploaded_lines(reference_file)[: len(sources)] if reference_file and sources else None
+        sources = uploads.uploaded_lines(source_file, int(limit)) if source_file else None
+        references = uploads.uploaded_lines(reference_file, len(sources)) if reference_file and sources else None
     except ValueError as error:
         st.error(literal(str(error)))
         sources = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import pickle
@@ -227,7 +228,8 @@ def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypa
     import ui.uploads
 
     monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_MB", 1)
-    bomb = gzip_bomb(400)
+    # 400 MB of lines of 10,000 bytes: the 200 lines the page reads are already past 1 MB
+    bomb = gzip.compress((b"a" * 9_999 + b"\n") * 800, compresslevel=9) * 50
     at = start().switch_page("pages/corpus.py").run()
     at.file_uploader(key="corpus_src").set_value(("bomb.txt.gz", bomb, "application/gzip"))
     with measured() as cost:
@@ -239,6 +241,36 @@ def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypa
     at.file_uploader(key="stats_file").set_value(("bomb.gz", bomb, "application/gzip"))
     at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
     assert "over the limit of 1 MB (after decompression)" in errors(at)
+
+
+def test_an_upload_of_millions_of_short_lines_costs_the_lines_a_page_uses():
+    """A 200 KB gzip of 70M short lines took 5.5 GB as a list of lines: each page reads only the lines it uses."""
+    bomb = gzip_bomb(96)  # 96 KB of gzip, 48 million lines of "a" (within the 200 MB upload limit)
+    at = start().switch_page("pages/corpus.py").run()
+    at.file_uploader(key="corpus_src").set_value(("lines.txt.gz", bomb, "application/gzip"))
+    at.number_input(key="corpus_limit").set_value(3)
+    with measured() as cost:
+        at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+    assert not at.exception and len(at.dataframe[0].value) == 3
+    assert cost.peak_growth_mb < 100, cost
+    at = at.switch_page("pages/heads.py").run()
+    at.file_uploader(key="stats_file").set_value(("lines.gz", bomb, "application/gzip"))
+    at.slider(key="stats_sample").set_value(10)
+    with measured() as cost:
+        at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    assert not at.exception and cost.peak_growth_mb < 100, cost
+
+
+def test_a_line_longer_than_a_paragraph_is_refused_before_it_is_held():
+    """A 40 MB gold line of links took 1.45 GB to parse; a 20 MB source line 2.6 GB to encode."""
+    at = start().switch_page("pages/alignment.py").run()
+    long_line = b"0-0 " * 10_000_000
+    for key, data in (("align_src", b"a dog\n"), ("align_tgt", b"un chien\n"), ("align_gold", long_line)):
+        at.file_uploader(key=key).set_value((f"{key}.txt", data, "text/plain"))
+    with measured() as cost:
+        at.button(key="FormSubmitter:alignment-Align and score").click().run()
+    assert not at.exception and "line 1 is longer than 20,000 bytes" in errors(at)
+    assert cost.peak_growth_mb < 150, cost  # the upload itself is 40 MB
 
 
 def test_positional_figures_stay_bounded_for_a_model_of_many_positions():

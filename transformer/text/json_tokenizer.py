@@ -7,6 +7,7 @@ Rust; loading it runs no code from the file) does the splitting and joining.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 
@@ -17,6 +18,17 @@ from transformer.text.tokenizer import LONE_SURROGATE, TokenizerBase, TokenizerE
 
 # A language code among the special tokens: mBART-50's fr_XX, NLLB-200's fra_Latn.
 SPECIAL_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}_[A-Z][A-Za-z]{1,3}")
+# A tokenizer.json is a program: its normalizer, pre-tokenizer, post-processor and decoder run on every text, and
+# `tokenizers` runs them holding the GIL. A backtracking regex there froze a whole server for minutes on one
+# sentence, so only the steps of the families read here are accepted, and of regexes only theirs (SentencePiece
+# conversions fold runs of spaces); literal String patterns and ByteLevel's built-in split run in linear time.
+PIPELINE_PARTS = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
+KNOWN_STEPS = frozenset({
+    "Sequence", "Precompiled", "Replace", "NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Strip", "StripAccents", "Prepend",
+    "Metaspace", "ByteLevel", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits", "Split", "ByteFallback", "Fuse",
+    "BPEDecoder", "WordPiece", "TemplateProcessing", "RobertaProcessing", "BertProcessing",
+})  # fmt: skip
+KNOWN_REGEXES = frozenset({" {2,}"})
 
 
 class JsonTokenizer(TokenizerBase):
@@ -24,10 +36,13 @@ class JsonTokenizer(TokenizerBase):
     source's `</s>` and a language pair's codes are added as FORMAT.md says, like every layout's)."""
 
     def __init__(self, json_text: str, source_prefix: str | None = None, target_prefix: str | None = None):
+        check_pipeline(json_text)
         try:
             self.backend = Backend.from_str(json_text)
-        except Exception as error:  # tokenizers raises plain Exception for any malformed file
-            raise TokenizerError(f"not a tokenizer.json: {str(error)[:200]}") from None
+        except BaseException as error:  # plain Exception for a malformed file, a Rust panic for a bad charsmap
+            if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
+                raise
+            raise TokenizerError(f"not a tokenizer.json: {str(error).splitlines()[0][:200]}") from None
         self.json_text = json_text
         index = self.backend.get_vocab(with_added_tokens=True)
         if sorted(index.values()) != list(range(len(index))):
@@ -75,6 +90,31 @@ class JsonTokenizer(TokenizerBase):
 
     def identity(self) -> tuple:
         return self.json_text, self.source_prefix, self.target_prefix
+
+
+def check_pipeline(json_text: str) -> None:
+    """TokenizerError unless every step of the tokenizer's pipeline is one the families read here use, and every
+    regex in it one of theirs (see KNOWN_STEPS)."""
+    try:
+        document = json.loads(json_text)
+    except (ValueError, RecursionError):
+        raise TokenizerError("not a tokenizer.json: not JSON") from None
+    if not isinstance(document, dict):
+        raise TokenizerError("not a tokenizer.json: not a JSON object")
+    pending = [document.get(part) for part in PIPELINE_PARTS]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            step = item.get("type")
+            if step is not None and step not in KNOWN_STEPS:
+                raise TokenizerError(f"the tokenizer's step {str(step)[:40]!r} is not one of the families read here")
+            regex = item.get("Regex")
+            if regex is not None and regex not in KNOWN_REGEXES:
+                raise TokenizerError(f"the tokenizer's regex {str(regex)[:40]!r} is not one of the families read "
+                                     "here (a pattern can take minutes on one sentence)")  # fmt: skip
+            pending.extend(item.values())
 
 
 def _readable(text: str) -> str:
