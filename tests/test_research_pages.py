@@ -27,7 +27,8 @@ from helpers import (
     with_metadata,
 )
 
-from transformer.io.checkpoint import load_checkpoint_bytes
+from transformer.io.checkpoint import load_cost
+from transformer.io.header import read_header
 from ui.step_player import unpacked
 
 
@@ -58,7 +59,7 @@ def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpo
     import ui.uploads
 
     tiny = checkpoint_path.read_bytes()
-    one = load_checkpoint_bytes(tiny).config.element_count()
+    _, one = load_cost(tiny)
     monkeypatch.setattr(ui.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # one tiny upload, not two
     monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
     first = upload(start(), "mine.safetensors", tiny)
@@ -70,6 +71,26 @@ def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpo
     assert ui.uploads.SERVER_UPLOADS.held() == 0
     second = upload(second, "theirs.safetensors", tiny)
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
+
+
+def test_an_upload_is_budgeted_by_what_it_holds_before_anything_is_built(checkpoint_path, monkeypatch):
+    """Parameters alone undercount an upload: a 27 MB file with a 1M-token tokenizer held 0.4 GB; 128+128 layers of
+    64 heads (6.5M parameters) drew a 358 MB step view. Both are refused from the header, and a refused upload
+    leaves nothing reserved."""
+    import ui.uploads
+
+    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
+    reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
+    tokenizer = read_header(reverse)["__metadata__"]["tokenizer"]
+    at = start()
+    with measured() as cost:
+        at = upload(at, "words.safetensors", with_metadata(reverse, tokenizer=tokenizer + "A" * 8_000_000))
+    assert "too large" in errors(at) and "parameters, position tables and tokenizer" in errors(at)
+    assert cost.peak_growth_mb < 100, cost  # the upload itself is 8 MB
+    at = upload(at, "deep.safetensors", with_config(reverse, n_encoder_layers=128, n_decoder_layers=128, n_heads=64))
+    assert "24,576 attention maps a step" in errors(at)
+    at = upload(at, "broken.safetensors", with_metadata(checkpoint_path.read_bytes(), tokenizer="not base64!"))
+    assert "invalid tokenizer" in errors(at) and ui.uploads.SERVER_UPLOADS.held() == 0
 
 
 def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch):
@@ -85,7 +106,7 @@ def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch)
     at = upload(at, "wide.safetensors", with_config(reverse, **SMALL_FILE_HUGE_CONFIG))
     assert "too large" in errors(at)
     tiny = checkpoint_path.read_bytes()
-    one = load_checkpoint_bytes(tiny).config.element_count()
+    _, one = load_cost(tiny)
     monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # room for one tiny upload, not two
     at = upload(start(), "first.safetensors", tiny)  # a new session: nothing uploaded yet
     assert not at.error and at.session_state["checkpoint"] == "first (uploaded)"

@@ -139,6 +139,7 @@ class KeyedCheckpoint:
 
     checkpoint: Checkpoint
     key: str
+    cost: int = 0  # an upload's share of the budgets, in numbers of 4 bytes (see uploads.add_upload)
 
 
 def open_checkpoint(name: str) -> KeyedCheckpoint:
