@@ -194,6 +194,11 @@ def test_an_attribution_stops_between_groups_when_asked(shipped):
     assert len(asked) == 2 and result.steps > 6  # one group of six steps computed, then stopped
 
 
+def _hold_the_slot(slots) -> None:
+    """A first visitor's job takes the only slot."""
+    assert slots.take(slots.ask(), timeout=1)
+
+
 def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypatch):
     import threading
     import types
@@ -204,14 +209,14 @@ def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypat
     import ui.work
     from transformer.analysis.attribution import AttributionStopped
 
-    monkeypatch.setattr(ui.work, "SLOTS", threading.BoundedSemaphore(1))
+    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
     order = []
 
     def other_visitor():
         with ui.work.heavy_job("attributions"):
             order.append("second")
 
-    ui.work.SLOTS.acquire()  # a first visitor's job holds the only slot
+    _hold_the_slot(ui.work.SLOTS)
     waiting = threading.Thread(target=other_visitor)
     waiting.start()
     waiting.join(timeout=1.0)
@@ -223,17 +228,69 @@ def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypat
 
     requests = types.SimpleNamespace(_state=ScriptRequestType.STOP)  # Streamlit asked this run to stop: a closed tab
     monkeypatch.setattr(ui.work, "get_script_run_ctx", lambda: types.SimpleNamespace(script_requests=requests))
-    ui.work.SLOTS.acquire()
-    with pytest.raises(StopException):  # waiting, the visitor leaves: the wait ends
+    _hold_the_slot(ui.work.SLOTS)
+    with pytest.raises(StopException):  # waiting, the visitor leaves: the wait ends, and its place in line with it
         with ui.work.heavy_job("attributions"):
             pytest.fail("ran although its visitor had left")
+    assert ui.work.SLOTS.waiting() == 0
     ui.work.SLOTS.release()
     with pytest.raises(StopException):  # computing, the visitor leaves: the work stops, quietly for Streamlit
         with ui.work.heavy_job("attributions") as should_stop:
             assert should_stop()
             raise AttributionStopped()
-    assert ui.work.SLOTS.acquire(blocking=False)  # and the slot is free again
-    ui.work.SLOTS.release()
+    _hold_the_slot(ui.work.SLOTS)  # and the slot is free again
+
+
+def test_a_long_job_takes_turns_with_those_who_wait_in_the_order_they_came(monkeypatch):
+    """An alignment of hours kept another visitor's attribution waiting throughout: after its turn, a job gives
+    the slot to the first in line and goes on when its turn comes again."""
+    import threading
+    import time
+
+    import ui.work
+
+    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
+    monkeypatch.setattr(ui.work, "TURN_SECONDS", 0.0)
+    order, started = [], threading.Event()
+
+    def long_job():
+        with ui.work.heavy_job("alignments") as should_stop:
+            started.set()
+            order.append("long: part 1")
+            while ui.work.SLOTS.waiting() < 2:  # the others queue meanwhile
+                time.sleep(0.01)
+            assert not should_stop()  # gives its turn to both, in order, and resumes
+            order.append("long: part 2")
+
+    def short_job(name):
+        with ui.work.heavy_job("attributions"):
+            order.append(name)
+
+    threads = [threading.Thread(target=long_job)]
+    threads[0].start()
+    assert started.wait(5)
+    for name in ("first waiting", "second waiting"):
+        threads.append(threading.Thread(target=short_job, args=(name,)))
+        threads[-1].start()
+        while ui.work.SLOTS.waiting() < len(threads) - 1:
+            time.sleep(0.01)  # each in line before the next comes
+    for thread in threads:
+        thread.join(timeout=10)
+    assert order == ["long: part 1", "first waiting", "second waiting", "long: part 2"]
+
+
+def test_a_waiting_job_is_told_its_place_in_line():
+    import ui.work
+
+    slots = ui.work.Slots(1)
+    _hold_the_slot(slots)
+    first, second = slots.ask(), slots.ask()
+    assert (slots.position(first), slots.position(second), slots.waiting()) == (1, 2, 2)
+    assert not slots.take(second, timeout=0.05)  # a freed slot goes to the first in line only
+    slots.release()
+    assert not slots.take(second, timeout=0.05) and slots.take(first, timeout=1)
+    slots.leave(second)
+    assert slots.waiting() == 0
 
 
 def test_the_page_names_the_cap_when_a_decode_is_too_long_to_attribute(monkeypatch):

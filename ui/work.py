@@ -28,7 +28,59 @@ from transformer.analysis.attribution import AttributionStopped
 
 TRANSLATE_BATCH = 16  # sentences a batch under a progress bar: 64 held it still for 50 s on the last, longest
 HEAVY_JOBS = int(os.environ.get("TRANSFORMER_EXPLORER_HEAVY_JOBS", "1"))  # at once per process (one per core)
-SLOTS = threading.BoundedSemaphore(HEAVY_JOBS)
+# How long a job computes while others wait before it gives its slot to the first of them and queues again: an
+# alignment of 2,000 pairs with integrated gradients (hours) kept another visitor's attribution waiting throughout.
+TURN_SECONDS = float(os.environ.get("TRANSFORMER_EXPLORER_TURN_SECONDS", "20"))
+
+
+class Slots:
+    """A few slots for heavy jobs, given in the order they were asked for (a semaphore lets any waiter in)."""
+
+    def __init__(self, count: int) -> None:
+        self._changed = threading.Condition()
+        self._free = count
+        self._line: list[object] = []  # tickets of the jobs waiting, first come first
+
+    def ask(self) -> object:
+        """A ticket in the line, for take() and position()."""
+        ticket = object()
+        with self._changed:
+            self._line.append(ticket)
+        return ticket
+
+    def take(self, ticket: object, timeout: float) -> bool:
+        """Whether the ticket got a slot within `timeout` seconds (a free slot goes to the first in line)."""
+        with self._changed:
+            served = self._changed.wait_for(lambda: self._free > 0 and self._line[0] is ticket, timeout)
+            if served:
+                self._line.pop(0)
+                self._free -= 1
+                self._changed.notify_all()
+            return served
+
+    def leave(self, ticket: object) -> None:
+        """The ticket's job no longer waits (its visitor left)."""
+        with self._changed:
+            if ticket in self._line:
+                self._line.remove(ticket)
+                self._changed.notify_all()
+
+    def release(self) -> None:
+        with self._changed:
+            self._free += 1
+            self._changed.notify_all()
+
+    def position(self, ticket: object) -> int:
+        """1 for the first in line; 0 when the ticket is not waiting."""
+        with self._changed:
+            return self._line.index(ticket) + 1 if ticket in self._line else 0
+
+    def waiting(self) -> int:
+        with self._changed:
+            return len(self._line)
+
+
+SLOTS = Slots(HEAVY_JOBS)
 # Token-steps of integrated gradients one request may ask (output steps x interpolation steps x tokens):
 # about 25 s on a 2-core CPU. A 20-token output of a 25-token sentence takes 32 steps, 29,000.
 ATTRIBUTION_BUDGET = int(os.environ.get("TRANSFORMER_EXPLORER_ATTRIBUTION_BUDGET", "100000"))
@@ -43,24 +95,51 @@ def visitor_left() -> bool:
 
 @contextmanager
 def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
-    """Holds one of the process's slots while the block runs (waiting for one, and saying so); yields the check
-    the work asks between its parts. A visitor who leaves, waiting or computing, ends the script run quietly."""
-    waiting = None
-    while not SLOTS.acquire(timeout=0.25):
-        if waiting is None:
-            waiting = st.empty()
-            waiting.info(f"Waiting for other visitors' {what} to finish: this server computes {HEAVY_JOBS} at a time.")
-        if visitor_left():
-            raise StopException()
+    """Holds one of the process's slots while the block runs (waiting in line for one, and saying where); yields the
+    check the work asks between its parts, which also takes turns: after TURN_SECONDS with others waiting, the slot
+    goes to the first of them and the work goes on when its turn comes again. A visitor who leaves, waiting or
+    computing, ends the script run quietly."""
+    notice = st.empty()
+    _wait_for_slot(what, notice)
+    holding, turn_started = True, time.monotonic()
+
+    def should_stop() -> bool:
+        nonlocal holding, turn_started
+        if not visitor_left() and SLOTS.waiting() and time.monotonic() - turn_started > TURN_SECONDS:
+            SLOTS.release()
+            holding = False
+            try:
+                _wait_for_slot(what, notice, paused=True)
+            except StopException:
+                return True
+            holding, turn_started = True, time.monotonic()
+        return visitor_left()
+
     try:
-        if waiting is not None:
-            waiting.empty()
-        yield visitor_left
+        yield should_stop
     except AttributionStopped:
         raise StopException() from None
     finally:
-        SLOTS.release()
+        notice.empty()
+        if holding:
+            SLOTS.release()
         _return_memory()
+
+
+def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
+    """Waits in line for a slot, showing the place in line; StopException if the visitor leaves meanwhile."""
+    ticket = SLOTS.ask()
+    try:
+        while not SLOTS.take(ticket, timeout=0.25):
+            state = "Paused for another visitor's turn" if paused else f"Waiting for other visitors' {what} to finish"
+            notice.info(f"{state}: this server computes {HEAVY_JOBS} at a time, in turns of {TURN_SECONDS:g} s; "
+                        f"you are number {SLOTS.position(ticket)} in line.")  # fmt: skip
+            if visitor_left():
+                raise StopException()
+    except BaseException:
+        SLOTS.leave(ticket)
+        raise
+    notice.empty()
 
 
 def duration(seconds: float) -> str:
