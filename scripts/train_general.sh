@@ -7,7 +7,8 @@
 # The data: Hansard debates (a new random part of them each epoch), Tatoeba's everyday sentences less a dev
 # set of 1,000 English sentences held out, WMT news and Multi30k captions, the small sets read several times
 # an epoch; validated on FLORES dev, newstest2013, the Tatoeba dev set and Multi30k val (300 sentences of
-# each, mean BLEU). DATA may hold the Hansard files xz-compressed (.xz) instead of gzipped.
+# each, mean BLEU). DATA may hold the Hansard files xz-compressed (.xz) instead of gzipped. Every epoch's model is
+# kept beside the best (general-epochN.safetensors), for `average` and for the epoch-by-epoch view.
 #   --gpu  the shipped model: 6 encoder and 3 decoder layers (pre-norm), 16,000-token batches, dropout 0.1, bfloat16 on
 #          one GPU (python3 from PATH, or PYTHON). Without it, a CPU-sized run: 4+3 layers, 4,000-token
 #          batches and no dropout (a CPU run sees each pair about once, so there is nothing yet to overfit,
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
     --gpu) profile=gpu; shift ;;
     --data) data="$(realpath -m "$2")"; shift 2 ;;
     --run-dir) run="$(realpath -m "$2")"; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) break ;;
   esac
 done
@@ -30,7 +31,7 @@ if [ "$profile" = gpu ]; then
   python="${PYTHON:-python3}"
   setup=(--vocab-size 10000 --d-model 256 --n-heads 8 --d-ff 1024 --n-encoder-layers 6 --n-decoder-layers 3
          --dropout 0.1 --max-tokens 16000 --lr-factor 0.6 --warmup 2000 --norm-first --train-weights 0.5 2 3 2
-         --keep-last 4 --save-every 1000 --tokenizer-sample 1000000)
+         --keep-last 1000 --save-every 1000 --tokenizer-sample 1000000)
 else
   python="${PYTHON:-.venv/bin/python}"
   [ -n "${PYTHON:-}" ] || [ -x .venv/bin/python ] || {
@@ -38,7 +39,7 @@ else
   }
   setup=(--vocab-size 8000 --d-model 256 --n-heads 8 --d-ff 1024 --n-encoder-layers 4 --n-decoder-layers 3
          --dropout 0 --max-tokens 4000 --lr-factor 0.5 --warmup 800 --train-weights 0.3 2 2 1
-         --keep-last 3 --save-every 200 --tokenizer-sample 400000)
+         --keep-last 1000 --save-every 200 --tokenizer-sample 400000)
 fi
 mkdir -p "$run"
 en="$data/en-fr" m30k="$data/multi30k"

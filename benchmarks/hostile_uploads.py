@@ -1,0 +1,154 @@
+"""Hostile uploads against one app server under a memory cap, each sent from a Chromium tab while another thread
+asks the server's /_stcore/health every 0.1 s: how long the slowest answer took, and the server's peak memory.
+
+    python -m benchmarks.hostile_uploads [--memory-gb 8]
+
+Loopback only. Each attack must end with its refusal (or its bounded result) on the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import struct
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from playwright.sync_api import Page
+
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT
+from transformer.io.header import read_header
+
+from .browser import ARTIFACTS, LAUNCH, app_server, chromium, wait_idle
+
+UPLOAD_INPUT = '[data-testid="stFileUploaderDropzoneInput"]'
+
+
+@dataclass(frozen=True)
+class Attack:
+    name: str
+    page: str  # the page's path in the app
+    files: dict[str, bytes]  # one upload per file uploader on the page, in order
+    button: str | None  # pressed after the uploads
+    expected: str  # text the page shows when the attack has been answered
+
+
+def _with_metadata(data: bytes, **changes: str) -> bytes:
+    header = read_header(data)
+    header["__metadata__"].update(changes)
+    return _with_header(data, json.dumps(header).encode())
+
+
+def _with_header(data: bytes, encoded: bytes) -> bytes:
+    length = struct.unpack("<Q", data[:8])[0]
+    encoded += b" " * (-len(encoded) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded + data[8 + length :]
+
+
+def attacks(shipped: bytes) -> list[Attack]:
+    backtracking = json.loads(read_header(shipped)["__metadata__"].get("tokenizer_json", "{}") or "{}") | {
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?:a|a){1,22}!"}, "behavior": "Isolated",
+                          "invert": False},
+    }  # fmt: skip
+    header = read_header(shipped)
+    many_names = {f"extra.{i}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]} for i in range(40_000)}
+    tokenizer = header["__metadata__"]["tokenizer"]
+    short_lines = gzip.compress(b"a\n" * (4 << 20), compresslevel=9) * 12  # 48 million lines in 100 KB
+    return [
+        Attack("tokenizer.json with a backtracking Split", "checkpoints",
+               {"regex.safetensors": _with_metadata(shipped, tokenizer_json=json.dumps(backtracking))}, None,
+               "was refused"),
+        Attack("header of 40,000 tensor names", "checkpoints",
+               {"names.safetensors": _with_header(shipped, json.dumps(header | many_names).encode())}, None,
+               "was refused"),
+        Attack("tokenizer text of 8 MB (what 1M tokens hold)", "checkpoints",
+               {"words.safetensors": _with_metadata(shipped, tokenizer=tokenizer + "A" * 8_000_000)}, None,
+               "was refused"),
+        Attack("metadata number of 5,000 digits", "checkpoints",
+               {"digits.safetensors": _with_metadata(shipped, metadata='{"n": ' + "9" * 5000 + "}")}, None,
+               "was refused"),
+        Attack("48 million short lines (100 KB gzip) on Corpus", "corpus", {"lines.txt.gz": short_lines},
+               "Translate the file", "Click a column header to sort"),
+        Attack("a 40 MB gold line on Alignment", "alignment",
+               {"src.txt": b"a dog\n", "tgt.txt": b"un chien\n", "gold.txt": b"0-0 " * 10_000_000},
+               "Align and score", "longer than 20,000 bytes"),
+    ]  # fmt: skip
+
+
+class HealthWatch:
+    """Asks /_stcore/health every 0.1 s in a thread; the slowest answer since the last reset."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.slowest, self.failures = f"{url}/_stcore/health", 0.0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                urllib.request.urlopen(self.url, timeout=60).read()
+            except OSError:
+                self.failures += 1
+            self.slowest = max(self.slowest, time.monotonic() - started)
+            time.sleep(0.1)
+
+    def reset(self) -> None:
+        self.slowest, self.failures = 0.0, 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> Callable[[], None]:
+    page.goto(f"{url}/{attack.page}")
+    wait_idle(page)
+    for index, (name, data) in enumerate(attack.files.items()):
+        path = folder / name
+        path.write_bytes(data)
+        page.locator(UPLOAD_INPUT).nth(index).set_input_files(path)
+    if attack.page == "corpus":
+        page.get_by_label("Sentences (from the top)").fill("3")
+    if attack.button:
+        page.get_by_role("button", name=attack.button).click()
+    page.get_by_text(attack.expected, exact=False).first.wait_for(timeout=300_000)
+    wait_idle(page, timeout=300_000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile_uploads", description=__doc__)
+    parser.add_argument("--memory-gb", type=float, default=8.0, help="the server's address-space cap")
+    args = parser.parse_args()
+    shipped = DEFAULT_CHECKPOINT.read_bytes()
+    capped = ["prlimit", f"--as={int(args.memory_gb * 2**30)}", *LAUNCH]
+    print("| attack | answered in s | slowest /_stcore/health in s | health failures |")
+    print("| --- | --- | --- | --- |")
+    with (tempfile.TemporaryDirectory() as folder, app_server(ARTIFACTS / "hostile.log", launcher=capped) as server,
+          chromium() as browser):  # fmt: skip
+        watch = HealthWatch(server.url)
+        try:
+            for attack in attacks(shipped):
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
+                watch.reset()
+                started = time.monotonic()
+                run_attack(page, server.url, attack, Path(folder))
+                answered = time.monotonic() - started
+                print(f"| {attack.name} | {answered:.1f} | {watch.slowest:.2f} | {watch.failures} |", flush=True)
+                page.close()
+        finally:
+            watch.stop()
+        print(f"\nserver peak memory {server.peak_memory_mb():.0f} MB (address space capped at {args.memory_gb:g} GB)")
+    log = (ARTIFACTS / "hostile.log").read_text()
+    print("server log clean" if "Traceback" not in log else f"TRACEBACK in {ARTIFACTS / 'hostile.log'}")
+
+
+if __name__ == "__main__":
+    main()
