@@ -119,7 +119,7 @@ def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> Callable[[
         page.get_by_label("Sentences (from the top)").fill("3")
     if attack.button:
         page.get_by_role("button", name=attack.button).click()
-    page.get_by_text(attack.expected, exact=False).first.wait_for(timeout=300_000)
+    page.get_by_text(attack.expected, exact=False).first.wait_for(state="attached", timeout=300_000)
     wait_idle(page, timeout=300_000)
 
 
