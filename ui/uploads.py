@@ -22,6 +22,7 @@ from transformer.io.checkpoint import (
 )
 from transformer.text.files import text_lines
 from ui.models import KeyedCheckpoint, device
+from ui.work import return_memory
 
 UPLOAD_LIMIT_MB = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_MB", "200"))  # also server.maxUploadSize
 
@@ -127,9 +128,15 @@ def add_upload(filename: str, data: bytes) -> str:
     except BaseException:
         SERVER_UPLOADS.release(key)
         raise
-    weakref.finalize(checkpoint.model, SERVER_UPLOADS.release, key)
+    weakref.finalize(checkpoint.model, _freed, key)
     uploads[name] = KeyedCheckpoint(checkpoint, f"upload:{digest}", cost)
     return name
+
+
+def _freed(key: int) -> None:
+    """An uploaded model was freed (its session replaced it or ended): its budget, and its memory to the system."""
+    SERVER_UPLOADS.release(key)
+    return_memory()
 
 
 def _server_full(error: CheckpointError) -> CheckpointTooLarge:

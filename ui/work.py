@@ -123,7 +123,7 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
         notice.empty()
         if holding:
             SLOTS.release()
-        _return_memory()
+        return_memory()
 
 
 def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
@@ -186,8 +186,8 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
 
 
-def _return_memory() -> None:
-    """Gives the freed gradients' memory back to the system (glibc keeps freed arenas otherwise: 3 GB stayed)."""
+def return_memory() -> None:
+    """Gives freed memory back to the system (glibc keeps freed arenas otherwise: 3 GB stayed after gradients)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
