@@ -279,6 +279,34 @@ def test_a_long_job_takes_turns_with_those_who_wait_in_the_order_they_came(monke
     assert order == ["long: part 1", "first waiting", "second waiting", "long: part 2"]
 
 
+def test_model_calls_on_an_uploaded_model_wait_for_a_heavy_slot_and_shipped_ones_never(checkpoint_path, monkeypatch):
+    """An upload is a stranger's model: its decodes take turns with the other heavy work; a shipped model's do not
+    wait, and a decode inside an attribution's slot (one thread) takes no second slot."""
+    import threading
+
+    import ui.models
+    import ui.work
+    from transformer.decoding.settings import DecodeSettings
+    from transformer.io.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(checkpoint_path)
+    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
+    _hold_the_slot(ui.work.SLOTS)  # another visitor's attribution
+    done = []
+    upload = threading.Thread(target=lambda: done.append(
+        ui.models.decode_cached(checkpoint, "upload:0123", "the dog runs", DecodeSettings())
+    ))  # fmt: skip
+    upload.start()
+    upload.join(timeout=1.0)
+    assert upload.is_alive() and not done  # waits its turn
+    shipped = ui.models.decode_cached(checkpoint, "tiny.safetensors@1", "the dog runs", DecodeSettings())
+    ui.work.SLOTS.release()
+    upload.join(timeout=30)
+    assert done and done[0].tgt_ids == shipped.tgt_ids
+    with ui.work.heavy_job("attributions"):  # work inside work: no deadlock on the only slot
+        ui.models.decode_cached(checkpoint, "upload:0123", "a red ball", DecodeSettings())
+
+
 def test_a_waiting_job_is_told_its_place_in_line():
     import ui.work
 

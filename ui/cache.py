@@ -7,7 +7,9 @@ therefore counted by the bytes they hold and dropped after a while, whoever made
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
 import sys
 import threading
@@ -51,6 +53,8 @@ class ResultCache:
     def __init__(self, max_bytes: int, seconds: float, timer: Callable[[], float] = time.monotonic) -> None:
         self.entries: cachetools.TTLCache = cachetools.TTLCache(max_bytes, seconds, timer=timer, getsizeof=nbytes)
         self.condition = threading.Condition()
+        # What a result's computation runs inside, by its checkpoint's key (the app runs uploads' in a heavy slot)
+        self.guard: Callable[[str], contextlib.AbstractContextManager] = lambda checkpoint_key: contextlib.nullcontext()
 
     def __call__(self, function: Function) -> Function:
         """Caches function(_checkpoint, checkpoint_key, *args): keyed by its name and every argument but the model
@@ -60,7 +64,12 @@ class ResultCache:
             named = {name: value for name, value in kwargs.items() if not name.startswith("_")}
             return cachetools.keys.hashkey(function.__qualname__, *args, **named)
 
-        return cachetools.cached(self.entries, key=key, condition=self.condition)(function)
+        @functools.wraps(function)
+        def computed(_checkpoint: Any, checkpoint_key: str, *args: Any, **kwargs: Any) -> Any:
+            with self.guard(checkpoint_key):
+                return function(_checkpoint, checkpoint_key, *args, **kwargs)
+
+        return cachetools.cached(self.entries, key=key, condition=self.condition)(computed)
 
     @property
     def held_bytes(self) -> int:

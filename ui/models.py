@@ -37,6 +37,9 @@ from transformer.model.probes import Probe
 from transformer.viz.report import html_report
 from ui.cache import RESULTS
 from ui.text import literal
+from ui.work import in_slot_if_uploaded
+
+RESULTS.guard = in_slot_if_uploaded  # every model call on an upload, in a heavy-job slot
 
 
 def device() -> torch.device:

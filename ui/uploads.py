@@ -22,7 +22,7 @@ from transformer.io.checkpoint import (
 )
 from transformer.text.files import text_lines
 from ui.models import KeyedCheckpoint, device
-from ui.work import return_memory
+from ui.work import UPLOAD_KEY, return_memory
 
 UPLOAD_LIMIT_MB = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_MB", "200"))  # also server.maxUploadSize
 
@@ -129,7 +129,7 @@ def add_upload(filename: str, data: bytes) -> str:
         SERVER_UPLOADS.release(key)
         raise
     weakref.finalize(checkpoint.model, _freed, key)
-    uploads[name] = KeyedCheckpoint(checkpoint, f"upload:{digest}", cost)
+    uploads[name] = KeyedCheckpoint(checkpoint, f"{UPLOAD_KEY}{digest}", cost)
     return name
 
 

@@ -81,6 +81,7 @@ class Slots:
 
 
 SLOTS = Slots(HEAVY_JOBS)
+_THIS_THREAD = threading.local()  # whether this thread's script run holds a slot already
 # Token-steps of integrated gradients one request may ask (output steps x interpolation steps x tokens):
 # about 25 s on a 2-core CPU. A 20-token output of a 25-token sentence takes 32 steps, 29,000.
 ATTRIBUTION_BUDGET = int(os.environ.get("TRANSFORMER_EXPLORER_ATTRIBUTION_BUDGET", "100000"))
@@ -99,9 +100,12 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
     check the work asks between its parts, which also takes turns: after TURN_SECONDS with others waiting, the slot
     goes to the first of them and the work goes on when its turn comes again. A visitor who leaves, waiting or
     computing, ends the script run quietly."""
+    if getattr(_THIS_THREAD, "holds_slot", False):  # work inside work (a decode inside an attribution): one slot
+        yield visitor_left
+        return
     notice = st.empty()
     _wait_for_slot(what, notice)
-    holding, turn_started = True, time.monotonic()
+    holding, turn_started, _THIS_THREAD.holds_slot = True, time.monotonic(), True
 
     def should_stop() -> bool:
         nonlocal holding, turn_started
@@ -121,9 +125,24 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
         raise StopException() from None
     finally:
         notice.empty()
+        _THIS_THREAD.holds_slot = False
         if holding:
             SLOTS.release()
         return_memory()
+
+
+UPLOAD_KEY = "upload:"  # how an uploaded checkpoint's key in the caches begins
+
+
+@contextmanager
+def in_slot_if_uploaded(checkpoint_key: str) -> Iterator[None]:
+    """Runs a model call in one of the heavy-job slots, in turn with the rest, if the model was uploaded: its cost
+    is bounded by the upload budgets, but it is a stranger's model, and a room of such tabs shares the cores."""
+    if not checkpoint_key.startswith(UPLOAD_KEY):
+        yield
+        return
+    with heavy_job("computations on uploaded models"):
+        yield
 
 
 def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
