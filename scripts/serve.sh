@@ -36,9 +36,7 @@ if ! command -v nginx >/dev/null; then
     echo "nginx is missing: install it with 'sudo apt-get install -y nginx-light'" >&2; exit 1
   fi
 fi
-python3 -m venv .venv
-.venv/bin/pip install -q -r requirements.txt
-.venv/bin/pip install -q -e .
+bash scripts/install.sh  # only when .venv lacks these requirements
 
 healthy() { .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$1" 2>/dev/null; }
 

@@ -4,7 +4,5 @@
 # ui.launch is `streamlit run app.py` with the default model loading from the process's start.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/pip install -q -r requirements.txt
-.venv/bin/pip install -q -e .
+bash scripts/install.sh  # only when .venv lacks these requirements
 exec .venv/bin/python -m ui.launch "$@"

@@ -6,9 +6,7 @@ cd "$(dirname "$0")/.."
 # processes by session (autogroup): this session's group is niced too, where the kernel allows it.
 renice -n 19 -p $$ >/dev/null 2>&1 || true
 { [ -w /proc/self/autogroup ] && echo 19 >/proc/self/autogroup; } 2>/dev/null || true
-python3 -m venv .venv
-.venv/bin/pip install -q -r requirements-dev.txt
-.venv/bin/pip install -q -e .  # the package itself, importable from anywhere, and its console command
+bash scripts/install.sh requirements-dev.txt  # only when .venv lacks these requirements
 .venv/bin/ruff check app.py pages ui transformer tests benchmarks
 .venv/bin/ruff format --check app.py pages ui transformer tests benchmarks
 .venv/bin/python -m pytest -q "$@"  # exit 5 (no tests collected) fails too

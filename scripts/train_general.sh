@@ -34,9 +34,7 @@ if [ "$profile" = gpu ]; then
          --keep-last 1000 --save-every 1000 --tokenizer-sample 1000000)
 else
   python="${PYTHON:-.venv/bin/python}"
-  [ -n "${PYTHON:-}" ] || [ -x .venv/bin/python ] || {
-    python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt && .venv/bin/pip install -q -e .
-  }
+  [ -n "${PYTHON:-}" ] || bash scripts/install.sh
   setup=(--vocab-size 8000 --d-model 256 --n-heads 8 --d-ff 1024 --n-encoder-layers 4 --n-decoder-layers 3
          --dropout 0 --max-tokens 4000 --lr-factor 0.5 --warmup 800 --train-weights 0.3 2 2 1
          --keep-last 1000 --save-every 200 --tokenizer-sample 400000)

@@ -37,3 +37,17 @@ def test_the_first_page_imports_neither_pandas_nor_pyarrow():
     run = subprocess.run([sys.executable, "-c", first_page], cwd=REPO, env=environment, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_start_prints_no_config_warning(tmp_path):
+    """Every start printed Streamlit's "An update to the [server] config option section was detected... please
+    restart": the warm-up thread read the options before the command line's were loaded."""
+    import time
+
+    from benchmarks.browser import app_server
+
+    log = tmp_path / "server.log"
+    with app_server(log):
+        time.sleep(1.0)  # the warm-up thread reads the options once the server answers
+    text = log.read_text()
+    assert "You can now view" in text and "config option section" not in text, text

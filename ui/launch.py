@@ -20,9 +20,16 @@ SERVED = Path(__file__).resolve().parent / "asgi.py"  # app.py, its pages naming
 
 
 def serving() -> bool:
-    """Whether the server takes connections yet (before that, the warm-up would only slow its start)."""
-    from streamlit import config
+    """Whether the server takes connections yet (before that, the warm-up would only slow its start).
 
+    Streamlit's options are read only once its runtime exists: read earlier, from this thread, they were parsed
+    before the command line's, and every start printed "An update to the [server] config option section was
+    detected... please restart"."""
+    from streamlit import config
+    from streamlit.runtime import Runtime
+
+    if not Runtime.exists():
+        return False
     address = config.get_option("server.address") or "127.0.0.1"
     try:
         socket.create_connection((address, config.get_option("server.port")), timeout=1).close()
