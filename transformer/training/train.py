@@ -391,7 +391,7 @@ def training_step(
         group["lr"] = lr
     with autocast:
         logits = compute_logits(src, decoder_input)
-    summed = loss_fn(logits.float().transpose(1, 2), gold)
+    summed = loss_fn(logits.float().flatten(0, 1), gold.flatten())  # one row per token: softmax over the last dim
     totals = torch.stack([summed.detach(), (gold != PAD_ID).sum().to(summed)])
     if world > 1:
         dist.all_reduce(totals)
