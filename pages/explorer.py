@@ -15,6 +15,7 @@ from ui.controls import words_toggle
 from ui.sidebar import Explored, page_frame, take_branch, take_prefix
 from ui.step_player import step_player
 from ui.text import literal
+from ui.welcome import first_steps
 
 
 def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
@@ -39,6 +40,7 @@ candidate_words = models.candidate_words_cached(explored.checkpoint, explored.ch
                                                 explored.result.strategy, tuple(explored.result.src_ids),
                                                 tuple(explored.result.tgt_ids), _result=explored.result)  # fmt: skip
 st.title("Decode explorer")
+first_steps(explored.checkpoint_name)
 for note in explored.notes:
     st.warning(literal(note))
 st.markdown(f"**Source** · {literal(explored.text)}")

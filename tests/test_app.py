@@ -478,3 +478,20 @@ def test_the_csv_button_of_a_view_of_many_maps_names_the_map_it_exports():
     assert button.proto.label == "The map of layer 2, head 3 as CSV"
     at.radio(key="widget_view").set_value("head").run()
     assert any(b.proto.label == "This map as CSV" for b in at.get("download_button"))  # one map drawn: that one
+
+
+def test_a_newcomer_is_told_what_to_do_can_try_an_example_and_learns_what_the_model_knows():
+    """The landing page said nothing about what to do, offered nothing to click, and the model's domain showed only
+    as a file name at the bottom of the sidebar."""
+    from ui.welcome import EXAMPLES
+
+    at = start()
+    guide = at.expander[0]
+    assert guide.label == "How to use this page" and guide.proto.expanded
+    text = " ".join(m.value for m in at.markdown).replace("\\", "")  # the page escapes markdown
+    assert "press **Translate**" in text and "What en-fr knows.** Knows image captions only" in text
+    at.button(key="example_0").click().run()
+    assert not at.exception and at.session_state["applied_text"] == EXAMPLES[0]
+    assert f"**Source** · {EXAMPLES[0]}" in markdown(at).replace("\\", "")
+    assert not at.expander[0].proto.expanded  # a sentence of their own now: the guide folds
+    assert not start({"presentation": "1"}).expander[0].proto.expanded  # a class sees the step view first

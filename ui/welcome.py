@@ -1,0 +1,54 @@
+"""The explorer's first lines for a newcomer: what to do, sentences to try with one click, and what the model knows."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from transformer.io.checkpoint import CHECKPOINT_DIR
+from ui import keys
+from ui.text import literal
+
+MAX_CARD_BYTES = 4096
+# Sentences whose maps show something with the shipped caption model (word order crossing in "chien noir", a
+# long-distance agreement, a preposition), for a first click.
+EXAMPLES = (
+    "A black dog is running on the grass.",
+    "Two young girls are sitting in the snow.",
+    "A man in a blue shirt is standing on a ladder.",
+)
+
+
+def model_card(name: str) -> str | None:
+    """The first paragraph of checkpoints/cards/NAME.md, the line that says what a shipped model knows; None when
+    it has no card."""
+    path = CHECKPOINT_DIR / "cards" / f"{name}.md"
+    try:
+        text = path.read_bytes()[:MAX_CARD_BYTES].decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return " ".join(text.strip().split("\n\n")[0].split()) or None
+
+
+def _try(sentence: str) -> None:
+    """An example clicked: it becomes the sentence, translated with the sidebar's settings."""
+    st.session_state.text = sentence
+    st.session_state.applied_text = sentence
+
+
+def first_steps(checkpoint_name: str) -> None:
+    """How to use the page, open until the visitor translates a sentence of their own."""
+    session = st.session_state
+    newcomer = session.get("applied_text") == keys.DEFAULT_SENTENCE and not session.get("stepped")
+    # Folded in presentation mode: a class sees the step view first, and the teacher knows the page.
+    with st.expander("How to use this page", expanded=newcomer and not session.get("presentation")):
+        st.markdown(
+            "Type an English sentence in the sidebar and press **Translate** (or Ctrl+Enter in the box). The "
+            "output is written one token at a time: step through it with **Previous** and **Next** (or the arrow "
+            "keys, after a click on the step view) and see, for every layer and head, which source words the "
+            "model looked at to write that token. Or try one of these:"
+        )
+        for index, sentence in enumerate(EXAMPLES):  # one a line: whole on a projector's 1024 pixels too
+            st.button(sentence, key=f"example_{index}", on_click=_try, args=(sentence,))
+        card = model_card(checkpoint_name)
+        if card:
+            st.markdown(f"**What {literal(checkpoint_name)} knows.** {literal(card)}")
