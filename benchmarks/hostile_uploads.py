@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import struct
 import tempfile
 import threading
 import time
@@ -26,6 +25,7 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.header import read_header
 
 from .browser import ARTIFACTS, LAUNCH, app_server, chromium, wait_idle
+from .crafted import with_header, with_metadata
 
 UPLOAD_INPUT = '[data-testid="stFileUploaderDropzoneInput"]'
 
@@ -39,18 +39,6 @@ class Attack:
     expected: str  # text the page shows when the attack has been answered
 
 
-def _with_metadata(data: bytes, **changes: str) -> bytes:
-    header = read_header(data)
-    header["__metadata__"].update(changes)
-    return _with_header(data, json.dumps(header).encode())
-
-
-def _with_header(data: bytes, encoded: bytes) -> bytes:
-    length = struct.unpack("<Q", data[:8])[0]
-    encoded += b" " * (-len(encoded) % 8)
-    return struct.pack("<Q", len(encoded)) + encoded + data[8 + length :]
-
-
 def attacks(shipped: bytes) -> list[Attack]:
     backtracking = json.loads(read_header(shipped)["__metadata__"].get("tokenizer_json", "{}") or "{}") | {
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?:a|a){1,22}!"}, "behavior": "Isolated",
@@ -62,16 +50,16 @@ def attacks(shipped: bytes) -> list[Attack]:
     short_lines = gzip.compress(b"a\n" * (4 << 20), compresslevel=9) * 12  # 48 million lines in 100 KB
     return [
         Attack("tokenizer.json with a backtracking Split", "checkpoints",
-               {"regex.safetensors": _with_metadata(shipped, tokenizer_json=json.dumps(backtracking))}, None,
+               {"regex.safetensors": with_metadata(shipped, tokenizer_json=json.dumps(backtracking))}, None,
                "was refused"),
         Attack("header of 40,000 tensor names", "checkpoints",
-               {"names.safetensors": _with_header(shipped, json.dumps(header | many_names).encode())}, None,
+               {"names.safetensors": with_header(shipped, json.dumps(header | many_names).encode())}, None,
                "was refused"),
         Attack("tokenizer text of 8 MB (what 1M tokens hold)", "checkpoints",
-               {"words.safetensors": _with_metadata(shipped, tokenizer=tokenizer + "A" * 8_000_000)}, None,
+               {"words.safetensors": with_metadata(shipped, tokenizer=tokenizer + "A" * 8_000_000)}, None,
                "was refused"),
         Attack("metadata number of 5,000 digits", "checkpoints",
-               {"digits.safetensors": _with_metadata(shipped, metadata='{"n": ' + "9" * 5000 + "}")}, None,
+               {"digits.safetensors": with_metadata(shipped, metadata='{"n": ' + "9" * 5000 + "}")}, None,
                "was refused"),
         Attack("48 million short lines (100 KB gzip) on Corpus", "corpus", {"lines.txt.gz": short_lines},
                "Translate the file", "Click a column header to sort"),

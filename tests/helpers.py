@@ -7,7 +7,6 @@ import gzip
 import json
 import random
 import re
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,32 +15,12 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
-from transformer.io.header import read_header
+from benchmarks.crafted import with_config, with_header, with_metadata  # noqa: F401 (the test modules import them from here)
 from transformer.model.config import TransformerConfig
 from transformer.text.tokenizer import Tokenizer
 from ui.step_player import sent_step_data
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def with_config(data: bytes, **changes) -> bytes:
-    """The checkpoint bytes with its config's fields changed, the tensors left as they are."""
-    config = json.loads(read_header(data)["__metadata__"]["config"]) | changes
-    return with_metadata(data, config=json.dumps(config))
-
-
-def with_metadata(data: bytes, **changes) -> bytes:
-    """The checkpoint bytes with `__metadata__` entries replaced, the tensors left as they are."""
-    header = read_header(data)
-    header["__metadata__"].update(changes)
-    return with_header(data, json.dumps(header).encode())
-
-
-def with_header(data: bytes, encoded: bytes) -> bytes:
-    """The checkpoint bytes with another header (JSON text), padded as safetensors pads it; the tensors kept."""
-    length = struct.unpack("<Q", data[:8])[0]
-    encoded += b" " * (-len(encoded) % 8)
-    return struct.pack("<Q", len(encoded)) + encoded + data[8 + length :]
 
 
 def _status_kib(field: str) -> int:
