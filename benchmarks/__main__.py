@@ -14,6 +14,7 @@ from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_r
 from .attribution_speed import attribution_row
 from .model_speed import Row, batched_beam_row, corpus_batch_row, decode_rows, lower_bound_row, training_row
 from .report_speed import report_rows
+from .training_step import training_step_rows
 
 MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
 BEAM_SENTENCES = 200
@@ -50,6 +51,7 @@ def main() -> None:
     else:
         print(f"{args.sentences} is missing: no batched beam row", flush=True)
     rows.append(training_row(checkpoint, max(3, repeats // 2)))
+    rows.extend(training_step_rows(repeats=max(3, repeats // 2)))  # the general recipe's model, not the checkpoint's
     rows.append(step_view_row(checkpoint, repeats))
     rows.append(lens_row(checkpoint, repeats))
     rows.append(candidate_words_row(checkpoint, repeats))

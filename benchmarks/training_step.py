@@ -92,9 +92,9 @@ def main() -> None:
         from transformer.io.checkpoint import load_checkpoint
 
         config = load_checkpoint(args.checkpoint).config
-    from . import __main__ as benchmarks
+    from .__main__ import table
 
-    print(benchmarks.table(training_step_rows(config, args.repeats)))
+    print(table(training_step_rows(config, args.repeats)))
 
 
 if __name__ == "__main__":
