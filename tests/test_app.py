@@ -387,6 +387,16 @@ def test_nonsense_from_an_everyday_sentence_is_noted_and_english_is_not_called_f
     at = translate(at, "The agreement on the European Economic Area was signed in August 1992.")
     notes = " ".join(element.value for element in at.warning).replace("\\", "")
     assert "unsure" in notes and "language" not in notes  # the pieces show a vocabulary, not a language
+    assert "this model's own were not measured" not in notes  # the threshold was measured on this very model
+
+
+def test_the_unsure_note_says_when_its_threshold_was_not_measured_on_the_model_in_use():
+    """The note cited the default's dev-set calibration for every model, imported ones too."""
+    at = start()
+    at.selectbox(key="widget_checkpoint").set_value("en-fr-epoch1").run()
+    at = translate(at, "I love you.")
+    notes = " ".join(element.value for element in at.warning).replace("\\", "")
+    assert "The model is unsure of this output" in notes and "this model's own were not measured" in notes
 
 
 def test_the_positional_page_says_what_its_own_norms_show(explorer):

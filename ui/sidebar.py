@@ -67,7 +67,8 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tup
         notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
         notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
-    notes += decode_notes(result, checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id))
+    calibrated = st.session_state.get("checkpoint") == models.DEFAULT_CHECKPOINT.stem  # where UNSURE_BELOW was measured
+    notes += decode_notes(result, checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id), calibrated)
     unknown = checkpoint.tokenizer.unknown_parts(text)
     if unknown:
         shown = " ".join(repr(c) for c in unknown[:20])

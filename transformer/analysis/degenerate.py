@@ -25,8 +25,9 @@ def mean_log_prob(result: DecodeResult) -> float:
     return float(result.token_probs.clamp_min(1e-12).log().mean()) if result.steps else 0.0
 
 
-def decode_notes(result: DecodeResult, eos_piece: str) -> list[str]:
-    """Plain-language notes on what looks degenerate in a decode, most telling first."""
+def decode_notes(result: DecodeResult, eos_piece: str, calibrated: bool = True) -> list[str]:
+    """Plain-language notes on what looks degenerate in a decode, most telling first; `calibrated` says whether
+    UNSURE_BELOW was measured on this very model (else the note says it is a hint)."""
     notes = []
     words = [piece for piece in result.src_pieces if piece != eos_piece]
     fragments = [piece for piece in words if not piece.startswith("\u2581") and len(piece) <= 2 and piece.isalpha()]
@@ -37,10 +38,15 @@ def decode_notes(result: DecodeResult, eos_piece: str) -> list[str]:
         )
     confidence = mean_log_prob(result)
     if confidence < UNSURE_BELOW:
+        evidence = (
+            "On the dev sets, most outputs this unsure were poor translations"
+            if calibrated
+            else "For the shipped default model, on its dev sets, most outputs this unsure were poor translations; "
+            "this model's own were not measured, so take it as a hint"
+        )
         notes.append(
             f"The model is unsure of this output: it gave its own tokens {math.exp(confidence):.0%} probability on "
-            "average (geometric mean). On the dev sets, most outputs this unsure were poor translations; read this "
-            "one, and its maps, with that in mind."
+            f"average (geometric mean). {evidence}; read this one, and its maps, with that in mind."
         )
     repeated = _longest_repeat(result.tgt_pieces)
     if repeated:
