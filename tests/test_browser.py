@@ -279,10 +279,15 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert "step=11" in page.url  # the address bar names the step, for a copied link
     lens.locator(".strip .cell").nth(2).click()  # the lens strip's third column opens step 3
     wait_for_step_view(page, 3)
+    assert lens.locator(".lens-plain").text_content().startswith("What each layer would write at this step")
+    assert not lens.locator(".lens-note").is_visible()  # nats, KL and papers for researchers: one click away
     lens.get_by_role("button", name="the tuned lens").click()  # read with the lens fitted to the default
+    lens.get_by_text("How the lens reads a layer").click()
+    assert lens.locator(".lens-note").is_visible()
     assert "(the tuned lens, Belrose et al. 2023)" in lens.locator(".lens-note").text_content()
     page.get_by_role("button", name="Next").click()
     wait_for_step_view(page, 4)
+    assert lens.locator(".lens-note").is_visible()  # still open at the next step
     assert lens.get_by_role("button", name="the tuned lens").get_attribute("aria-pressed") == "true"  # kept
     page.get_by_role("button", name="First").click()
     page.get_by_label("Steps a second when playing").select_option("10")

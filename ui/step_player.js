@@ -40,6 +40,8 @@ function number(value) {
   return value === null ? "not a number" : value.toFixed(3);
 }
 
+let lensDetailsOpen = false; // whether the visitor opened "How the lens reads a layer"
+
 function element(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
@@ -180,7 +182,15 @@ function drawLens(box, data, step, go, state) {
   const measured = kl ? " Held out, the mean KL divergence from the output: " + kl[0].map((plain, layer) =>
     `layer ${layer + 1} ${number(plain)} nats with the logit lens, ${number(kl[1][layer])} with the tuned lens`).join("; ")
     + "." : "";
-  box.append(parts, element("p", "lens-note", tuned
+  // One plain sentence for a class; how the lens reads a layer, for researchers, one click away.
+  const details = document.createElement("details");
+  details.className = "lens-details";
+  details.open = lensDetailsOpen; // kept open from step to step once opened
+  details.addEventListener("toggle", () => { lensDetailsOpen = details.open; });
+  details.append(element("summary", "lens-summary", "How the lens reads a layer"));
+  box.append(parts, element("p", "lens-plain", "What each layer would write at this step if it were the last one: "
+    + "read down a column to watch the model make up its mind, layer by layer."), details);
+  details.append(element("p", "lens-note", tuned
     ? "Each early layer's output is first moved by an affine map fitted on a corpus so that the output layer reads it "
       + "as it reads the last layer's (the tuned lens, Belrose et al. 2023), then put through the final normalisation "
       + "and output layer. The maps are fitted, not the model: a guess here is what a layer's output holds in a form a "
