@@ -2,7 +2,7 @@
 set, and the note (mean log-probability of the output's tokens under UNSURE_BELOW) is scored against the
 sentence chrF of its output: the share of poor outputs (chrF < 20) it notes, and of good ones (chrF > 60).
 
-    python -m benchmarks.output_notes --checkpoint checkpoints/en-fr.safetensors \\
+    python -m benchmarks.output_notes --checkpoint checkpoints/en-fr-captions.safetensors \\
         --pairs ../shared/data/en-fr/flores.dev.en.gz ../shared/data/en-fr/flores.dev.fr.gz ... --per-set 150
 """
 

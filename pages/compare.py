@@ -21,7 +21,8 @@ others = [name for name in [*files, *uploads] if name != explored.checkpoint_nam
 if not others:
     st.info("There is only one checkpoint to choose from: upload another on the Checkpoints page.")
     st.stop()
-default = "en-fr-epoch1" if "en-fr-epoch1" in others else others[0]
+early = f"{explored.checkpoint_name}-epoch1"  # the same run after its first epoch, where one is shipped
+default = early if early in others else others[0]
 other_name = st.selectbox(
     "Compare the sidebar's checkpoint with", others, index=others.index(default), key="compare_with"
 )

@@ -256,6 +256,13 @@ def test_the_url_holds_the_view_and_opens_it(reference):
     start({"step": "999", "ckpt": "no-such-file", "layer": "x"})  # out of range or malformed: ignored, no error
 
 
+@pytest.mark.parametrize(("former", "now"), [("en-fr", "en-fr-captions"), ("en-fr-epoch1", "en-fr-captions-epoch1")])
+def test_a_link_naming_a_renamed_checkpoint_opens_it_under_its_new_name(former, now):
+    at = start({"ckpt": former, "text": "A dog runs."})
+    assert not at.exception and at.session_state["checkpoint"] == now
+    assert at.query_params["ckpt"] == now  # the link rewritten: it names the file that is there
+
+
 def test_report_and_exports_are_offered(explorer):
     at = explorer.switch_page("pages/attention.py").run()
     labels = [button.proto.label for button in at.get("download_button")]
@@ -393,7 +400,7 @@ def test_nonsense_from_an_everyday_sentence_is_noted_and_english_is_not_called_f
 def test_the_unsure_note_says_when_its_threshold_was_not_measured_on_the_model_in_use():
     """The note cited the default's dev-set calibration for every model, imported ones too."""
     at = start()
-    at.selectbox(key="widget_checkpoint").set_value("en-fr-epoch1").run()
+    at.selectbox(key="widget_checkpoint").set_value("en-fr-captions-epoch1").run()
     at = translate(at, "I love you.")
     notes = " ".join(element.value for element in at.warning).replace("\\", "")
     assert "The model is unsure of this output" in notes and "this model's own were not measured" in notes
@@ -444,7 +451,7 @@ def _titled(at: AppTest, words: str) -> dict:
 def test_the_words_toggle_merges_pieces_on_every_page_with_maps(page):
     at = start({"text": "Sunbathers relax on the beach."})
     at.switch_page(f"pages/{page}.py").run()
-    title = {"compare": "en-fr: layer", "attribution": "four measures"}[page]
+    title = {"compare": "en-fr-captions: layer", "attribution": "four measures"}[page]
     pieces = _titled(at, title)["data"][0]["x"]
     at.toggle(key="widget_words").set_value(True).run()
     assert not at.exception
@@ -499,7 +506,7 @@ def test_a_newcomer_is_told_what_to_do_can_try_an_example_and_learns_what_the_mo
     guide = at.expander[0]
     assert guide.label == "How to use this page" and guide.proto.expanded
     text = " ".join(m.value for m in at.markdown).replace("\\", "")  # the page escapes markdown
-    assert "press **Translate**" in text and "What en-fr knows.** Knows image captions only" in text
+    assert "press **Translate**" in text and "What en-fr-captions knows.** Knows image captions only" in text
     at.button(key="example_0").click().run()
     assert not at.exception and at.session_state["applied_text"] == EXAMPLES[0]
     assert f"**Source** · {EXAMPLES[0]}" in markdown(at).replace("\\", "")

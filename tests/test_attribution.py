@@ -19,7 +19,7 @@ from transformer.model.kinds import AttentionKind
 
 @pytest.fixture(scope="module")
 def shipped():
-    return load_checkpoint(REPO / "checkpoints" / "en-fr.safetensors")
+    return load_checkpoint(REPO / "checkpoints" / "en-fr-captions.safetensors")
 
 
 @pytest.mark.parametrize("sentence", ["Two dogs play.", "A little girl in a pink dress climbs the stairs."])

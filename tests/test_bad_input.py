@@ -72,10 +72,10 @@ def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch
     import ui.models
     import ui.uploads
 
-    for name in ("en-fr.safetensors", "reverse.safetensors"):
+    for name in ("en-fr-captions.safetensors", "reverse.safetensors"):
         shutil.copy(REPO / "checkpoints" / name, tmp_path / name)
     monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
+    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start()
     at.selectbox(key="widget_checkpoint").set_value("reverse").run()
     at = translate(at, "one two three")
@@ -83,8 +83,8 @@ def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch
     (tmp_path / "reverse.safetensors").unlink()  # removed: a link naming it falls back to what is there
     assert describe(tmp_path / "reverse.safetensors") == "reverse · unreadable"
     other = start({"ckpt": "reverse", "text": "A dog runs."})
-    assert not other.exception and other.selectbox(key="widget_checkpoint").options == ["en-fr · en→fr · 15.8 MB"]
-    (tmp_path / "en-fr.safetensors").write_bytes(b"\x80\x04 replaced by something else")  # a new mtime: reloaded
+    assert not other.exception and other.selectbox(key="widget_checkpoint").options == ["en-fr-captions · en→fr · 15.8 MB"]
+    (tmp_path / "en-fr-captions.safetensors").write_bytes(b"\x80\x04 replaced by something else")  # a new mtime: reloaded
     at = start()
     assert not at.exception
     assert "cannot be used" in at.error[0].value and "pickle" in at.error[0].value
@@ -95,10 +95,10 @@ def test_compare_with_a_checkpoint_that_cannot_be_used_says_why(tmp_path, monkey
 
     import ui.models
 
-    shutil.copy(REPO / "checkpoints" / "en-fr.safetensors", tmp_path / "en-fr.safetensors")
+    shutil.copy(REPO / "checkpoints" / "en-fr-captions.safetensors", tmp_path / "en-fr-captions.safetensors")
     (tmp_path / "broken.safetensors").write_bytes(b"\x80\x04 not a checkpoint")
     monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr.safetensors")
+    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start().switch_page("pages/compare.py").run()
     at.selectbox(key="compare_with").set_value("broken").run()
     assert not at.exception and "Checkpoint broken cannot be used" in at.error[0].value

@@ -93,10 +93,10 @@ def test_the_html_report_draws_its_first_screen_then_the_rest_as_they_near_it_of
     from transformer.io.checkpoint import load_checkpoint
     from transformer.viz.report import html_report
 
-    shipped = load_checkpoint(REPO / "checkpoints" / "en-fr.safetensors")
+    shipped = load_checkpoint(REPO / "checkpoints" / "en-fr-captions.safetensors")
     sentence = "Two dogs are playing in the snow."
     (tmp_path / "report.html").write_text(
-        html_report(decode(shipped.model, shipped.tokenizer, sentence), sentence, "en-fr")
+        html_report(decode(shipped.model, shipped.tokenizer, sentence), sentence, "en-fr-captions")
     )
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     outside = []

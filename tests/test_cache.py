@@ -29,7 +29,7 @@ def _decoder(cache: ResultCache):
 
 
 def test_long_sentences_are_held_within_the_byte_budget_and_expire():
-    checkpoint = load_checkpoint(REPO / "checkpoints" / "en-fr.safetensors")
+    checkpoint = load_checkpoint(REPO / "checkpoints" / "en-fr-captions.safetensors")
     words = " ".join(make_sentences(8)).split()
     sentences = [" ".join(words[i:] + words[:i]) for i in range(10)]  # the same 40-odd words, rotated
     one = nbytes(decode_text(checkpoint.model, checkpoint.tokenizer, sentences[0], DecodeSettings()))
@@ -37,9 +37,9 @@ def test_long_sentences_are_held_within_the_byte_budget_and_expire():
     clock = Clock()
     cache = ResultCache(max_bytes=3 * one, seconds=600, timer=clock)
     decode_cached = _decoder(cache)
-    results = [decode_cached(checkpoint, "en-fr", sentence, DecodeSettings()) for sentence in sentences]
+    results = [decode_cached(checkpoint, "en-fr-captions", sentence, DecodeSettings()) for sentence in sentences]
     assert 0 < cache.held_bytes <= 3 * one and len(cache.entries) < len(sentences)
-    assert decode_cached(checkpoint, "en-fr", sentences[-1], DecodeSettings()) is results[-1]  # still shared
+    assert decode_cached(checkpoint, "en-fr-captions", sentences[-1], DecodeSettings()) is results[-1]  # still shared
     clock.now = 601
     assert cache.held_bytes == 0 and len(cache.entries) == 0  # nothing outlives its time
 

@@ -286,7 +286,7 @@ def test_the_shipped_model_with_a_huge_max_len_loads_small_and_translates_the_sa
     from transformer.decoding.settings import decode_text
     from transformer.io.checkpoint import load_checkpoint_bytes
 
-    shipped = (REPO / "checkpoints" / "en-fr.safetensors").read_bytes()
+    shipped = (REPO / "checkpoints" / "en-fr-captions.safetensors").read_bytes()
     sentence = "A man is riding a bicycle."
     expected = decode_text(*_model_and_tokenizer(load_checkpoint_bytes(shipped)), sentence).text
     with measured() as cost:

@@ -146,7 +146,7 @@ def test_damaged_uploads_are_refused_with_a_reason(checkpoint_path, make, messag
     at = upload(start(), "bad.safetensors", make(checkpoint_path.read_bytes()))
     assert not at.exception
     assert "bad.safetensors was refused" in errors(at) and message in errors(at)
-    assert at.session_state["checkpoint"] == "en-fr"
+    assert at.session_state["checkpoint"] == "en-fr-captions"
 
 
 def test_a_pickle_upload_is_refused_and_never_runs(tmp_path):

@@ -31,7 +31,7 @@ UPLOADS_PER_SESSION = 4
 
 
 # What one session's uploaded models may hold together (parameters and position tables): about four times
-# the shipped en-fr model, so that a few visitors' uploads cannot exhaust the server's memory.
+# the shipped caption model, so that a few visitors' uploads cannot exhaust the server's memory.
 UPLOAD_LIMIT_ELEMENTS = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_PARAMETERS", "32000000"))
 # What all sessions' uploads may hold together in this server process: every new tab has its own allowance
 # above, so without this a room of tabs could fill the memory. About 0.5 GB of float32 weights by default.

@@ -8,6 +8,7 @@ from urllib.parse import quote
 import streamlit as st
 
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
+from transformer.io.checkpoint import RENAMED_CHECKPOINTS
 from transformer.model.kinds import AttentionKind
 from ui.keys import ATTENTION_VIEWS, MAX_CHARACTERS, SETTING_RANGES, SETTINGS
 
@@ -18,8 +19,10 @@ def read_url_once(checkpoints: dict) -> None:
         return
     st.session_state.url_read = True
     params = st.query_params
-    if params.get("ckpt") in checkpoints:
-        st.session_state.checkpoint = params["ckpt"]
+    named = params.get("ckpt")
+    named = named if named in checkpoints else RENAMED_CHECKPOINTS.get(named)
+    if named in checkpoints:
+        st.session_state.checkpoint = named
     for name, param in (("source_language", "from"), ("target_language", "into")):
         if re.fullmatch(r"[A-Za-z_]{2,16}", params.get(param, "")):
             st.session_state[name] = params[param]  # checked against the model's codes when the sidebar draws

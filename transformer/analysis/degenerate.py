@@ -15,7 +15,7 @@ FRAGMENTED_SHARE = 0.35  # of source pieces that are one or two letters inside a
 REPEATS = 4  # the same piece (or a short run of pieces) this many times in a row
 # Mean natural log-probability of the output's own tokens below which a decode is called unsure. Measured
 # by `python -m benchmarks.output_notes` on 150 sentences of each dev set (FLORES, newstest2013, Tatoeba,
-# Multi30k val) with the shipped en-fr model: below -0.5 are 99 % of the outputs with sentence chrF under
+# Multi30k val) with the shipped caption model (en-fr-captions): below -0.5 are 99 % of the outputs with sentence chrF under
 # 20 and 7 % of those over 60.
 UNSURE_BELOW = -0.5
 
