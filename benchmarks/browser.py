@@ -121,7 +121,7 @@ def _peak_mb(pid: int) -> float:
 
 @contextlib.contextmanager
 def proxy_server(replicas: int, run_dir: Path, timeout: float = 240.0) -> Iterator[Proxy]:
-    """`bash scripts/serve.sh --replicas N` on loopback, as the README starts a classroom; stopped after."""
+    """`bash scripts/serve.sh --replicas N` on loopback, as docs/classroom.md starts a classroom; stopped after."""
     port = free_port_block(replicas + 1)
     command = ["bash", str(REPO / "scripts" / "serve.sh"), "--replicas", str(replicas), "--port", str(port),
                "--address", "127.0.0.1", "--run-dir", str(run_dir)]  # fmt: skip
