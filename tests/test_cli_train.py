@@ -100,6 +100,8 @@ def test_training_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_path):
     loaded = load_checkpoint(tmp_path / "m.safetensors")
     assert loaded.metadata["training"]["steps"] == progress.step
     assert len(loaded.metadata["training"]["validation"]) == 3
+    # the validation file's name and the lines read from it (it held the sentences themselves)
+    assert loaded.metadata["data"]["val 1"] == {"path": str(_settings(tmp_path).val_src[0]), "lines": 20}
 
 
 def test_resumed_training_equals_uninterrupted(tmp_path):

@@ -243,7 +243,8 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
     ]  # fmt: skip
     data = {f"train {i + 1}": {"path": c.src, "lines": len(p), "weight": c.weight}
             for i, (c, p) in enumerate(zip(settings.corpora, corpora))}  # fmt: skip
-    data |= {f"val {i + 1}": {"path": v.src, "lines": len(v.src)} for i, v in enumerate(validation)}
+    data |= {f"val {i + 1}": {"path": corpus.src, "lines": len(v.src)}
+             for i, (corpus, v) in enumerate(zip(settings.validation_sets, validation))}  # fmt: skip
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID, label_smoothing=settings.label_smoothing, reduction="sum")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     best_weights = None
