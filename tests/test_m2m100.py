@@ -207,5 +207,7 @@ def test_an_nllb_directory_works_on_every_page_in_the_language_chosen(nllb_dir, 
 
     at = open_on_every_page(nllb_dir, tmp_path, monkeypatch, f"{nllb_dir.name} · Hugging Face NLLB-200")
     assert at.selectbox(key="widget_source_language").value == "eng_Latn"
+    # the chooser lists names with the codes (it listed "deu_Latn" alone: typing "German" found nothing)
+    assert {"English · eng_Latn", "German · deu_Latn"} <= set(at.selectbox(key="widget_target_language").options)
     at = at.selectbox(key="widget_target_language").set_value("deu_Latn").run()
     assert not at.exception and at.session_state.result.tgt_pieces[0] == "deu_Latn"

@@ -7,10 +7,12 @@ stepping, switching pages or choosing a layer only reads them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import langcodes
 import numpy as np
 import streamlit as st
 import torch
@@ -168,6 +170,21 @@ def open_or_explain(name: str) -> KeyedCheckpoint | None:
 def language_name(code: str) -> str:
     """A language code piece as people write it: M2M100's __fr__ is fr, mBART-50's fr_XX stays."""
     return code.strip("_")
+
+
+@functools.lru_cache(maxsize=1024)
+def language_label(code: str) -> str:
+    """A language chooser's entry, found by typing the name or the code: "German · deu_Latn". The name is the
+    language's and script's (mBART-50's regions, as in ar_AR, are not the language's country); a code that names no
+    language stays as it is."""
+    written = language_name(code)
+    try:
+        tag = langcodes.Language.get(written.replace("_", "-"))
+    except (LookupError, ValueError):  # not a language tag at all
+        return written
+    if not tag.language or not tag.is_valid():
+        return written
+    return f"{langcodes.Language.make(language=tag.language, script=tag.script).display_name()} · {written}"
 
 
 def with_languages(opened: KeyedCheckpoint, source: str, target: str) -> KeyedCheckpoint:

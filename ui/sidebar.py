@@ -147,8 +147,8 @@ def _choose_languages(slot: DeltaGenerator, opened: models.KeyedCheckpoint) -> m
         if session.get(name) not in codes:
             session[name] = own  # the model's own pair first, and after a switch to a model without that code
     left, right = slot.columns(2)
-    source = left.selectbox("From", codes, format_func=models.language_name, **keys.shared(LANGUAGE_KEYS[0]))
-    target = right.selectbox("Into", codes, format_func=models.language_name, **keys.shared(LANGUAGE_KEYS[1]))
+    source = left.selectbox("From", codes, format_func=models.language_label, **keys.shared(LANGUAGE_KEYS[0]))
+    target = right.selectbox("Into", codes, format_func=models.language_label, **keys.shared(LANGUAGE_KEYS[1]))
     return models.with_languages(opened, source, target)
 
 
