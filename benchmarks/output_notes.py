@@ -1,6 +1,7 @@
 """How well the "unsure" note finds nonsense: each checkpoint greedy-decodes the first N sentences of each dev
-set, and the note (mean log-probability of the output's tokens under UNSURE_BELOW) is scored against the
-sentence chrF of its output: the share of poor outputs (chrF < 20) it notes, and of good ones (chrF > 60).
+set, and the note (mean log-probability of the output's tokens under the model's UNSURE_BELOW, or the default's for
+another model) is scored against the sentence chrF of its output: the share of poor outputs (chrF < 20) it notes, and
+of good ones (chrF > 60); the threshold that would note at most 10 % of the good ones is printed after.
 
     python -m benchmarks.output_notes --checkpoint checkpoints/en-fr-captions.safetensors \\
         --pairs ../shared/data/en-fr/flores.dev.en.gz ../shared/data/en-fr/flores.dev.fr.gz ... --per-set 150
@@ -17,7 +18,7 @@ import torch
 
 from transformer.analysis.degenerate import UNSURE_BELOW, mean_log_prob
 from transformer.decoding.greedy import decode
-from transformer.io.checkpoint import load_checkpoint
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 
 POOR, GOOD = 20.0, 60.0  # sentence chrF
@@ -65,11 +66,12 @@ def main() -> None:
     torch.set_num_threads(1)
     for path in args.checkpoint:
         found = measure(path, [tuple(pair) for pair in args.pairs], args.per_set)
-        print(f"\n{path.name}: the note below {UNSURE_BELOW} (mean log-probability of the output's tokens)")
+        below = UNSURE_BELOW.get(path.stem, UNSURE_BELOW[DEFAULT_CHECKPOINT.stem])
+        print(f"\n{path.name}: the note below {below} (mean log-probability of the output's tokens)")
         print("| dev set | outputs | mean chrF | poor (< 20) | poor noted | good (> 60) | good noted |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for name, rows in [*found.items(), ("all", np.concatenate(list(found.values())))]:
-            poor_noted, good_noted = noted(rows, UNSURE_BELOW)
+            poor_noted, good_noted = noted(rows, below)
             print(f"| {name} | {len(rows)} | {rows[:, 0].mean():.1f} | {np.mean(rows[:, 0] < POOR):.0%} | "
                   f"{percent(poor_noted)} | {np.mean(rows[:, 0] > GOOD):.0%} | {percent(good_noted)} |")  # fmt: skip
         everything = np.concatenate(list(found.values()))

@@ -36,7 +36,8 @@ DATA = Path(__file__).parent / "data" / "alignment"  # 24 caption pairs aligned 
 
 @pytest.fixture(scope="module")
 def shipped():
-    return load_checkpoint(DEFAULT_CHECKPOINT)
+    """The caption model: the hand-aligned pairs are captions, and the pieces below are its vocabulary's."""
+    return load_checkpoint(DEFAULT_CHECKPOINT.with_name("en-fr-captions.safetensors"))
 
 
 @pytest.fixture(scope="module")

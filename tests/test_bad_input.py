@@ -83,8 +83,12 @@ def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch
     (tmp_path / "reverse.safetensors").unlink()  # removed: a link naming it falls back to what is there
     assert describe(tmp_path / "reverse.safetensors") == "reverse · unreadable"
     other = start({"ckpt": "reverse", "text": "A dog runs."})
-    assert not other.exception and other.selectbox(key="widget_checkpoint").options == ["en-fr-captions · en→fr · 15.8 MB"]
-    (tmp_path / "en-fr-captions.safetensors").write_bytes(b"\x80\x04 replaced by something else")  # a new mtime: reloaded
+    assert not other.exception and other.selectbox(key="widget_checkpoint").options == [
+        "en-fr-captions · en→fr · 15.8 MB"
+    ]
+    (tmp_path / "en-fr-captions.safetensors").write_bytes(
+        b"\x80\x04 replaced by something else"
+    )  # a new mtime: reloaded
     at = start()
     assert not at.exception
     assert "cannot be used" in at.error[0].value and "pickle" in at.error[0].value

@@ -44,10 +44,10 @@ def test_type_translate_step_and_see_every_head(server, browser):
     page.get_by_label("Sentence").fill("Two dogs are playing in the snow.")
     page.get_by_role("button", name="Translate").click()
     page.get_by_text("Deux chiens jouent dans la neige").first.wait_for()
-    page.get_by_text("Step 1 of 8").wait_for()  # the new sentence's step view, not the one it replaces
+    page.get_by_text("Step 1 of 9").wait_for()  # the new sentence's step view, not the one it replaces
     wait_idle(page)
     page.get_by_role("button", name="Next").click()
-    page.get_by_text("Step 2 of 8").wait_for()
+    page.get_by_text("Step 2 of 9").wait_for()
     wait_for_step_view(page, 2)
     page.screenshot(path=ARTIFACTS / "explorer.png", full_page=True)
 

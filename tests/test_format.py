@@ -15,7 +15,10 @@ from transformer.io.checkpoint import load_checkpoint, save_checkpoint
 from transformer.model.encoder_decoder import Transformer
 
 SHIPPED = {
-    "en-fr-captions": ["Two dogs are playing in the snow.", "A man in a blue shirt is riding a bicycle down the street."],
+    "en-fr-captions": [
+        "Two dogs are playing in the snow.",
+        "A man in a blue shirt is riding a bicycle down the street.",
+    ],
     "reverse": ["one two three four five", "seven nine two"],
 }
 

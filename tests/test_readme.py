@@ -10,7 +10,6 @@ from pathlib import Path
 
 from helpers import REPO
 
-
 FRONT_PAGE_LINES = 120  # about two screens: what it is, the two commands, the pages, where the rest is
 
 
@@ -33,7 +32,9 @@ def test_every_relative_link_in_the_docs_opens_a_file_and_heading_that_exist():
             assert path.is_file(), f"{page.name} links to {target[0]}, which is not there"
             if target[1]:
                 headings = re.findall(r"^#+ (.*)$", path.read_text(), re.M)
-                assert target[1] in {_anchor(h) for h in headings}, f"{page.name}: no heading #{target[1]} in {path.name}"
+                assert target[1] in {_anchor(h) for h in headings}, (
+                    f"{page.name}: no heading #{target[1]} in {path.name}"
+                )
 
 
 def test_the_notebook_example_runs_outside_the_repository_and_prints_what_it_says(tmp_path):

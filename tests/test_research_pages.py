@@ -27,7 +27,7 @@ from helpers import (
     with_metadata,
 )
 
-from transformer.io.checkpoint import load_cost
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_cost
 from transformer.io.header import read_header
 from ui.step_player import unpacked
 
@@ -146,7 +146,7 @@ def test_damaged_uploads_are_refused_with_a_reason(checkpoint_path, make, messag
     at = upload(start(), "bad.safetensors", make(checkpoint_path.read_bytes()))
     assert not at.exception
     assert "bad.safetensors was refused" in errors(at) and message in errors(at)
-    assert at.session_state["checkpoint"] == "en-fr-captions"
+    assert at.session_state["checkpoint"] == DEFAULT_CHECKPOINT.stem
 
 
 def test_a_pickle_upload_is_refused_and_never_runs(tmp_path):
@@ -168,7 +168,7 @@ def test_an_upload_over_the_limit_names_the_limit(checkpoint_path, monkeypatch):
 def test_compare_shows_where_an_early_snapshot_differs():
     at = start().switch_page("pages/compare.py").run()
     assert not at.exception
-    assert "en\\-fr\\-epoch1" in markdown(at)
+    assert f"{DEFAULT_CHECKPOINT.stem}-epoch1".replace("-", "\\-") in markdown(at)  # the same run, its first epoch
     divergence = array(figure(at, 3)["data"][0]["z"])
     assert divergence.shape == (3, 8) and divergence.max() > 0.1 and divergence.min() >= 0
     scale = figure(at, 3)["data"][0]

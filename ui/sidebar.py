@@ -10,7 +10,7 @@ import torch
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.pages_manager import PagesManager
 
-from transformer.analysis.degenerate import decode_notes
+from transformer.analysis.degenerate import UNSURE_BELOW, decode_notes
 from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
@@ -67,8 +67,11 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tup
         notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
         notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
-    calibrated = st.session_state.get("checkpoint") == models.DEFAULT_CHECKPOINT.stem  # where UNSURE_BELOW was measured
-    notes += decode_notes(result, checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id), calibrated)
+    name = st.session_state.get("checkpoint")
+    measured = UNSURE_BELOW.get(name) if name in models.checkpoint_files() else None  # a shipped file's own threshold
+    unsure_below = UNSURE_BELOW[models.DEFAULT_CHECKPOINT.stem] if measured is None else measured
+    eos = checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id)
+    notes += decode_notes(result, eos, unsure_below, calibrated=measured is not None)
     unknown = checkpoint.tokenizer.unknown_parts(text)
     if unknown:
         shown = " ".join(repr(c) for c in unknown[:20])

@@ -9,12 +9,11 @@ from ui import keys
 from ui.text import literal
 
 MAX_CARD_BYTES = 4096
-# Sentences whose maps show something with the shipped caption model (word order crossing in "chien noir", a
-# long-distance agreement, a preposition), for a first click.
+# Sentences the shipped default translates right, each showing something in its cross-attention, for a first click.
 EXAMPLES = (
-    "A black dog is running on the grass.",
-    "Two young girls are sitting in the snow.",
-    "A man in a blue shirt is standing on a ladder.",
+    "The European Parliament voted against the new law.",  # two words for one, and a crossing
+    "I don't know what you mean.",  # one word for two: ne ... pas
+    "Where is the train station?",  # two words for one: gare
 )
 
 

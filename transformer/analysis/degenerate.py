@@ -13,11 +13,12 @@ from transformer.decoding.result import DecodeResult
 
 FRAGMENTED_SHARE = 0.35  # of source pieces that are one or two letters inside a word
 REPEATS = 4  # the same piece (or a short run of pieces) this many times in a row
-# Mean natural log-probability of the output's own tokens below which a decode is called unsure. Measured
-# by `python -m benchmarks.output_notes` on 150 sentences of each dev set (FLORES, newstest2013, Tatoeba,
-# Multi30k val) with the shipped caption model (en-fr-captions): below -0.5 are 99 % of the outputs with sentence chrF under
-# 20 and 7 % of those over 60.
-UNSURE_BELOW = -0.5
+# Mean natural log-probability of the output's own tokens below which a decode is called unsure, for each shipped
+# model (by name): the highest threshold that notes at most 10 % of the good outputs, measured by
+# `python -m benchmarks.output_notes` on 150 sentences of each dev set (FLORES, newstest2013, Tatoeba, Multi30k val).
+# en-fr-general: below -0.82 are 71 % of the outputs with sentence chrF under 20 and 9 % of those over 60;
+# en-fr-captions: below -0.5, 99 % and 7 %. A model sure of good and poor outputs alike needs the lower threshold.
+UNSURE_BELOW = {"en-fr-general": -0.82, "en-fr-captions": -0.5}
 
 
 def mean_log_prob(result: DecodeResult) -> float:
@@ -25,9 +26,9 @@ def mean_log_prob(result: DecodeResult) -> float:
     return float(result.token_probs.clamp_min(1e-12).log().mean()) if result.steps else 0.0
 
 
-def decode_notes(result: DecodeResult, eos_piece: str, calibrated: bool = True) -> list[str]:
+def decode_notes(result: DecodeResult, eos_piece: str, unsure_below: float, calibrated: bool = True) -> list[str]:
     """Plain-language notes on what looks degenerate in a decode, most telling first; `calibrated` says whether
-    UNSURE_BELOW was measured on this very model (else the note says it is a hint)."""
+    `unsure_below` was measured on this very model (else the note says it is a hint)."""
     notes = []
     words = [piece for piece in result.src_pieces if piece != eos_piece]
     fragments = [piece for piece in words if not piece.startswith("\u2581") and len(piece) <= 2 and piece.isalpha()]
@@ -37,7 +38,7 @@ def decode_notes(result: DecodeResult, eos_piece: str, calibrated: bool = True) 
             "inside a word): this model's vocabulary lacks many of its words, and its output may not mean much."
         )
     confidence = mean_log_prob(result)
-    if confidence < UNSURE_BELOW:
+    if confidence < unsure_below:
         evidence = (
             "On the dev sets, most outputs this unsure were poor translations"
             if calibrated

@@ -38,9 +38,9 @@ FORMAT_VERSION = "5"
 READABLE_VERSIONS = ("1", "2", "3", "4", "5")
 DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
-DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr-captions.safetensors"
+DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr-general.safetensors"
 # Shipped checkpoints that were renamed, by their former names: a link made before the rename still opens the same model.
-RENAMED_CHECKPOINTS = {"en-fr": "en-fr-captions", "en-fr-epoch1": "en-fr-captions-epoch1"}
+RENAMED_CHECKPOINTS = {"en-fr": "en-fr-captions"}
 
 
 class CheckpointTooLarge(CheckpointError):
