@@ -41,7 +41,7 @@ def text_lines(
             while max_lines is None or len(lines) < max_lines:
                 block = stream.read(READ_BLOCK if left is None else min(READ_BLOCK, left + 1))
                 if left is not None and (left := left - len(block)) < 0:
-                    raise ValueError(f"the text is over the limit of {max_bytes / 2**20:g} MB (after decompression)")
+                    raise _over_the_limit(max_bytes)
                 if not block:
                     break
                 *complete, pending = (pending + block).split(b"\n")
@@ -104,8 +104,12 @@ def decompressed(data: bytes, max_bytes: int | None = None) -> bytes:
     except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
         raise ValueError(f"a corrupt {_compression(data)} file: {error}") from None
     if max_bytes is not None and len(data) > max_bytes:
-        raise ValueError(f"the text is over the limit of {max_bytes / 2**20:g} MB (after decompression)")
+        raise _over_the_limit(max_bytes)
     return data
+
+
+def _over_the_limit(max_bytes: int) -> ValueError:
+    return ValueError(f"the text is over the limit of {max_bytes / 2**20:g} MB (after decompression)")
 
 
 def _compression(data: bytes) -> str:
