@@ -19,7 +19,7 @@ from ui import keys, models, uploads, url
 from ui.charts import show, table
 from ui.sidebar import page_frame
 from ui.text import literal
-from ui.work import Progress, heavy_job, stop_button
+from ui.work import Progress, heavy_job
 
 MAX_PAIRS = 2000
 EXAMPLE = Path(__file__).parent.parent / "tests" / "data" / "alignment"  # 24 caption pairs aligned by hand
@@ -79,8 +79,8 @@ if run and (files := read_files()) is not None:
         else:
             count = min(int(limit), len(sources))
             sources, targets, golds = sources[:count], targets[:count], golds[:count]
-            stop_button("align_stop")  # pressed: the page runs again, without the form's submit, so stops here
-            progress = Progress("Aligning", count, "pairs", [len(s) * len(t) + 1 for s, t in zip(sources, targets)])
+            costs = [len(s) * len(t) + 1 for s, t in zip(sources, targets)]
+            progress = Progress("Aligning", count, "pairs", costs, stop_key="align_stop")
             with heavy_job("alignments") as should_stop:
                 report = align_corpus(checkpoint.model, checkpoint.tokenizer, sources, targets, golds, threshold,
                                       gradients, progress=lambda done, _: progress(done), should_stop=should_stop)  # fmt: skip

@@ -11,7 +11,7 @@ from transformer.decoding.translate import translate_texts
 from ui import keys, uploads, url
 from ui.sidebar import page_frame
 from ui.text import literal
-from ui.work import TRANSLATE_BATCH, Progress, heavy_job, stop_button
+from ui.work import TRANSLATE_BATCH, Progress, heavy_job
 
 MAX_SENTENCES = 2000
 MAX_AGREEMENT_SENTENCES = 200  # integrated gradients cost about two seconds a sentence
@@ -44,12 +44,11 @@ if run:
     elif references is not None and len(references) != len(sources):
         st.error(f"The references have {len(references)} lines for {len(sources)} source lines: not a parallel pair.")
     else:
-        stop_button("corpus_stop")  # pressed: the page runs again, without the form's submit, so stops here
         # Sentences go shortest first in small batches; a sentence's cost grows with its length squared (its
         # steps, each reading all before it).
         # Blank lines are not translated (nor counted by translate_texts), so the bar counts only the others.
         costs = sorted(len(line) ** 2 for line in sources if line.strip())
-        progress = Progress("Translating", len(costs), "sentences", costs)
+        progress = Progress("Translating", len(costs), "sentences", costs, stop_key="corpus_stop")
         done = [0]
 
         def advance(count: int) -> None:  # translate_texts reports sentences finished since the last call
@@ -98,8 +97,8 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
                              min(20, len(table)), key="agreement_sentences")  # fmt: skip
     if st.button("Compute the agreement", key="agreement_run"):
         sentences = table["source"].tolist()[: int(sample)]
-        stop_button("agreement_stop")
-        progress = Progress("Integrated gradients", len(sentences), "sentences", [len(s) ** 2 for s in sentences])
+        costs = [len(s) ** 2 for s in sentences]
+        progress = Progress("Integrated gradients", len(sentences), "sentences", costs, stop_key="agreement_stop")
         with heavy_job("attributions"):  # one of the server's slots; a visitor who leaves stops it
             try:
                 values, used = corpus_agreement(checkpoint.model, checkpoint.tokenizer, sentences, progress=progress)

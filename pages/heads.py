@@ -19,7 +19,7 @@ from ui import controls, keys, models, uploads, url
 from ui.charts import show, table
 from ui.sidebar import page_frame
 from ui.text import literal
-from ui.work import Progress, stop_button
+from ui.work import Progress
 
 explored = page_frame()
 session = st.session_state
@@ -76,8 +76,8 @@ if run and uploaded is not None:
     if sentences == []:
         st.warning(literal(f"{uploaded.name} has no sentences: it is empty or only blank lines."))
     elif sentences:
-        stop_button("stats_stop")  # pressed: the page runs again, without the form's submit, so stops here
-        progress = Progress("Decoding", len(sentences), "sentences", [len(s) ** 2 for s in sentences])
+        costs = [len(s) ** 2 for s in sentences]
+        progress = Progress("Decoding", len(sentences), "sentences", costs, stop_key="stats_stop")
         session.stats_over_corpus = keys.CorpusStatistics(
             kind.value,
             explored.checkpoint_key,

@@ -35,9 +35,15 @@ DATA = Path(__file__).parent / "data" / "alignment"  # 24 caption pairs aligned 
 
 
 @pytest.fixture(scope="module")
-def shipped():
+def captions():
     """The caption model: the hand-aligned pairs are captions, and the pieces below are its vocabulary's."""
     return load_checkpoint(DEFAULT_CHECKPOINT.with_name("en-fr-captions.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def default():
+    """The model the app opens on."""
+    return load_checkpoint(DEFAULT_CHECKPOINT)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +94,8 @@ def test_a_gold_file_that_does_not_fit_gets_one_line_naming_where(lines, lengths
     assert message in str(raised.value) and "\n" not in str(raised.value)
 
 
-def test_pieces_meet_the_words_of_the_file_exactly(shipped, reversal):
-    tokenizer = shipped.tokenizer
+def test_pieces_meet_the_words_of_the_file_exactly(captions, reversal):
+    tokenizer = captions.tokenizer
     text = "Un skateboarders , très noir: l'élève  mange « ça » 世界."
     ids, words = tokenizer.encode_words(text)
     assert ids == tokenizer.encode(text)
@@ -114,9 +120,9 @@ def anti_diagonal_rows(words_per_piece: list[range], n_words: int, shift: int) -
 
 
 @pytest.mark.parametrize("convention, shift", [("output", 0), ("input", 1)])
-def test_a_reversing_map_aligns_word_i_with_n_minus_i_under_its_own_convention_only(shipped, convention, shift):
+def test_a_reversing_map_aligns_word_i_with_n_minus_i_under_its_own_convention_only(captions, convention, shift):
     text = "skateboarders photographed unbelievably picturesque waterfalls ."  # words of several pieces
-    ids, words = shipped.tokenizer.encode_words(text)
+    ids, words = captions.tokenizer.encode_words(text)
     assert len(ids) > 8
     n = len(text.split())
     rows = anti_diagonal_rows(words, n, shift)
@@ -226,14 +232,15 @@ def submit(at):
     return at.button(key="FormSubmitter:alignment-Align and score").click().run(timeout=300)
 
 
-def test_the_alignment_page_ranks_the_example_draws_the_grids_and_a_pairs_gold_links(shipped):
+def test_the_alignment_page_ranks_the_example_draws_the_grids_and_a_pairs_gold_links(default):
     at = start().switch_page("pages/alignment.py").run()
     at.checkbox(key="align_example").check()
     at = submit(at)
     assert not at.exception and not at.error
     sources, targets, lines = ((DATA / name).read_text().splitlines() for name in ("en.txt", "fr.txt", "gold.txt"))
     golds, _ = parse_pharaoh(lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets])
-    expected = align_corpus(shipped.model, shipped.tokenizer, sources, targets, golds).table()
+    expected = align_corpus(default.model, default.tokenizer, sources, targets, golds).table()
+    assert not [button for button in at.button if button.label == "Stop"]  # the work is done: nothing to stop
     shown = at.dataframe[0].value
     assert len(shown) == len(expected) and shown.iloc[0]["aer"] == pytest.approx(expected[0]["aer"])
     grids = [figure(at, index) for index in (0, 1)]

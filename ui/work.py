@@ -174,11 +174,18 @@ class Progress:
     presses Stop, or leaves, ends the work there.
     """
 
-    def __init__(self, what: str, total: int, unit: str, costs: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, what: str, total: int, unit: str, costs: Sequence[float] | None = None, stop_key: str | None = None
+    ) -> None:
+        """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done."""
         self.what, self.total, self.unit = what, total, unit
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
         self.started = time.monotonic()
-        self.bar = st.progress(0.0, text=f"{what} ...")
+        self.frame = st.empty()
+        with self.frame.container():
+            if stop_key is not None:
+                stop_button(stop_key)  # pressed: the page runs again, without the form's submit, so stops there
+            self.bar = st.progress(0.0, text=f"{what} ...")
 
     def __call__(self, done: int, total: int | None = None) -> None:
         """`done` items of `total` (the work's own count when it reports one) are finished."""
@@ -189,7 +196,7 @@ class Progress:
         self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
 
     def close(self) -> None:
-        self.bar.empty()
+        self.frame.empty()
 
 
 def stop_button(key: str, container=st) -> bool:
