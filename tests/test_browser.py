@@ -267,6 +267,14 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert steps > 10, "the default sentence is too short to step ten times"
     page.wait_for_timeout(500)
     before = len(sent)
+    page.get_by_label("Sentence").press("ArrowRight")  # in a text box the keys move the caret, not the step
+    page.wait_for_timeout(300)
+    assert step_view_position(page)[0] == 1
+    page.get_by_role("heading", name="Decode explorer").click()  # the focus out of the text box, off the step view
+    page.keyboard.press("ArrowRight")  # no click in the step view first (it took one): the keys step the view
+    wait_for_step_view(page, 2)
+    page.keyboard.press("ArrowLeft")
+    wait_for_step_view(page, 1)
     lens, words_made = page.locator(".lens"), []
     for step in range(2, 12):
         page.get_by_role("button", name="Next").click()

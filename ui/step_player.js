@@ -22,6 +22,25 @@ document.addEventListener(
   true,
 );
 
+// The arrow keys step the step view on screen without a click in it first; not while the focus is where the keys
+// do something else (a text box, a menu, a slider), nor with a modifier held.
+const steppers = new Map(); // component key -> {root, go}: each mounted step view and how it steps
+document.addEventListener("keydown", (event) => {
+  if ((event.key !== "ArrowRight" && event.key !== "ArrowLeft") || event.defaultPrevented) return;
+  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  if (event.target.closest?.('input, textarea, select, [contenteditable="true"], [role="slider"], [role="combobox"], '
+    + '[role="listbox"]')) return;
+  const shown = [...steppers.values()].find(({ root }) => root.isConnected && onScreen(root));
+  if (!shown) return;
+  shown.go(event.key === "ArrowRight" ? 1 : -1);
+  event.preventDefault();
+});
+
+function onScreen(element) {
+  const box = element.getBoundingClientRect();
+  return box.width > 0 && box.bottom > 0 && box.top < window.innerHeight;
+}
+
 function decoded(text) {
   const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
   return new Uint16Array(bytes.buffer); // little-endian, as every browser's typed arrays are
@@ -441,6 +460,7 @@ export default function (component) {
     stop();
     setTriggerValue("action", { name: "attention", step: state.step });
   };
+  steppers.set(key, { root, go: (delta) => go(state.step + delta) });
   leaving.set(key, (link) => {
     if (state.step === state.serverStep) return false; // the server knows the step: the link goes as it is
     stop();

@@ -43,7 +43,7 @@ def first_steps(checkpoint_name: str) -> None:
         st.markdown(
             "Type an English sentence in the sidebar and press **Translate** (or Ctrl+Enter in the box). The "
             "output is written one token at a time: step through it with **Previous** and **Next** (or the arrow "
-            "keys, after a click on the step view) and see, for every layer and head, which source words the "
+            "keys, outside the text boxes) and see, for every layer and head, which source words the "
             "model looked at to write that token. Or try one of these:"
         )
         for index, sentence in enumerate(EXAMPLES):  # one a line: whole on a projector's 1024 pixels too
