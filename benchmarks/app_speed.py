@@ -20,6 +20,7 @@ from transformer.io.checkpoint import Checkpoint
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_heatmap, heads_or_means
+from ui.keys import SENTENCE_LABEL
 from ui.step_player import PLAY_RATES, step_data
 
 from .browser import (
@@ -154,7 +155,7 @@ def cold_start(launcher: list[str], drawn: Callable[[Page], None] = wait_for_ste
             answered = time.perf_counter()
             page = browser.new_page(viewport={"width": 1500, "height": 1100})
             page.goto(server.url)
-            page.locator('[data-testid="stSidebar"]').get_by_text("Sentence", exact=True).wait_for()
+            page.locator('[data-testid="stSidebar"]').get_by_text(SENTENCE_LABEL, exact=True).wait_for()
             sidebar = time.perf_counter()
             drawn(page)
             finished = time.perf_counter()

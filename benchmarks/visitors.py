@@ -27,6 +27,7 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from ui.keys import SENTENCE_LABEL
 from ui.step_player import sent_step_data
 
 from .browser import ARTIFACTS, proxy_server
@@ -116,7 +117,7 @@ async def visit(url: str, sentence: str, expected: str, delay: float) -> Visit:
                                       max_size=None, open_timeout=RUN_TIMEOUT) as connection:  # fmt: skip
             visitor = Visitor(connection)
             await visitor.run([])  # the first page, as the browser asks for it on opening
-            text_id, _ = visitor.widget("Sentence")
+            text_id, _ = visitor.widget(SENTENCE_LABEL)
             translate_id, _ = visitor.widget("Translate")
             typed = WidgetState(id=text_id, string_value=sentence)
             result.translate_ms = await visitor.run([typed, WidgetState(id=translate_id, trigger_value=True)])

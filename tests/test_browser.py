@@ -366,6 +366,24 @@ def test_a_link_opens_the_same_view_in_a_fresh_browser(server, browser):
     second.close()
 
 
+@pytest.mark.parametrize("size", [(1440, 900), (1024, 768)], ids=["1440", "1024"])
+def test_a_newcomer_sees_how_to_translate_without_scrolling(server, browser, size):
+    """Translate sat below the fold at 1440x900 (a sliver at y 890) and out of view at 1024x768."""
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    page.goto(server)
+    wait_for_step_view(page)
+    wait_idle(page)
+    label = page.locator('[data-testid="stSidebar"] [data-testid="stWidgetLabel"]', has_text="Sentence")
+    assert "Ctrl+Enter translates" in label.text_content() and label.bounding_box()["y"] < size[1]
+    if size[0] >= 1440:
+        assert page.get_by_role("button", name="Translate").bounding_box()["y"] + 40 < size[1]  # the whole button
+    box = page.get_by_label("Sentence")
+    box.fill("Two dogs are playing in the snow.")
+    box.press("Control+Enter")  # as the label says
+    page.get_by_text("Deux chiens jouent dans la neige").first.wait_for()
+    page.close()
+
+
 def test_a_fresh_servers_first_visitor_by_a_page_link_gets_the_apps_menu(browser):
     with app_server(ARTIFACTS / "first-visit.log") as fresh:  # nobody has opened the app's root page yet
         page = browser.new_page()

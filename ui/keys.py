@@ -19,6 +19,8 @@ from transformer.decoding.settings import DecodeSettings
 if TYPE_CHECKING:  # pandas takes 0.4 s to import, and only the Corpus page needs it
     import pandas as pd
 
+# The sentence box's label: it says how to translate where the Translate button is out of view (a projector's screen).
+SENTENCE_LABEL = "Sentence · Ctrl+Enter translates"
 DEFAULT_SENTENCE = "The black cat is sleeping on the red chair near the window."  # two adjective-noun crossings
 MAX_CHARACTERS = 2000  # longer text is cut before tokenizing (the model reads at most max_len tokens anyway)
 MAX_TYPED_CHARACTERS = 20_000  # what the text box takes; past MAX_CHARACTERS the page says it cut the text

@@ -43,7 +43,13 @@ ICON = str(Path(__file__).parent / "static" / "icon.png")  # served by the app: 
 
 def _settings_form() -> bool:
     with st.form("sentence_form", border=False):
-        st.text_area("Sentence", height=100, max_chars=keys.MAX_TYPED_CHARACTERS, **keys.shared("text", in_form=True))
+        # Translate right under the sentence, above the settings: in view at 1440x900 (on a smaller one, the label
+        # says how to translate without it).
+        st.text_area(keys.SENTENCE_LABEL, height=100, max_chars=keys.MAX_TYPED_CHARACTERS,
+                     **keys.shared("text", in_form=True))  # fmt: skip
+        translate = st.form_submit_button(
+            "Translate", type="primary", width="stretch", on_click=keys.store, args=FORM_KEYS, key="translate"
+        )
         with st.expander("Decoding", expanded=False):
             st.radio("Strategy", STRATEGIES, horizontal=True, **keys.shared("strategy", in_form=True))
             ranges = keys.SETTING_RANGES
@@ -56,9 +62,7 @@ def _settings_form() -> bool:
             st.number_input("Seed (sampling)", *ranges["seed"], **keys.shared("seed", in_form=True))
             st.number_input("Output tokens at most (0 = twice the source + 10)", *ranges["max_new_tokens"],
                             **keys.shared("max_new_tokens", in_form=True))  # fmt: skip
-        return st.form_submit_button(
-            "Translate", type="primary", width="stretch", on_click=keys.store, args=FORM_KEYS, key="translate"
-        )
+        return translate
 
 
 def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tuple[str, ...]:
