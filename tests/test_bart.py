@@ -175,7 +175,6 @@ def test_an_mbart_directory_works_on_every_page_and_translates_into_the_language
 
     linked = start({"ckpt": mbart_dir.name, "into": "de_DE", "text": "the red dog runs"})  # the link opens that pair
     assert not linked.exception and linked.session_state.result.tgt_pieces[0] == "de_DE"
-    at = (
-        at.selectbox(key="widget_checkpoint").set_value("en-fr-captions").run()
-    )  # a model without languages: no chooser
+    # a model without languages: no chooser
+    at = at.selectbox(key="widget_checkpoint").set_value("en-fr-captions").run()
     assert not at.exception and "widget_target_language" not in [box.key for box in at.selectbox]

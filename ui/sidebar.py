@@ -65,14 +65,14 @@ def _settings_form() -> bool:
         return translate
 
 
-def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult) -> tuple[str, ...]:
+def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult, shipped: str | None) -> tuple[str, ...]:
+    """`shipped`: the name of the shipped file in use (None for an upload), whose own unsure threshold may be known."""
     notes = []
     if len(st.session_state.get("text", "")) > keys.MAX_CHARACTERS:
         notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
         notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
-    name = st.session_state.get("checkpoint")
-    measured = UNSURE_BELOW.get(name) if name in models.checkpoint_files() else None  # a shipped file's own threshold
+    measured = UNSURE_BELOW.get(shipped)
     unsure_below = UNSURE_BELOW[models.DEFAULT_CHECKPOINT.stem] if measured is None else measured
     eos = checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id)
     notes += decode_notes(result, eos, unsure_below, calibrated=measured is not None)
@@ -138,7 +138,8 @@ def render() -> Explored | None:
     if session.get("url_branch"):
         take_branch(checkpoint, session.pop("url_branch"))
     active = session.get("branch") if session.get("show_branch") and session.get("branch") else result
-    return Explored(checkpoint, name, key, text, active, result, _input_notes(checkpoint, text, result))
+    notes = _input_notes(checkpoint, text, result, name if name in files else None)
+    return Explored(checkpoint, name, key, text, active, result, notes)
 
 
 def _choose_languages(slot: DeltaGenerator, opened: models.KeyedCheckpoint) -> models.KeyedCheckpoint:
