@@ -14,7 +14,7 @@ ALLOWED = {
     "text": set(),
     "decoding": {"model", "text"},
     "analysis": {"model", "text", "decoding"},
-    "io": {"model", "text", "decoding"},
+    "io": {"model", "text", "decoding", "analysis"},
     "viz": {"model", "text", "decoding", "analysis"},
     "training": {"model", "text", "decoding", "io"},
 }

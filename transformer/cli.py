@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,average,holdout,import-hf,train-lens,align,synthetic} --help`."""
+"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,average,holdout,import-hf,train-lens,align,timeline,synthetic} --help`."""
 
 from __future__ import annotations
 
@@ -277,6 +277,46 @@ def cmd_align(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_timeline(args: argparse.Namespace) -> int:
+    import csv
+
+    from transformer.analysis.alignment import parse_pharaoh
+    from transformer.analysis.timeline import KINDS, GoldPairs
+    from transformer.io.timeline import timeline_of_run
+    from transformer.io.timeline_file import save_timeline, timeline_path
+    from transformer.text.files import read_lines, read_parallel
+
+    probes = list(zip(*read_parallel(args.src, args.ref)))
+    gold = None
+    if args.align:
+        sources, targets = read_parallel(args.align[0], args.align[1])
+        golds, _ = parse_pharaoh(read_lines(args.align[2]), [len(s.split()) for s in sources],
+                                 [len(t.split()) for t in targets])  # fmt: skip
+        gold = GoldPairs(sources, targets, golds)
+    timeline = timeline_of_run(args.checkpoints, probes, gold, args.untrained_seed,
+                              progress=lambda label: print(f"reading the probes with {label} ...", file=sys.stderr))  # fmt: skip
+    out = Path(args.out) if args.out else timeline_path(Path(args.checkpoints[-1]))
+    save_timeline(out, timeline)
+    for e, snapshot in enumerate(timeline.snapshots):
+        bleu = "" if snapshot.val_bleu is None else f", validation BLEU {snapshot.val_bleu:.2f}"
+        probability = sum(float(p.token_probs[e].mean()) for p in timeline.probes) / len(timeline.probes)
+        print(f"{snapshot.label}{bleu}: mean probability of the references' tokens {probability:.3f}")
+    for kind in KINDS:
+        settled = timeline.settled_at(kind)
+        print(f"{kind.title}: heads settled at " + "; ".join(
+            f"layer {layer + 1}: " + " ".join(str(timeline.snapshots[e].epoch) for e in row)
+            for layer, row in enumerate(settled)) + " (epoch, per head)")  # fmt: skip
+    print(f"wrote {out} ({out.stat().st_size:,} bytes)")
+    if args.table:
+        rows = timeline.table()
+        with open(args.table, "w", newline="", encoding="utf-8") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {args.table}")
+    return 0
+
+
 def cmd_synthetic(args: argparse.Namespace) -> int:
     from transformer.training.synthetic import train_reversal
 
@@ -460,6 +500,22 @@ def build_parser() -> argparse.ArgumentParser:
     align.add_argument("--table", help="write the whole ranked table to this .csv or .json file")
     align.add_argument("--out", help="write the best method's alignments to this file, in the Pharaoh format")
     align.set_defaults(run=cmd_align)
+
+    timeline = commands.add_parser(
+        "timeline", help="how a run learned: its epoch checkpoints read on probe sentences, for the How it learned page"
+    )
+    timeline.add_argument(
+        "checkpoints", nargs="+", help="the run's checkpoints, oldest first (e.g. NAME-epoch*.safetensors)"
+    )
+    timeline.add_argument("--src", required=True, help="probe sentences, one a line")
+    timeline.add_argument("--ref", required=True, help="their reference translations (teacher forced), line by line")
+    timeline.add_argument("--align", nargs=3, metavar=("SRC", "TGT", "GOLD"),
+                          help="hand-aligned pairs (as for `align`): each snapshot's heads get an AER")  # fmt: skip
+    timeline.add_argument("--untrained-seed", type=int,
+                          help="begin with the untrained model of this seed (the run's start, with its seed)")  # fmt: skip
+    timeline.add_argument("--out", help="default: timelines/NAME.safetensors beside the last checkpoint")
+    timeline.add_argument("--table", help="also write every head's measures per snapshot to this CSV file")
+    timeline.set_defaults(run=cmd_timeline)
 
     synthetic = commands.add_parser("synthetic", help="train the tiny sequence-reversal model (about a minute)")
     synthetic.add_argument("--out", default=str(DEFAULT_CHECKPOINT.with_name("reverse.safetensors")))

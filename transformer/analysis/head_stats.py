@@ -55,15 +55,20 @@ def _offset_share(maps: np.ndarray, offset: int) -> np.ndarray:
     return picked.sum(axis=-1) / queries
 
 
+def row_entropy(maps: np.ndarray) -> np.ndarray:
+    """(..., Q, K) -> (...): the entropy of each row (nats), averaged over the rows; zero weights add nothing."""
+    maps = np.asarray(maps, dtype=np.float64)
+    return -(maps * np.log(np.where(maps > 0, maps, 1.0))).sum(-1).mean(-1)
+
+
 def head_statistics(maps: np.ndarray, key_pieces: list[str]) -> dict[str, np.ndarray]:
     """Each statistic as an (L, H) array, averaged over the query rows."""
     maps = np.asarray(maps, dtype=np.float64)
     queries, keys = maps.shape[-2:]
-    safe = np.where(maps > 0, maps, 1.0)
     distance = np.abs(np.arange(queries)[:, None] - np.arange(keys)[None, :])
     special = np.array([piece in SPECIAL_PIECES for piece in key_pieces], dtype=bool)
     return {
-        "entropy": -(maps * np.log(safe)).sum(-1).mean(-1),
+        "entropy": row_entropy(maps),
         "previous": _offset_share(maps, -1),
         "same": _offset_share(maps, 0),
         "next": _offset_share(maps, 1),
