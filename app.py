@@ -18,6 +18,7 @@ st.navigation(
             st.Page("pages/positional.py", title="Positional encoding"),
             st.Page("pages/masks.py", title="Masks"),
             st.Page("pages/computation.py", title="Attention, step by step"),
+            st.Page("pages/learned.py", title="How it learned"),
         ],
         "Research": [
             st.Page("pages/checkpoints.py", title="Checkpoints"),

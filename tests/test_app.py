@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from ui.step_player import unpacked
+from ui.packing import unpacked
 
 SENTENCE = "Two dogs are playing in the snow."
 CAPTIONS = {"ckpt": "en-fr-captions"}  # the model of image captions, for what it does outside them
@@ -431,7 +431,7 @@ def test_the_step_by_step_page_follows_and_sets_the_shared_step():
 
 
 @pytest.mark.parametrize("page", ["explorer", "attention", "attribution", "positional", "masks", "computation",
-                                  "compare", "heads"])  # fmt: skip
+                                  "learned", "compare", "heads"])  # fmt: skip
 def test_no_page_shows_the_word_start_marker(page):
     at = start({"text": 'Two dogs play in the "snow".'})
     at.switch_page(f"pages/{page}.py").run()

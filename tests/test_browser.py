@@ -496,3 +496,44 @@ def test_the_beam_tree_stays_readable_and_a_hypothesis_opens_as_a_branch(server,
     tree.locator(".node.dropped").first.click()
     page.get_by_text("what-if branch:").first.wait_for(timeout=60_000)
     assert page.locator('[data-testid="stException"]').count() == 0
+
+
+# The How it learned view (ui/epoch_player.js) in its shadow root: the caption's epoch, the map's title.
+EPOCH_CAPTION = f"{PLAYER}?.querySelector('.epochs .caption b')?.textContent"
+EPOCH_MAP = f"{PLAYER}?.querySelector('.epoch-map .map-title')?.textContent"
+
+
+@pytest.mark.parametrize(("size", "presentation"), [((1440, 900), False), ((1024, 768), True)],
+                         ids=["1440x900", "presentation-1024x768"])  # fmt: skip
+def test_how_it_learned_steps_and_plays_epochs_in_the_browser(server, browser, size, presentation):
+    page = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    sent = count_frames_sent(page)
+    page.goto(f"{server}/learned?epoch=1&layer=3&head=2" + ("&presentation=1" if presentation else ""))
+    page.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 1'")
+    wait_idle(page)
+    assert page.evaluate(EPOCH_MAP).startswith("epoch 1 · encoder-decoder attention, layer 3, head 2")
+    page.wait_for_timeout(500)
+    before = len(sent)
+    page.get_by_role("button", name="Next ›").click()
+    page.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 2'")
+    page.get_by_role("heading", name="How it learned").click()
+    page.keyboard.press("ArrowLeft")  # the arrow keys step the epochs on screen
+    page.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 1'")
+    page.locator(".view-choice select").nth(2).select_option("all")
+    assert page.locator(".small-maps > .map").count() == 8  # every head of the layer
+    page.get_by_role("button", name="« First").click()
+    page.wait_for_function(f"{EPOCH_CAPTION} === 'before training'")
+    page.locator(".epochs .rate").select_option("2")
+    page.get_by_role("button", name="▶ Play").click()  # Play runs to the last epoch and stops there
+    page.wait_for_function(
+        f"{EPOCH_CAPTION} === 'epoch 3' && {PLAYER}.querySelector('.controls button:nth-child(5)').textContent.includes('Play')"
+    )
+    assert len(sent) == before  # stepping, choosing a head and playing asked nothing of the server
+    assert "epoch=3" in page.url and "head=all" in page.url and "layer=3" in page.url
+    assert page.locator(".head-table .settled").count() == 8  # by the last epoch every head has settled
+    page.screenshot(path=ARTIFACTS / f"learned-{size[0]}x{size[1]}.png")
+    assert page.evaluate(VIEW_PROBLEMS, presentation) == []
+    fresh = browser.new_page(viewport={"width": size[0], "height": size[1]})
+    fresh.goto(page.url)  # the copied link opens the same view
+    fresh.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 3'")
+    assert fresh.locator(".small-maps > .map").count() == 8

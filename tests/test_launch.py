@@ -51,3 +51,21 @@ def test_a_start_prints_no_config_warning(tmp_path):
         time.sleep(1.0)  # the warm-up thread reads the options once the server answers
     text = log.read_text()
     assert "You can now view" in text and "config option section" not in text, text
+
+
+def test_the_package_is_imported_before_the_warm_up_thread_starts():
+    """A warm-up thread importing the package while a first visitor's page imported it too could meet the other's
+    half-imported module, an ImportError on that visitor's page (seen with Chromium opening a page at once). So
+    the warm-up starts with everything it and the pages import already there (a fresh process: this one has all)."""
+    launch = (
+        "import sys, threading; import streamlit.web.cli as cli; import ui.launch as launch;"
+        "cli.main = lambda: 0; seen = [];"
+        "threading.Thread.start = lambda thread: seen.append(sorted(sys.modules));"
+        "launch.sys.argv = ['launch'];"
+        "\ntry: launch.main()\nexcept SystemExit: pass\n"
+        "print(all(name in seen[0] for name in ('ui.models', 'transformer.model.encoder_decoder', "
+        "'transformer.decoding.settings')))"
+    )
+    run = subprocess.run([sys.executable, "-c", launch], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "True"

@@ -29,7 +29,7 @@ from helpers import (
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_cost
 from transformer.io.header import read_header
-from ui.step_player import unpacked
+from ui.packing import unpacked
 
 
 class RunsCode:
@@ -308,7 +308,15 @@ def test_positional_figures_stay_bounded_for_a_model_of_many_positions():
 
 
 @pytest.mark.parametrize(
-    "page", ["pages/masks.py", "pages/computation.py", "pages/positional.py", "pages/heads.py", "pages/compare.py"]
+    "page",
+    [
+        "pages/masks.py",
+        "pages/computation.py",
+        "pages/positional.py",
+        "pages/learned.py",
+        "pages/heads.py",
+        "pages/compare.py",
+    ],  # fmt: skip
 )
 def test_a_rerun_of_a_page_only_reads(page, monkeypatch):
     """Every model call a page makes goes through a cache: drawing the page again runs no model."""

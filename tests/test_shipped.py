@@ -4,13 +4,17 @@ model, which keeps its captions; the synthetic model shows its predictable atten
 import gzip
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sacrebleu
 from helpers import REPO
 
+from transformer.decoding.forcing import teacher_force
 from transformer.decoding.greedy import decode
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.io.timeline_file import load_timeline, timeline_path
+from transformer.model.kinds import AttentionKind
 
 DATA = REPO.parent / "shared" / "data"
 VALIDATION = DATA / "multi30k"
@@ -81,3 +85,17 @@ def test_reversal_model_cross_attention_is_anti_diagonal():
     anti_diagonal = [src_len - 1 - t for t in range(steps)]
     heads = result.cross.argmax(dim=-1).flatten(0, 1).tolist()  # (L * H, T): where each row looks most
     assert anti_diagonal in heads
+
+
+def test_the_defaults_timeline_ends_with_the_defaults_own_maps(default):
+    """The shipped timeline's last epoch is the shipped model: its maps, probabilities and lens ranks on every probe
+    (float16 in the file, as the checkpoint's weights), and its own translation of each probe."""
+    timeline = load_timeline(timeline_path(DEFAULT_CHECKPOINT))
+    assert timeline.snapshots[0].label == "before training" and len(timeline.snapshots) >= 3
+    assert timeline_path(DEFAULT_CHECKPOINT).stat().st_size < 2_000_000
+    for probe in timeline.probes:
+        forced = teacher_force(default.model, default.tokenizer, probe.source, probe.reference)
+        for kind in AttentionKind:
+            np.testing.assert_allclose(probe.maps[kind][-1], forced.maps(kind).numpy(), atol=2e-3)
+        np.testing.assert_allclose(probe.token_probs[-1], forced.token_probs.numpy(), atol=1e-4)
+        assert probe.outputs[-1] == decode(default.model, default.tokenizer, probe.source).text

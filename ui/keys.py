@@ -138,6 +138,7 @@ KEYS: dict[str, Key] = {
     "report_built": Key(tuple, None, "the view whose HTML report was built, offered for download"),
     "attribution_stopped": Key(tuple, None, "the (checkpoint, source, output) whose attribution the visitor stopped"),
     "corpus_agreement": Key(CorpusAgreement, None, "heads' agreement with the gradients over the Corpus file"),
+    "probe": Key(int, None, "the probe sentence on How it learned (0-based)"),
     "alignment_run": Key(AlignmentRun, None, "the Alignment page's corpus, aligned by every method and scored"),
 }
 

@@ -56,6 +56,11 @@ def warm_up() -> None:
 
 
 def main() -> None:
+    # The package is imported before the server takes connections: imported by the warm-up thread while a first
+    # visitor's page imported it too, a thread could meet the other's half-imported module (transformer.model's
+    # __init__ and its submodules import each other) and that visitor's page failed with an ImportError.
+    from ui import models  # noqa: F401
+
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     from streamlit.web import cli
 

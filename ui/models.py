@@ -19,6 +19,7 @@ import torch
 
 from transformer.analysis.alignment import Method, pair_matrix
 from transformer.analysis.attribution import Attribution, attribute, contrastive
+from transformer.analysis.timeline import Timeline
 from transformer.analysis.tuned_lens import TunedLens, file_sha256, load_tuned_lens, read_with, tuned_lens_path
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
@@ -35,6 +36,7 @@ from transformer.io.checkpoint import (
     describe,
 )
 from transformer.io.hugging_face import describe_hf, is_hf_directory, load_checkpoint_or_hf
+from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.model.probes import Probe
 from transformer.viz.report import html_report
 from ui.cache import RESULTS
@@ -73,6 +75,22 @@ def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
 
 def load(path: Path) -> Checkpoint:
     return _load_shared(str(path), path.stat().st_mtime_ns, str(device()))
+
+
+@st.cache_resource(show_spinner=False, max_entries=4)
+def _load_timeline(path: str, modified_ns: int) -> Timeline:
+    """One copy per process of each timeline file version."""
+    return load_timeline(path)
+
+
+def timeline(name: str) -> Timeline | None:
+    """The timeline of a shipped checkpoint (timelines/NAME.safetensors beside it), if it has one; a TimelineError
+    where the file is there but cannot be read."""
+    path = checkpoint_files().get(name)
+    found = None if path is None or not path.is_file() else timeline_path(path)
+    if found is None or not found.is_file():
+        return None
+    return _load_timeline(str(found), found.stat().st_mtime_ns)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

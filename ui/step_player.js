@@ -36,55 +36,11 @@ document.addEventListener("keydown", (event) => {
   event.preventDefault();
 });
 
-function onScreen(element) {
-  const box = element.getBoundingClientRect();
-  return box.width > 0 && box.bottom > 0 && box.top < window.innerHeight;
-}
-
-function decoded(text) {
-  const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
-  return new Uint16Array(bytes.buffer); // little-endian, as every browser's typed arrays are
-}
-
-function colorOf(stops, value) {
-  const at = Math.min(Math.max(value, 0), 1) * (stops.length - 1);
-  const low = Math.floor(at);
-  const high = Math.min(low + 1, stops.length - 1);
-  const part = at - low;
-  const mix = [0, 1, 2].map((i) => Math.round(stops[low][i] + (stops[high][i] - stops[low][i]) * part));
-  return `rgb(${mix.join(",")})`;
-}
-
-function number(value) {
-  return value === null ? "not a number" : value.toFixed(3);
-}
-
 let lensDetailsOpen = false; // whether the visitor opened "How the lens reads a layer"
-
-function element(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text; // text, never HTML: tokens can hold anything
-  return node;
-}
-
-function button(label, title) {
-  const node = element("button", "nav", label);
-  node.type = "button";
-  if (title) node.title = title;
-  return node;
-}
 
 // A heatmap as a CSS grid: a row per layer and head (each layer's mean last), a column per key.
 function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum) {
-  box.replaceChildren();
-  const heading = element("div", "map-title", title);
-  const legend = element("span", "legend");
-  const scale = element("span", "scale");
-  scale.style.background = `linear-gradient(to right, ${stops.map((c) => `rgb(${c.join(",")})`).join(", ")})`;
-  legend.append("weight 0 ", scale, " 1");
-  heading.append(legend);
-  box.append(heading);
+  box.replaceChildren(mapHeading(title, stops));
   const grid = element("div", "grid");
   grid.style.gridTemplateColumns = `max-content repeat(${labels.length}, minmax(0.8rem, 1fr))`;
   rows.forEach((row, r) => {
@@ -218,13 +174,6 @@ function drawLens(box, data, step, go, state) {
       + "logit lens). Early layers need not use the output layer's basis, so the lens understates what they hold: read a "
       + "low probability there as 'not yet readable this way', not 'not yet known' (Belrose et al. 2023 fit a map per "
       + "layer, the tuned lens, for this" + (kl ? ": offered above for this checkpoint" : "") + ")." + measured));
-}
-
-function svg(tag, attributes = {}, text) {
-  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  Object.entries(attributes).forEach(([name, value]) => node.setAttribute(name, String(value)));
-  if (text !== undefined) node.textContent = text; // text, never markup
-  return node;
 }
 
 const TREE = { column: 84, row: 26, box: 70, top: 22, left: 4, bars: 34 }; // the beam tree's grid, in px

@@ -9,7 +9,6 @@ page by a link sends the step once, so that the next page opens at it.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import TokenizerBase
 from transformer.viz.attention import head_row_labels, with_layer_means
 from transformer.viz.style import colorscale_stops
+from ui.packing import QUANTUM, packed, rounded
 
 HERE = Path(__file__).parent
 PAGE_NAMES = frozenset(path.stem for path in (HERE.parent / "pages").glob("*.py"))  # a page's URL path
@@ -51,10 +51,10 @@ def _hostile_trigger_refused(deserialize: Callable[[str | None], Any]) -> Callab
 
 bidi_serialization.handle_deserialize = _hostile_trigger_refused(bidi_serialization.handle_deserialize)
 PLAYER = st.components.v2.component(
-    "step_player", css=(HERE / "step_player.css").read_text(), js=(HERE / "step_player.js").read_text()
+    "step_player",
+    css=(HERE / "player.css").read_text() + (HERE / "step_player.css").read_text(),
+    js=(HERE / "player_common.js").read_text() + (HERE / "step_player.js").read_text(),
 )
-QUANTUM = 65534  # weights travel as uint16 fractions of 1: within 8e-6 of the model's own, 2 bytes each
-NOT_A_NUMBER = 65535  # a weight that is NaN (a broken checkpoint's), drawn as such
 PLAY_RATES = (1, 2, 5, 10)  # steps a second Play offers
 
 
@@ -81,26 +81,6 @@ def page_of_link(path: object) -> str | None:
     return f"pages/{name}.py" if name in PAGE_NAMES else None
 
 
-def packed(values: np.ndarray) -> str:
-    """Weights in [0, 1] as base64 little-endian uint16 (JSON of float64 would be ~9x bigger); NaN kept."""
-    values = np.asarray(values, dtype=np.float64)
-    fractions = np.rint(np.clip(np.nan_to_num(values), 0.0, 1.0) * QUANTUM)
-    quantized = np.where(np.isnan(values), NOT_A_NUMBER, fractions).astype("<u2")
-    return base64.b64encode(quantized.tobytes()).decode("ascii")
-
-
-def unpacked(text: str) -> np.ndarray:
-    """The inverse of `packed` (what the browser does), for tests."""
-    quantized = np.frombuffer(base64.b64decode(text), dtype="<u2")
-    return np.where(quantized == NOT_A_NUMBER, np.nan, quantized / QUANTUM)
-
-
-def _rounded(values: np.ndarray) -> list:
-    """Probabilities as JSON numbers to 4 places; NaN (a broken checkpoint's) as null, which JSON can hold."""
-    values = np.asarray(values, dtype=np.float64)
-    return np.where(np.isnan(values), None, np.round(values, 4)).tolist()
-
-
 def result_identity(result: DecodeResult, checkpoint_key: str) -> str:
     """Names one decode: the browser keeps its step across redraws of the same one, and starts over on another."""
     name = f"{checkpoint_key}\n{result.strategy}\n{result.src_ids}\n{result.tgt_ids}"
@@ -112,16 +92,16 @@ def lens_data(lens: LogitLens, tokenizer: TokenizerBase) -> dict:
     ids = lens.top_ids.transpose(0, 1).tolist()  # (T, L, LENS_TOP)
     return {
         "top_ids": ids,
-        "top_probs": _rounded(lens.top_probs.transpose(0, 1).numpy()),
+        "top_probs": rounded(lens.top_probs.transpose(0, 1).numpy()),
         "rank": lens.chosen_rank.T.tolist(),  # (T, L)
-        "chosen_prob": _rounded(lens.chosen_probs.T.numpy()),
+        "chosen_prob": rounded(lens.chosen_probs.T.numpy()),
         "labels": {str(i): readable(tokenizer.id_to_piece(i)) for i in sorted({i for s in ids for r in s for i in r})},
     }
 
 
 def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: TokenizerBase) -> dict:
     """lens_data of the tuned lens, with each early layer's held-out mean KL from the output, logit then tuned."""
-    return lens_data(rows, tokenizer) | {"kl": [_rounded(np.array(lens.kl_logit)), _rounded(np.array(lens.kl_tuned))]}
+    return lens_data(rows, tokenizer) | {"kl": [rounded(np.array(lens.kl_logit)), rounded(np.array(lens.kl_tuned))]}
 
 
 def step_data(result: DecodeResult, tokenizer: TokenizerBase, step: int, words: bool, identity: str,
@@ -148,13 +128,13 @@ def step_data(result: DecodeResult, tokenizer: TokenizerBase, step: int, words: 
         "heads": heads,
         "so_far": [tokenizer.decode(result.tgt_ids[:t]) for t in range(steps)],
         "next": [readable(piece) for piece in result.tgt_pieces],
-        "prob": _rounded(result.token_probs.numpy()),
+        "prob": rounded(result.token_probs.numpy()),
         "chosen": list(result.tgt_ids),
         "topk_ids": topk_ids,
         "topk_labels": [[readable(tokenizer.id_to_piece(i)) for i in ids] for ids in topk_ids],
-        "topk_probs": _rounded(result.topk_probs.numpy()),
+        "topk_probs": rounded(result.topk_probs.numpy()),
         "topk_words": candidate_words,
-        "entropy": _rounded(result.entropy_bits.numpy()),
+        "entropy": rounded(result.entropy_bits.numpy()),
         "lens": lens_data(result.lens, tokenizer),
         "tuned_lens": None if tuned is None else tuned_lens_data(*tuned, tokenizer),
         "cross_labels": [readable_label(label) for label in cross_labels],
@@ -176,14 +156,14 @@ def beam_data(tree: BeamTree, tokenizer: TokenizerBase) -> dict:
         "alpha": tree.alpha,
         "winner": tree.winner,
         "best_unpenalised": tree.best_unpenalised,
-        "eos_probs": _rounded(np.array(tree.eos_probs)),
+        "eos_probs": rounded(np.array(tree.eos_probs)),
         "step": [node.step for node in nodes],
         "slot": [node.slot for node in nodes],
         "parent": [-1 if node.parent is None else node.parent for node in nodes],
         "label": [readable(tokenizer.id_to_piece(node.token)) for node in nodes],
         "text": [tokenizer.decode(tree.prefix(i)) for i in range(len(nodes))],
-        "log_prob": _rounded(np.array([node.log_prob for node in nodes])),
-        "score": _rounded(np.array([node.score for node in nodes])),
+        "log_prob": rounded(np.array([node.log_prob for node in nodes])),
+        "score": rounded(np.array([node.score for node in nodes])),
         "finished": [node.finished for node in nodes],
         "dropped": [node.dropped for node in nodes],
         "on_path": [node.winner for node in nodes],

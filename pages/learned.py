@@ -1,0 +1,69 @@
+"""How it learned: the model's training run, epoch by epoch, on probe sentences: attention forming as it trained."""
+
+import re
+
+import streamlit as st
+
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT
+from transformer.io.timeline_file import TimelineError
+from transformer.model.kinds import AttentionKind
+from ui import models
+from ui.epoch_player import EpochView, epoch_player
+from ui.sidebar import page_frame
+from ui.text import literal
+
+explored = page_frame()
+session, params = st.session_state, st.query_params
+st.title("How it learned")
+name = explored.checkpoint_name
+try:
+    timeline = models.timeline(name)
+    if timeline is None and name != DEFAULT_CHECKPOINT.stem:
+        st.info(f"{literal(name)} has no timeline (`python -m transformer timeline` makes one from a run's epoch "
+                "checkpoints): this is the default model's.")  # fmt: skip
+        name = DEFAULT_CHECKPOINT.stem
+        timeline = models.timeline(name)
+except TimelineError as error:
+    st.error(f"The timeline of {literal(name)} cannot be read: {literal(str(error))}")
+    st.stop()
+if timeline is None:
+    st.info("No timeline is shipped with the checkpoints: `python -m transformer timeline` makes one from a training "
+            "run's epoch checkpoints (see docs/command-line.md).")  # fmt: skip
+    st.stop()
+
+st.markdown(
+    "The same model, saved after each epoch of its training, reads the same sentence and its reference translation "
+    "(teacher forcing, so every epoch's maps have the same rows and columns). Step through the epochs, or press "
+    "Play, and watch attention form: the blur of the untrained weights, then each word of the translation finding "
+    "the word it translates. The arrow keys step too."
+)
+probes = timeline.probes
+linked = params.get("probe", "")
+if "probe" not in session and re.fullmatch(r"[0-9]{1,3}", linked) and 1 <= int(linked) <= len(probes):
+    session.probe = int(linked) - 1
+session.probe = min(session.get("probe", 0), len(probes) - 1)
+probe = st.selectbox("Probe sentence", range(len(probes)), index=session.probe, key="widget_probe",
+                     format_func=lambda i: probes[i].source)  # fmt: skip
+session.probe = probe
+
+
+def _linked_number(name: str) -> int | None:
+    value = params.get(name, "")
+    return int(value) if re.fullmatch(r"[0-9]{1,4}", value) else None
+
+
+epoch, layer, head = _linked_number("epoch"), _linked_number("layer"), params.get("head", "mean")
+snapshot = next((i for i, s in enumerate(timeline.snapshots) if s.epoch == epoch), -1)
+view = EpochView(
+    snapshot,
+    params.get("kind") if params.get("kind") in [kind.value for kind in AttentionKind] else AttentionKind.CROSS.value,
+    layer - 1 if layer else -1,
+    head if head in ("mean", "all") else (int(head) - 1 if re.fullmatch(r"[1-9][0-9]{0,2}", head) else "mean"),
+)
+epoch_player(timeline, probe, view, bool(session.get("presentation")), name)
+first = timeline.snapshots[0]
+if first.file == "":
+    st.caption("“Before training” is an untrained model of the same shape and vocabulary, seeded as the run was: "
+               "the weights every run starts from look like these, random.")  # fmt: skip
+params["ckpt"] = name
+params["probe"] = str(probe + 1)

@@ -1,0 +1,72 @@
+"""How it learned: the page sends one probe's every epoch to the browser, opens the view a link names, and says in
+one line when a timeline cannot be read."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+from helpers import REPO, errors
+from streamlit.testing.v1 import AppTest
+
+import ui.models
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT
+from transformer.io.timeline_file import load_timeline, timeline_path
+from transformer.model.kinds import AttentionKind
+from ui.packing import unpacked
+
+TIMELINE = load_timeline(timeline_path(DEFAULT_CHECKPOINT))
+
+
+def opened(query: dict[str, str] | None = None) -> AppTest:
+    """The page opened by its own link (the explorer never ran before it to rewrite the address)."""
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at.query_params.update(query or {})
+    return at.switch_page("pages/learned.py").run()
+
+
+def sent(at) -> dict:
+    """What the page sent its epoch view."""
+    (data,) = json.loads(at.get("bidi_component")[0].proto.json)
+    return data
+
+
+def test_the_page_sends_every_epoch_of_the_probe_chosen():
+    at = opened()
+    assert not at.exception
+    data = sent(at)
+    assert data["labels"] == [s.label for s in TIMELINE.snapshots] and data["snapshot"] == len(data["labels"]) - 1
+    probe = TIMELINE.probes[0]
+    layers, heads = probe.maps[AttentionKind.CROSS].shape[1:3]
+    cross = unpacked(data["maps"]["cross"]).reshape(len(data["labels"]), layers, heads + 1, len(data["tgt"]), -1)
+    np.testing.assert_allclose(cross[:, :, :heads], probe.maps[AttentionKind.CROSS], atol=1e-3)  # every epoch's
+    np.testing.assert_allclose(cross[:, :, heads], probe.maps[AttentionKind.CROSS].astype(float).mean(2), atol=1e-3)
+    assert data["outputs"] == probe.outputs and data["reference"] == probe.reference
+    assert at.query_params["probe"] == "1"
+    at.selectbox(key="widget_probe").select(2).run()
+    assert sent(at)["reference"] == TIMELINE.probes[2].reference and at.query_params["probe"] == "3"
+
+
+def test_a_link_opens_the_epoch_probe_and_head_it_names():
+    at = opened({"epoch": "1", "kind": "decoder", "layer": "2", "head": "4", "probe": "2"})
+    data = sent(at)
+    epoch_one = next(i for i, s in enumerate(TIMELINE.snapshots) if s.epoch == 1)
+    assert (data["snapshot"], data["kind"], data["layer"], data["head"]) == (epoch_one, "decoder", 1, 3)
+    assert data["reference"] == TIMELINE.probes[1].reference
+    at = opened({"epoch": "99", "kind": "nonsense", "layer": "99", "head": "x"})
+    data = sent(at)  # what the link cannot mean opens the last epoch's mean of the last layer's heads
+    assert not at.exception and (data["snapshot"], data["kind"], data["head"]) == (
+        len(data["labels"]) - 1,
+        "cross",
+        "mean",
+    )
+
+
+def test_a_hostile_timeline_is_one_line_on_the_page(monkeypatch, tmp_path):
+    hostile = tmp_path / "hostile.safetensors"
+    hostile.write_bytes(pickle.dumps({"epochs": 3}))
+    monkeypatch.setattr(ui.models, "timeline_path", lambda path: hostile)
+    at = opened()
+    assert not at.exception
+    assert "cannot be read" in errors(at) and "refused because loading one can execute code" in errors(at)

@@ -1,0 +1,358 @@
+// How it learned: one probe sentence read by every snapshot of a training run. Every snapshot's data arrives once;
+// the slider, Play, and the kind, layer and head choices draw here and send nothing to the server. The view goes
+// into the address bar (epoch, kind, layer, head), so a copied link opens it.
+
+const epochHeld = new Map(); // component key -> the visitor's view across redraws of the same timeline and probe
+const epochTimers = new Map(); // component key -> Play's interval
+const epochSteppers = new Map(); // component key -> {root, go}
+
+document.addEventListener("keydown", (event) => {
+  if ((event.key !== "ArrowRight" && event.key !== "ArrowLeft") || event.defaultPrevented) return;
+  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+  if (event.target.closest?.('input, textarea, select, [contenteditable="true"], [role="slider"], [role="combobox"], '
+    + '[role="listbox"]')) return;
+  const shown = [...epochSteppers.values()].find(({ root }) => root.isConnected && onScreen(root));
+  if (!shown) return;
+  shown.go(event.key === "ArrowRight" ? 1 : -1);
+  event.preventDefault();
+});
+
+const KIND_NAMES = { cross: "encoder-decoder attention", decoder: "masked decoder self-attention",
+  encoder: "encoder self-attention" };
+
+function writeViewToAddress(data, state) {
+  const url = new URL(window.location.href);
+  url.searchParams.set("epoch", String(data.epochs[state.snapshot]));
+  url.searchParams.set("kind", state.kind);
+  url.searchParams.set("layer", String(state.layer + 1));
+  url.searchParams.set("head", typeof state.head === "number" ? String(state.head + 1) : state.head);
+  if (url.href !== window.location.href) window.history.replaceState(window.history.state, "", url);
+}
+
+function choice(label, options, value, onChange) {
+  const wrap = element("label", "choice", `${label} `);
+  const select = element("select");
+  options.forEach(([optionValue, text]) => {
+    const option = element("option", "", text);
+    option.value = String(optionValue);
+    select.append(option);
+  });
+  select.value = String(value);
+  select.onchange = () => onChange(select.value);
+  wrap.append(select);
+  return wrap;
+}
+
+// One map: rows (queries) by columns (keys), weights read from values at offset, row by row.
+function drawGrid(box, title, rows, columns, values, offset, stops, quantum) {
+  box.append(mapHeading(title, stops));
+  const grid = element("div", "grid");
+  grid.style.gridTemplateColumns = `max-content repeat(${columns.length}, minmax(0.9rem, 1fr))`;
+  rows.forEach((row, r) => {
+    grid.append(element("div", "row-label", row));
+    columns.forEach((column, k) => {
+      const stored = values[offset + r * columns.length + k];
+      const weight = stored > quantum ? null : stored / quantum;
+      const cell = element("div", "cell");
+      cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
+      cell.title = `${row} → ${column}: ${number(weight)}`;
+      grid.append(cell);
+    });
+  });
+  grid.append(element("div"));
+  columns.forEach((column) => grid.append(element("div", "key-label", column)));
+  box.append(grid);
+}
+
+// A small line over the snapshots with the one shown marked: values may hold nulls (not measured).
+function sparkline(values, now, high, title) {
+  const width = 72, height = 26, pad = 3;
+  const x = (i) => pad + (values.length > 1 ? (i * (width - 2 * pad)) / (values.length - 1) : (width - 2 * pad) / 2);
+  const y = (v) => height - pad - (Math.min(v, high) / (high || 1)) * (height - 2 * pad);
+  const line = svg("svg", { width, height, class: "spark", role: "img", "aria-label": title });
+  line.append(svg("title", {}, title));
+  const points = values.map((v, i) => (v === null ? null : `${x(i).toFixed(1)},${y(v).toFixed(1)}`)).filter(Boolean);
+  line.append(svg("polyline", { points: points.join(" "), class: "spark-line" }));
+  if (values[now] !== null) line.append(svg("circle", { cx: x(now), cy: y(values[now]), r: 3.5, class: "spark-now" }));
+  return line;
+}
+
+// A curve over x with a vertical mark at `at`: the validation BLEU by epoch, the training loss by step.
+function drawCurve(box, title, xs, ys, at, xLabel) {
+  box.replaceChildren(element("div", "map-title", title));
+  const width = 320, height = 130, left = 34, bottom = 20, top = 8, right = 8;
+  const shown = ys.map((y, i) => [xs[i], y]).filter(([, y]) => y !== null);
+  if (!shown.length) {
+    box.append(element("p", "note", "not recorded"));
+    return;
+  }
+  const xMin = Math.min(...xs), xMax = Math.max(...xs, xMin + 1);
+  const yMax = Math.max(...shown.map(([, y]) => y), 1e-9), yMin = Math.min(0, ...shown.map(([, y]) => y));
+  const px = (x) => left + ((x - xMin) / (xMax - xMin)) * (width - left - right);
+  const py = (y) => top + (1 - (y - yMin) / (yMax - yMin)) * (height - top - bottom);
+  const chart = svg("svg", { width, height, class: "curve", role: "img", "aria-label": title });
+  chart.append(svg("line", { x1: left, x2: left, y1: top, y2: height - bottom, class: "axis" }));
+  chart.append(svg("line", { x1: left, x2: width - right, y1: height - bottom, y2: height - bottom, class: "axis" }));
+  chart.append(svg("text", { x: left - 4, y: top + 8, class: "tick end" }, yMax.toFixed(yMax < 10 ? 2 : 0)));
+  chart.append(svg("text", { x: left - 4, y: height - bottom, class: "tick end" }, yMin.toFixed(0)));
+  chart.append(svg("text", { x: width - right, y: height - 4, class: "tick end" }, xLabel));
+  chart.append(svg("polyline", { points: shown.map(([x, y]) => `${px(x).toFixed(1)},${py(y).toFixed(1)}`).join(" "),
+    class: "curve-line" }));
+  if (shown.length < 40) shown.forEach(([x, y]) => chart.append(svg("circle", { cx: px(x), cy: py(y), r: 3, class: "curve-point" })));
+  chart.append(svg("line", { x1: px(at), x2: px(at), y1: top, y2: height - bottom, class: "curve-now" }));
+  box.append(chart);
+}
+
+export default function (component) {
+  const { parentElement, key } = component;
+  const [data] = component.data; // a one-item list, as the step view's
+  clearInterval(epochTimers.get(key));
+  const last = data.labels.length - 1;
+  const maps = Object.fromEntries(Object.entries(data.maps).map(([kind, text]) => [kind, decoded(text)]));
+  const before = epochHeld.get(key);
+  const kept = before && before.id === data.id;
+  const state = kept ? before : { id: data.id, snapshot: data.snapshot, kind: data.kind, layer: data.layer,
+    head: data.head, rate: data.rates[1] };
+  epochHeld.set(key, state);
+
+  const root = element("div", data.presentation ? "player epochs presentation" : "player epochs");
+  const controls = element("div", "controls");
+  const first = button("« First");
+  const previous = button("‹ Previous");
+  const next = button("Next ›");
+  const lastButton = button("Last »");
+  const play = button("▶ Play");
+  const rate = element("select", "rate");
+  rate.setAttribute("aria-label", "Epochs a second when playing");
+  data.rates.forEach((value) => {
+    const option = element("option", "", `${value} a second`);
+    option.value = String(value);
+    rate.append(option);
+  });
+  rate.value = String(state.rate);
+  controls.append(first, previous, next, lastButton, play, rate);
+  const slider = element("input", "slider");
+  slider.type = "range";
+  slider.min = "0";
+  slider.max = String(last);
+  slider.setAttribute("aria-label", "Epoch");
+  const marks = element("div", "epoch-marks");
+  data.labels.forEach((label, i) => {
+    const mark = button(label);
+    mark.className = "epoch-mark";
+    mark.onclick = () => go(i);
+    marks.append(mark);
+  });
+  const caption = element("p", "caption");
+  const outputs = element("div", "outputs");
+  const probs = element("div", "map");
+  const view = element("div", "view-choice");
+  const mapBox = element("div", "map epoch-map");
+  const heads = element("div", "heads");
+  const lens = element("div", "map");
+  const curves = element("div", "curves");
+  const bleuBox = element("div", "curve-box");
+  const lossBox = element("div", "curve-box");
+  curves.append(bleuBox, lossBox);
+  const body = element("div", "epoch-body");
+  const left = element("div", "epoch-left");
+  const right = element("div", "epoch-right");
+  left.append(view, mapBox);
+  right.append(heads, curves);
+  body.append(left, right);
+  root.append(controls, slider, marks, caption, outputs, probs, body, lens);
+  parentElement.querySelector(".player")?.remove();
+  parentElement.append(root);
+
+  function axes(kind) {
+    if (kind === "encoder") return [data.src, data.src];
+    if (kind === "decoder") return [data.tgt, data.decoder_input];
+    return [data.tgt, data.src];
+  }
+
+  function drawView() {
+    const layers = data.layers[state.kind];
+    state.layer = Math.min(state.layer, layers - 1);
+    view.replaceChildren(
+      choice("Attention", Object.entries(KIND_NAMES).map(([k, name]) => [k, name]), state.kind, (value) => {
+        state.kind = value;
+        redraw();
+      }),
+      choice("Layer", [...Array(layers).keys()].map((l) => [l, `layer ${l + 1}`]), state.layer, (value) => {
+        state.layer = Number(value);
+        redraw();
+      }),
+      choice("Head", [...[...Array(data.heads).keys()].map((h) => [h, `head ${h + 1}`]), ["mean", "mean of the heads"],
+        ["all", "every head"]], state.head, (value) => {
+        state.head = value === "mean" || value === "all" ? value : Number(value);
+        redraw();
+      }),
+    );
+  }
+
+  function drawMaps() {
+    const [rows, columns] = axes(state.kind);
+    const layers = data.layers[state.kind];
+    const size = rows.length * columns.length;
+    const at = (head) => (((state.snapshot * layers + state.layer) * (data.heads + 1)) + head) * size;
+    mapBox.replaceChildren();
+    const where = `${data.labels[state.snapshot]} · ${KIND_NAMES[state.kind]}, layer ${state.layer + 1}`;
+    if (state.head === "all") {
+      const small = element("div", "small-maps");
+      for (let h = 0; h < data.heads; h += 1) {
+        const box = element("div", "map");
+        drawGrid(box, `head ${h + 1}`, rows, columns, maps[state.kind], at(h), data.colors, data.quantum);
+        small.append(box);
+      }
+      mapBox.append(element("div", "map-title", `${where}, every head`), small);
+      return;
+    }
+    const head = state.head === "mean" ? data.heads : state.head;
+    const name = state.head === "mean" ? "mean of the heads" : `head ${head + 1}`;
+    drawGrid(mapBox, `${where}, ${name}`, rows, columns, maps[state.kind], at(head),
+      data.colors, data.quantum);
+  }
+
+  function drawHeads() {
+    const kind = state.kind, layer = state.layer, s = state.snapshot;
+    const distance = data.distance[kind], entropy = data.entropy[kind];
+    const column = (table, h) => table.map((bySnapshot) => bySnapshot[layer][h]);
+    const high = (table) => Math.max(...table.flatMap((bySnapshot) => bySnapshot[layer]), 1e-9);
+    heads.replaceChildren(element("div", "map-title", `How each head of layer ${layer + 1} changed`));
+    const table = element("div", "head-table");
+    const aer = kind === "cross" ? data.aer : null;
+    table.style.gridTemplateColumns = `max-content repeat(${aer ? 3 : 2}, max-content) max-content`;
+    ["", "distance from the last", "entropy", ...(aer ? ["AER"] : []), "settles at"].forEach((text) =>
+      table.append(element("div", "head-cell head", text)));
+    for (let h = 0; h < data.heads; h += 1) {
+      const settled = data.settled[kind][layer][h];
+      table.append(element("div", "head-cell name", `head ${h + 1}`));
+      const d = column(distance, h), e = column(entropy, h);
+      for (const [values, top, what] of [[d, high(distance), "distance"], [e, high(entropy), "entropy"]]) {
+        const cell = element("div", "head-cell");
+        cell.append(sparkline(values, s, top, `head ${h + 1}'s ${what} by epoch`),
+          element("span", "spark-value", number(values[s])));
+        table.append(cell);
+      }
+      if (aer) {
+        const values = aer.map((bySnapshot) => bySnapshot[layer][h]);
+        const cell = element("div", "head-cell");
+        cell.append(sparkline(values, s, 1, `head ${h + 1}'s AER by epoch`),
+          element("span", "spark-value", values[s] === null ? "–" : values[s].toFixed(2)));
+        table.append(cell);
+      }
+      table.append(element("div", settled <= s ? "head-cell settled" : "head-cell",
+        data.labels[settled]));
+    }
+    heads.append(table, element("p", "note", `Distance: the Jensen-Shannon divergence (nats, 0 the same, 0.69 `
+      + `disjoint) of the head's rows from the last epoch's, over the probe sentences; a head settles at the first `
+      + `epoch from which it stays under ${data.settled_below}. Entropy: nats, higher is more spread.`
+      + (aer ? ` AER: ${data.aer_method} (lower is better).` : "")));
+  }
+
+  function drawLens() {
+    const s = state.snapshot;
+    lens.replaceChildren(element("div", "map-title", "Each decoder layer's rank of the reference token "
+      + "(the logit lens; 1: the layer's top guess)"));
+    const grid = element("div", "grid lens-ranks");
+    grid.style.gridTemplateColumns = `max-content repeat(${data.tgt.length}, minmax(2.2rem, 1fr))`;
+    data.lens_rank[s].forEach((ranks, layer) => {
+      grid.append(element("div", "row-label", `layer ${layer + 1}`));
+      ranks.forEach((rank, t) => {
+        const cell = element("div", "cell rank", rank > 999 ? "999+" : String(rank));
+        cell.style.background = colorOf(data.colors, 1 / rank);
+        cell.classList.toggle("light", 1 / rank < 0.5);
+        cell.title = `layer ${layer + 1} ranks "${data.tgt[t]}" ${rank}`;
+        grid.append(cell);
+      });
+    });
+    grid.append(element("div"));
+    data.tgt.forEach((label) => grid.append(element("div", "key-label", label)));
+    lens.append(grid);
+  }
+
+  function drawProbabilities() {
+    const s = state.snapshot;
+    const values = data.token_probs[s];
+    const mean = values.reduce((a, b) => a + (b ?? 0), 0) / values.length;
+    probs.replaceChildren(element("div", "map-title", `The probability this epoch gives each reference token (mean ${number(mean)})`));
+    const strip = element("div", "prob-strip");
+    values.forEach((p, t) => {
+      const token = element("span", "prob-token");
+      const swatch = element("span", "prob-cell", p === null ? "–" : p.toFixed(2));
+      swatch.style.background = p === null ? "#d5d7de" : colorOf(data.colors, p);
+      swatch.classList.toggle("light", p !== null && p < 0.5);
+      token.append(swatch, element("span", "prob-label", data.tgt[t]));
+      token.title = `${data.tgt[t]}: ${number(p)}`;
+      strip.append(token);
+    });
+    probs.append(strip);
+  }
+
+  function redraw() {
+    const s = state.snapshot;
+    first.disabled = previous.disabled = s === 0;
+    next.disabled = lastButton.disabled = s === last;
+    slider.value = String(s);
+    [...marks.children].forEach((mark, i) => mark.setAttribute("aria-pressed", String(i === s)));
+    const bleu = data.val_bleu[s];
+    caption.replaceChildren(element("b", "", data.labels[s]), ` (${s + 1} of ${data.labels.length})`,
+      data.steps[s] ? ` · ${data.steps[s].toLocaleString("en")} training steps` : " · random weights, no training",
+      bleu === null ? "" : ` · validation BLEU ${bleu.toFixed(1)}`);
+    const said = element("p", "output", "");
+    said.append(element("span", "output-label", "Its translation: "), element("span", "output-text", data.outputs[s]));
+    const reference = element("p", "output", "");
+    reference.append(element("span", "output-label", "The reference every map reads: "),
+      element("span", "output-text", data.reference));
+    outputs.replaceChildren(said, reference);
+    drawProbabilities();
+    drawView();
+    drawMaps();
+    drawHeads();
+    drawLens();
+    drawCurve(bleuBox, "Validation BLEU by epoch", data.epochs, data.val_bleu, data.epochs[s], "epoch");
+    drawCurve(lossBox, "Training loss by step", data.loss.steps, data.loss.values, data.steps[s], "step");
+    writeViewToAddress(data, state);
+  }
+
+  function go(snapshot, byVisitor = true) {
+    state.snapshot = Math.min(Math.max(snapshot, 0), last);
+    if (byVisitor) stop();
+    redraw();
+  }
+
+  function stop() {
+    clearInterval(epochTimers.get(key));
+    epochTimers.delete(key);
+    play.textContent = "▶ Play";
+    play.disabled = state.snapshot === last && last === 0;
+  }
+
+  function start() {
+    if (state.snapshot === last) state.snapshot = 0; // Play at the end plays the run again
+    play.textContent = "⏸ Pause";
+    epochTimers.set(key, setInterval(() => {
+      go(state.snapshot + 1, false);
+      if (state.snapshot === last) stop();
+    }, 1000 / state.rate));
+    go(state.snapshot, false);
+  }
+
+  first.onclick = () => go(0);
+  previous.onclick = () => go(state.snapshot - 1);
+  next.onclick = () => go(state.snapshot + 1);
+  lastButton.onclick = () => go(last);
+  slider.oninput = () => go(Number(slider.value));
+  play.onclick = () => (epochTimers.has(key) ? stop() : start());
+  rate.onchange = () => {
+    state.rate = Number(rate.value);
+    if (epochTimers.has(key)) {
+      clearInterval(epochTimers.get(key));
+      start();
+    }
+  };
+  epochSteppers.set(key, { root, go: (delta) => go(state.snapshot + delta) });
+  redraw();
+  stop();
+  return () => epochSteppers.delete(key);
+}
