@@ -102,10 +102,10 @@ def render() -> Explored | None:
     with st.sidebar:
         name = st.selectbox("Checkpoint", choices, format_func=label, **keys.shared("checkpoint"))
         language_slot = st.container()
-        device = models.device()
-        st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
         submitted = _settings_form()
         st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **keys.shared("presentation"))
+        device = models.device()  # under the form: the sentence and Translate stay in view on a laptop's screen
+        st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: keys.MAX_CHARACTERS]
         session.applied_settings = DecodeSettings(**{name: session[name] for name in keys.SETTINGS})

@@ -7,14 +7,17 @@ one row per layer and head, so a table or a layers x heads heatmap can show them
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from transformer.analysis.views import attention_view
 from transformer.decoding.greedy import decode
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
+
+if TYPE_CHECKING:  # pandas takes 0.4 s to import: only the tables below need it, not the first page
+    import pandas as pd
 
 STATISTICS = {
     "entropy": "entropy of the weights (nats; 0 = one key, log K = uniform)",
@@ -79,6 +82,8 @@ def head_statistics(maps: np.ndarray, key_pieces: list[str]) -> dict[str, np.nda
 
 def statistics_frame(statistics: dict[str, np.ndarray]) -> pd.DataFrame:
     """(L, H) arrays -> a table with a row per head, layers and heads numbered from 1."""
+    import pandas as pd
+
     layers, heads = next(iter(statistics.values())).shape
     index = pd.MultiIndex.from_product([range(1, layers + 1), range(1, heads + 1)], names=["layer", "head"])
     return pd.DataFrame({name: values.reshape(-1) for name, values in statistics.items()}, index=index)
@@ -120,6 +125,8 @@ def js_divergence(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 def parameter_counts(model: Transformer) -> pd.DataFrame:
+    import pandas as pd
+
     """Parameters by component (tied weights counted once, under embeddings)."""
     seen: set[int] = set()
     counts: dict[str, int] = {}
