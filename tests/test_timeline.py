@@ -8,6 +8,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from helpers import reversal_corpus, with_metadata
 
 from transformer.analysis.timeline import KINDS, SETTLED_BELOW, Timeline
@@ -15,7 +16,7 @@ from transformer.cli import main
 from transformer.decoding.forcing import teacher_force
 from transformer.io.checkpoint import load_checkpoint
 from transformer.io.header import read_header
-from transformer.io.timeline import timeline_of_run
+from transformer.io.timeline import timeline_of_run, untrained_like
 from transformer.io.timeline_file import TimelineError, load_timeline, load_timeline_bytes, timeline_bytes
 from transformer.model.config import TransformerConfig
 from transformer.model.kinds import AttentionKind
@@ -42,13 +43,13 @@ def run(tmp_path_factory):
     (directory / "a.tgt").write_text("\n".join(targets) + "\n")
     (directory / "a.gold").write_text("".join(" ".join(f"{i}-{len(line.split()) - 1 - i}" for i in range(
         len(line.split()))) + "\n" for line in sources))  # fmt: skip
-    return directory, [epoch_path(settings.out, epoch) for epoch in (1, 2, 3)]
+    return directory, [epoch_path(settings.out, epoch) for epoch in (1, 2, 3)], settings
 
 
 @pytest.fixture(scope="module")
 def written(run):
     """The timeline the command line writes for the run (with its untrained start), and its CSV table."""
-    directory, files = run
+    directory, files, _ = run
     out, table = directory / "timeline.safetensors", directory / "timeline.csv"
     code = main(["timeline", *map(str, files), "--src", str(directory / "probes.src"), "--ref",
                  str(directory / "probes.ref"), "--align", *(str(directory / f"a.{n}") for n in ("src", "tgt", "gold")),
@@ -85,7 +86,7 @@ def test_every_snapshot_after_the_first_learned_something(written):
 
 def test_the_aer_of_every_snapshot_equals_aligns_on_its_checkpoint(run, written, tmp_path):
     """Each epoch's AER per head is what `align` reports for that epoch's checkpoint, read the same way."""
-    directory, files = run
+    directory, files, _ = run
     timeline, _ = written
     measure, convention, extraction = timeline.aer_method.split(" over ")[0].split(" · ")
     for e, path in enumerate(files, 1):
@@ -175,3 +176,15 @@ def test_a_hostile_timeline_is_refused_in_one_line(written, name):
 def test_a_checkpoint_is_no_timeline(checkpoint_path):
     with pytest.raises(TimelineError, match="not a timeline"):
         load_timeline(checkpoint_path)
+
+
+def test_the_run_keeps_its_start_and_the_untrained_seed_rebuilds_it(run):
+    """`train --keep-last` keeps the untrained model (epoch 0): a timeline's first point is the run's own start, and
+    `--untrained-seed` with the run's seed rebuilds those very weights for a run that did not keep them."""
+    directory, files, settings = run
+    start = epoch_path(settings.out, 0)
+    timeline = timeline_of_run([start, files[-1]], PROBES[:1])
+    assert [s.label for s in timeline.snapshots] == ["before training", "epoch 3"]
+    saved = load_checkpoint(start).model.state_dict()
+    rebuilt = untrained_like(load_checkpoint(files[-1]), settings.seed).state_dict()
+    assert saved.keys() == rebuilt.keys() and all(torch.equal(saved[name], rebuilt[name]) for name in saved)

@@ -30,7 +30,8 @@ FIELD_HELP = {
     "val_src": "validation source files, one per set: the best checkpoint has the best mean BLEU over the sets",
     "val_tgt": "their reference files, in the same order",
     "snapshot_epochs": "also keep the model after these epochs",
-    "keep_last": "also keep the models of the last N epochs beside --out, for `average`",
+    "keep_last": "also keep the models of the last N epochs beside --out, for `average`, and the untrained start "
+    "(NAME-epoch0), for `timeline`",
     "tokenizer_sample": "sentences (both sides, drawn in the weights' proportions) the vocabulary is trained on",
 }
 TOKENIZER_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}  # the tokenizer's

@@ -29,7 +29,8 @@ def snapshot_of(checkpoint: Checkpoint, file: str) -> Snapshot:
     epoch = training.epochs_done if training and training.epochs_done is not None else 0
     bleu = next((v.val_bleu for v in (training.validation if training else []) if v.epoch == epoch), None)
     steps = training.steps if training and training.steps is not None else 0
-    return Snapshot(f"epoch {epoch}", epoch, steps, bleu, file)
+    untrained = training is not None and training.steps == 0  # `train --keep-last` keeps the run's start
+    return Snapshot("before training" if untrained else f"epoch {epoch}", epoch, steps, bleu, file)
 
 
 def run_snapshots(

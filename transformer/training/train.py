@@ -69,7 +69,7 @@ class TrainSettings:
     save_dtype: str = "float16"
     val_limit: int = 0  # validate on the first N sentences only; 0: all
     max_seconds: float = 0  # start no new epoch after this much training time; 0: no limit
-    keep_last: int = 0  # also keep the models of the last N epochs beside --out (for `average`); 0: none
+    keep_last: int = 0  # also keep the models of the last N epochs (and the untrained start) beside --out; 0: none
 
     def __post_init__(self) -> None:
         for name in ("train_src", "train_tgt", "val_src", "val_tgt"):
@@ -255,6 +255,8 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
             metadata["scores"] = extra_scores
         save_checkpoint(path, weights, tokenizer, metadata, getattr(torch, settings.save_dtype))
 
+    if rank == 0 and progress.step == 0 and settings.keep_last:  # the run's start: a timeline's first point
+        save(epoch_path(settings.out, 0), model)
     model.train()
     started = time.perf_counter() - progress.elapsed_seconds
     while progress.epoch < settings.epochs:
