@@ -65,7 +65,7 @@ else:
     flow = rollout(view.maps)
     figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")
     map_for_export, exported = flow, "rollout"
-fitted = toggles[1].toggle("Fit the colours to these weights", key="attention_fit",
+fitted = toggles[1].toggle("Fit the colours to these weights", **keys.shared("attention_fit"),
                    help="Near-uniform attention is one pale colour on the 0-1 scale; fitted, its differences show.")  # fmt: skip
 if fitted:
     low, high = fit_colour_scale(figure)

@@ -93,7 +93,8 @@ with st.expander("Teacher forcing: run the model on a translation you give", exp
                 with column:
                     st.markdown(f"**{name}** · {literal(result.text)}")
                     probabilities = result.token_probs.numpy()
-                    show(token_probabilities(result.tgt_pieces, probabilities, f"{name}: probability of each token"),
+                    show(token_probabilities(result.tgt_pieces, probabilities, f"{name}: probability of each token",
+                                             result.forced),
                          key=f"tf_probs_{name}")  # fmt: skip
                     view = attention_view(result, "cross", words=session.get("words", False))
                     title = f"{name}: cross-attention, layer {layer + 1}, mean over heads"

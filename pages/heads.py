@@ -116,10 +116,14 @@ if chosen:
     for column, (name, run_result) in zip(columns, (("all heads", baseline), (f"{len(chosen)} heads off", without))):
         with column:
             st.markdown(f"**{name}** · {literal(run_result.text)}")
-            show(token_probabilities(run_result.tgt_pieces, run_result.token_probs.numpy(), f"{name}: probability of each token"),
+            show(token_probabilities(run_result.tgt_pieces, run_result.token_probs.numpy(),
+                                     f"{name}: probability of each token", run_result.forced),
                  key=f"ablation_{name}")  # fmt: skip
     changed = "the same output" if without.tgt_ids == baseline.tgt_ids else "a different output"
-    mean = float(without.token_probs.log().mean().exp()) / float(baseline.token_probs.log().mean().exp())
+    # the tokens the model chose: a forced language code, the same in both, would only pull both means down
+    mean = float(without.token_probs[without.forced :].log().mean().exp()) / float(
+        baseline.token_probs[baseline.forced :].log().mean().exp()
+    )
     st.markdown(
         f"Without them the model gives {changed}; the geometric mean token probability is {mean:.2f}× the original."
     )

@@ -78,6 +78,9 @@ def test_the_step_view_offers_the_tuned_lens_shipped_beside_the_default(explorer
     assert all(after < before for before, after in zip(*tuned["kl"]))  # fitted: closer to the output, held out
     assert [row[-1] for row in tuned["rank"]] == [row[-1] for row in plain["rank"]]  # the last layer: the output
     assert [row[0] for row in tuned["rank"]] != [row[0] for row in plain["rank"]]  # the first: read otherwise
+    assert view["lens_choice"] == "logit"
+    linked = translate(start({"lens": "tuned"}), SENTENCE)  # a link that names the tuned lens opens with it
+    assert step_view(linked)["lens_choice"] == "tuned" and linked.query_params["lens"] == "tuned"
 
 
 def test_a_tuned_lens_that_does_not_fit_its_checkpoint_is_said_and_not_used(monkeypatch):

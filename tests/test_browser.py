@@ -290,6 +290,12 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert lens.locator(".lens-plain").text_content().startswith("What each layer would write at this step")
     assert not lens.locator(".lens-note").is_visible()  # nats, KL and papers for researchers: one click away
     lens.get_by_role("button", name="the tuned lens").click()  # read with the lens fitted to the default
+    assert "lens=tuned" in page.url  # a copied link opens the same lens
+    linked = browser.new_page(viewport={"width": 1500, "height": 1100})
+    linked.goto(page.url)
+    wait_for_step_view(linked, 3)
+    assert linked.locator(".lens").get_by_role("button", name="the tuned lens").get_attribute("aria-pressed") == "true"
+    linked.close()
     lens.get_by_text("How the lens reads a layer").click()
     assert lens.locator(".lens-note").is_visible()
     assert "(the tuned lens, Belrose et al. 2023)" in lens.locator(".lens-note").text_content()
@@ -537,3 +543,9 @@ def test_how_it_learned_steps_and_plays_epochs_in_the_browser(server, browser, s
     fresh.goto(page.url)  # the copied link opens the same view
     fresh.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 3'")
     assert fresh.locator(".small-maps > .map").count() == 8
+    fresh.get_by_role("combobox", name="Probe sentence").click()  # another probe:
+    fresh.get_by_role("option", name="I love you.").click()  # the same epoch and heads, its maps
+    fresh.wait_for_function(
+        f"{PLAYER}?.querySelector('.outputs p:nth-child(2) .output-text')?.textContent === \"Je t'aime.\""
+    )
+    assert fresh.evaluate(EPOCH_CAPTION) == "epoch 3" and fresh.locator(".small-maps > .map").count() == 8

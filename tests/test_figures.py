@@ -132,7 +132,8 @@ def test_grid_labels_sit_on_the_outer_edges_only():
 
 
 def test_a_fitted_colour_scale_spans_the_weights_drawn_and_says_so():
-    from helpers import start, translate
+    from helpers import REPO, start, translate
+    from streamlit.testing.v1 import AppTest
 
     near_uniform = np.full((3, 4), 0.25) + np.array([0.01, -0.01, 0.004, -0.004])
     fig = attention_heatmap(near_uniform, ["a", "b", "c"], ["w", "x", "y", "z"])
@@ -145,9 +146,15 @@ def test_a_fitted_colour_scale_spans_the_weights_drawn_and_says_so():
                           ["l1", "l2"], ["h1", "h2"], mask=masked[0, 0])  # fmt: skip
     assert fit_colour_scale(grid) == pytest.approx((0.24, 0.508))  # column 0 (0.26, 0.52) masked
     at = translate(start(), "Two dogs play.").switch_page("pages/attention.py").run()
-    at.toggle(key="attention_fit").set_value(True).run()
+    at.toggle(key="widget_attention_fit").set_value(True).run()
     assert not at.exception
     assert any("fitted to the weights drawn" in caption.value for caption in at.caption)
+    assert at.query_params["fit"] == "1"  # the link keeps the fitted colours
+    linked = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    linked.query_params.update(dict(at.query_params))
+    linked = linked.switch_page("pages/attention.py").run()
+    assert linked.toggle(key="widget_attention_fit").value is True
+    assert any("fitted to the weights drawn" in caption.value for caption in linked.caption)
 
 
 def test_a_gradient_that_lowered_the_output_stays_negative_beside_attention():

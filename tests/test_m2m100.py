@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from helpers import assert_same_as_transformers, make_sentences
+from helpers import assert_same_as_transformers, make_sentences, step_view
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
 from benchmarks.hf_models import save_m2m100, save_nllb
@@ -22,6 +22,8 @@ from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer.io.hugging_face import describe_hf, import_hf
 from transformer.io.m2m100 import import_m2m100
+from transformer.text.pieces import readable
+from transformer.viz.charts import token_probabilities
 
 SENTENCES = ["the red dog runs", "a woman jumps in the blue park", "le chien rouge court"]
 
@@ -211,3 +213,16 @@ def test_an_nllb_directory_works_on_every_page_in_the_language_chosen(nllb_dir, 
     assert {"English · eng_Latn", "German · deu_Latn"} <= set(at.selectbox(key="widget_target_language").options)
     at = at.selectbox(key="widget_target_language").set_value("deu_Latn").run()
     assert not at.exception and at.session_state.result.tgt_pieces[0] == "deu_Latn"
+    # The language code the output is forced to start with is said to be forced, shown as the code it is (it
+    # showed as "·deu_Latn", a piece carrying on a word, at an unremarked probability), and left out of the bars.
+    view = step_view(at.switch_page("pages/explorer.py").run())
+    assert view["forced"] == 1 and view["next"][0] == "deu_Latn"
+    result = at.session_state.result
+    chart = token_probabilities(result.tgt_pieces, result.token_probs.numpy(), forced=result.forced)
+    assert list(chart.data[0].x[:1]) == ["deu_Latn"] and chart.data[0].marker.color[0] != chart.data[0].marker.color[1]
+    assert "forced" in chart.data[0].customdata[0] and chart.data[0].customdata[1] == ""
+
+
+def test_language_codes_read_as_codes_and_word_pieces_as_pieces():
+    assert [readable(p) for p in ("fra_Latn", "fr_XX", "__fr__", "ent", "▁chat")] == [
+        "fra_Latn", "fr_XX", "__fr__", "·ent", "chat"]  # fmt: skip

@@ -2,7 +2,7 @@
 // the slider, Play, and the kind, layer and head choices draw here and send nothing to the server. The view goes
 // into the address bar (epoch, kind, layer, head), so a copied link opens it.
 
-const epochHeld = new Map(); // component key -> the visitor's view across redraws of the same timeline and probe
+const epochHeld = new Map(); // component key -> the visitor's view across redraws of the same timeline, any probe
 const epochTimers = new Map(); // component key -> Play's interval
 const epochSteppers = new Map(); // component key -> {root, go}
 

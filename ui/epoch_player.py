@@ -68,7 +68,8 @@ def epoch_data(timeline: Timeline, probe: int, view: EpochView, presentation: bo
     layer = layers[kind] - 1 if view.layer < 0 else min(view.layer, layers[kind] - 1)
     heads = int(timeline.entropy[AttentionKind.CROSS].shape[2])
     head = view.head if view.head in ("mean", "all") or (type(view.head) is int and 0 <= view.head < heads) else "mean"
-    identity = hashlib.sha1(f"{name}\n{probe}\n{[s.file for s in timeline.snapshots]}".encode()).hexdigest()[:16]
+    # The timeline names the view: the visitor's epoch, kind, layer and head are kept when they choose another probe
+    identity = hashlib.sha1(f"{name}\n{[s.file for s in timeline.snapshots]}".encode()).hexdigest()[:16]
     return {
         "id": identity,
         "presentation": presentation,

@@ -128,6 +128,8 @@ KEYS: dict[str, Key] = {
     "view": Key(str, None, "the Attention maps page's view"),
     "words": Key(bool, None, "pieces merged into words wherever attention maps are drawn"),
     "presentation": Key(bool, None, "presentation mode"),
+    "lens": Key(str, None, "the lens the step view opens with (logit or tuned), as a link named it"),
+    "attention_fit": Key(bool, None, "the Attention maps page's colours fitted to the weights drawn"),
     "sidebar_collapsed": Key(bool, None, "presentation mode collapsed the sidebar (once: it may be reopened)"),
     "target": Key(str, None, "the translation given for teacher forcing"),
     "uploads": Key(dict, None, "this session's uploaded checkpoints by name (KeyedCheckpoint values)"),

@@ -104,6 +104,7 @@ function drawLens(box, data, step, go, state) {
       option.onclick = () => {
         state.lens = name;
         drawLens(box, data, step, go, state);
+        writeLensToAddress(state.lens);
       };
       choice.append(option);
     });
@@ -251,6 +252,14 @@ function drawTree(box, beam, step, choose) {
     + `${number(beam.score[winner])}. ${penalty}`));
 }
 
+// The lens the view reads with goes into the address too (the server never hears of it: a link names it).
+function writeLensToAddress(lens) {
+  const url = new URL(window.location.href);
+  if (lens === "tuned") url.searchParams.set("lens", "tuned");
+  else url.searchParams.delete("lens");
+  if (url.href !== window.location.href) window.history.replaceState(window.history.state, "", url);
+}
+
 function writeStepToAddress(step) {
   const url = new URL(window.location.href);
   if (url.searchParams.get("step") === String(step + 1)) return;
@@ -274,7 +283,7 @@ export default function (component) {
     serverStep: data.step,
     step: Math.min(kept ? before.step : data.step, last),
     rate: before ? before.rate : data.rates[1],
-    lens: before ? before.lens : "logit",
+    lens: before ? before.lens : data.lens_choice,
   };
   held.set(key, state);
 
@@ -327,12 +336,16 @@ export default function (component) {
     first.disabled = previous.disabled = step === 0;
     next.disabled = lastButton.disabled = step === last;
     slider.value = String(step + 1);
+    const forced = step < data.forced; // a language code every output starts with: set, not chosen
     caption.replaceChildren(
       element("b", "", `Step ${step + 1} of ${data.steps}`),
       ` · so far: ${data.so_far[step] || "(nothing yet)"} → next token `,
       element("b", "", data.next[step]),
-      ` (probability ${number(data.prob[step])}; the step's entropy ${number(data.entropy[step])} bits)`,
+      forced ? ` (forced: the target language's code, which every output of this model starts with, whatever the `
+        + `model gives it: here ${number(data.prob[step])})`
+        : ` (probability ${number(data.prob[step])}; the step's entropy ${number(data.entropy[step])} bits)`,
     );
+    whatIf.hidden = forced;
     const ids = data.topk_ids[step];
     const labels = data.topk_labels[step];
     const words = data.topk_words?.[step];
@@ -419,5 +432,6 @@ export default function (component) {
   draw();
   stop();
   if (state.step !== data.step) writeStepToAddress(state.step); // the server's redraw wrote its own step
+  if (state.lens !== data.lens_choice && data.tuned_lens !== null) writeLensToAddress(state.lens); // and its own lens
   return () => leaving.delete(key);
 }

@@ -128,6 +128,7 @@ def step_data(result: DecodeResult, tokenizer: TokenizerBase, step: int, words: 
         "heads": heads,
         "so_far": [tokenizer.decode(result.tgt_ids[:t]) for t in range(steps)],
         "next": [readable(piece) for piece in result.tgt_pieces],
+        "forced": result.forced,
         "prob": rounded(result.token_probs.numpy()),
         "chosen": list(result.tgt_ids),
         "topk_ids": topk_ids,
@@ -187,7 +188,9 @@ def step_player(result: DecodeResult, tokenizer: TokenizerBase, checkpoint_key: 
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
     the candidates would make); the visitor's action of this run, if any."""
     identity = result_identity(result, checkpoint_key)
-    data = step_data(result, tokenizer, step, words, identity, tuned, candidate_words) | {"presentation": presentation}
+    data = step_data(result, tokenizer, step, words, identity, tuned, candidate_words) | {
+        "presentation": presentation, "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned"
+        else "logit"}  # fmt: skip
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action

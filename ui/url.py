@@ -48,6 +48,11 @@ def read_url_once(checkpoints: dict) -> None:
             st.session_state[name] = value
     if params.get("view") in ATTENTION_VIEWS:
         st.session_state.view = params["view"]
+    if params.get("lens") in ("logit", "tuned"):
+        st.session_state.lens = params["lens"]
+    fitted = link_flag("fit")
+    if fitted is not None:
+        st.session_state.attention_fit = fitted
     for name in ("words", "presentation"):
         flag = link_flag(name)
         if flag is not None:
@@ -88,8 +93,8 @@ def url_text(text: str) -> str:
 
 def write_url() -> None:
     """The URL names the view on screen: checkpoint, a language-pair model's languages, sentence, decoding settings that differ from the
-    defaults, step, layer, head (1-based), kind, the attention view, words, presentation mode and the
-    what-if branch on screen (its step, 1-based, and token id: "what_if=2.417")."""
+    defaults, step, layer, head (1-based), kind, the attention view, words, presentation mode, fitted colours,
+    the lens a link opened with and the what-if branch on screen (its step, 1-based, and token id: "what_if=2.417")."""
     state = st.session_state
     text = state.get("applied_text", "")
     params = {"ckpt": state.get("checkpoint"), "from": state.get("source_language"), "into": state.get("target_language"),
@@ -109,6 +114,10 @@ def write_url() -> None:
     if state.get("view", "head") != "head":
         params["view"] = state.view
     params |= {name: "1" for name in ("words", "presentation") if state.get(name)}
+    if state.get("attention_fit"):
+        params["fit"] = "1"
+    if state.get("lens") == "tuned":  # the lens a link opened with (the step view writes the visitor's own)
+        params["lens"] = "tuned"
     for name in ("step", "layer", "head"):
         if isinstance(state.get(name), int) and (name != "step" or state.get("stepped")):
             params[name] = str(state[name] + 1)

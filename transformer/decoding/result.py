@@ -46,6 +46,7 @@ class DecodeResult:
     start_piece: str  # the piece the decoder input starts with (bos, or the config's decoder_start_id)
     truncated: bool = False  # the source was cut to the model's max_len
     beam_tree: BeamTree | None = None  # beam search's whole search
+    forced: int = 0  # the first tokens set, not chosen: a multilingual model's target language code
 
     @property
     def decoder_input_pieces(self) -> list[str]:
@@ -122,6 +123,7 @@ def assemble(
 ) -> DecodeResult:
     probs = step_log_probs.float().exp().cpu()
     topk = probs.topk(min(TOP_K, probs.size(-1)), dim=-1)
+    code = tokenizer.target_prefix_ids  # every output starts with it, whatever the model would give it
     chosen = torch.tensor(tgt_ids, dtype=torch.long)
     return DecodeResult(
         src_ids=list(src_ids),
@@ -141,4 +143,5 @@ def assemble(
         truncated=truncated,
         start_piece=tokenizer.id_to_piece(start_id),
         beam_tree=beam_tree,
+        forced=len(code) if code and list(tgt_ids[: len(code)]) == list(code) else 0,
     )

@@ -7,15 +7,21 @@ through `readable`, so a piece reads the same wherever it appears.
 
 from __future__ import annotations
 
+import re
+
 WORD_START = "\u2581"  # SentencePiece marks the first piece of a word with it
 CONTINUES_WORD = "\u00b7"  # a middle dot before a piece that carries on the word before it
 SPACE = "\u2423"  # a piece that is only a word start (before a character the vocabulary lacks)
 PRODUCES = " → "  # a decoder row's label: the input token, then the token it produces
 
 
+# A multilingual model's language codes: NLLB's "fra_Latn", mBART's "fr_XX" (M2M100's "__fr__" starts with no letter)
+LANGUAGE_CODE = re.compile(r"[a-z]{2,3}_(?:[A-Z][a-z]{3}|[A-Z]{2})")
+
+
 def is_special(piece: str) -> bool:
-    """<s>, </s>, <pad>, <unk> and the like: shown as they are."""
-    return len(piece) > 2 and piece.startswith("<") and piece.endswith(">")
+    """<s>, </s>, <pad>, <unk> and the like, and language codes: shown as they are (no word carries on into them)."""
+    return (len(piece) > 2 and piece.startswith("<") and piece.endswith(">")) or bool(LANGUAGE_CODE.fullmatch(piece))
 
 
 def readable(piece: str) -> str:

@@ -8,14 +8,19 @@ import plotly.graph_objects as go
 from transformer.viz.style import LEGEND_ABOVE, axis_labels, fit_labels
 
 
-def token_probabilities(pieces: list[str], probabilities: np.ndarray, title: str | None = None) -> go.Figure:
-    """The probability the model gave each token of an output, in order (a column per token)."""
+def token_probabilities(
+    pieces: list[str], probabilities: np.ndarray, title: str | None = None, forced: int = 0
+) -> go.Figure:
+    """The probability the model gave each token of an output, in order (a column per token); the first `forced`
+    tokens (a target language's code, set whatever the model gives it) grey and said to be forced."""
+    chosen = ["" if t < forced else "chosen" for t in range(len(pieces))]
     fig = go.Figure(
         go.Bar(
             x=axis_labels(pieces),
             y=np.asarray(probabilities, dtype=np.float32),
-            marker_color="#3a6fbf",
-            hovertemplate="%{x}: %{y:.3f}<extra></extra>",
+            marker_color=["#a3a8b8" if t < forced else "#3a6fbf" for t in range(len(pieces))],
+            customdata=["forced: every output starts with it" if not how else "" for how in chosen],
+            hovertemplate="%{x}: %{y:.3f} %{customdata}<extra></extra>",
         )
     )
     fig.update_layout(title=title, height=300, margin=dict(l=10, r=10, t=50 if title else 20, b=10))

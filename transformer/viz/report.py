@@ -39,7 +39,10 @@ def report_figures(result: DecodeResult) -> Iterator[tuple[str, go.Figure]]:
     """The REPORT_FIGURES figures of the report, one at a time (each takes a while): output probabilities, each
     kind's heads by layer, and the encoder rollout."""
     probabilities = result.token_probs.numpy()
-    yield "Output", token_probabilities(result.tgt_pieces, probabilities, "probability of each output token")
+    yield (
+        "Output",
+        token_probabilities(result.tgt_pieces, probabilities, "probability of each output token", result.forced),
+    )
     for kind in AttentionKind:
         view = attention_view(result, kind)
         rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
