@@ -62,8 +62,9 @@ view = EpochView(
 )
 epoch_player(timeline, probe, view, bool(session.get("presentation")), name)
 first = timeline.snapshots[0]
-if first.file == "":
-    st.caption("“Before training” is an untrained model of the same shape and vocabulary, seeded as the run was: "
-               "the weights every run starts from look like these, random.")  # fmt: skip
+if first.label == "before training":
+    rebuilt = " (rebuilt from the run's seed: the very weights its training started from)" if not first.file else ""
+    st.caption(f"“Before training” is the run's untrained start{rebuilt}: random weights, and attention spread nearly "
+               "evenly over every word.")  # fmt: skip
 params["ckpt"] = name
 params["probe"] = str(probe + 1)
