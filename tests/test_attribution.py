@@ -272,8 +272,11 @@ def test_a_long_job_takes_turns_with_those_who_wait_in_the_order_they_came(monke
     for name in ("first waiting", "second waiting"):
         threads.append(threading.Thread(target=short_job, args=(name,)))
         threads[-1].start()
-        while ui.work.SLOTS.waiting() < len(threads) - 1:
-            time.sleep(0.01)  # each in line before the next comes
+        deadline = time.monotonic() + 10
+        # each in line before the next comes (or already served: the long job may yield before this loop looks,
+        # and the line empty out; waiting for a count that never comes again hung the suite)
+        while ui.work.SLOTS.waiting() < len(threads) - 1 and name not in order and time.monotonic() < deadline:
+            time.sleep(0.01)
     for thread in threads:
         thread.join(timeout=10)
     assert order == ["long: part 1", "first waiting", "second waiting", "long: part 2"]
