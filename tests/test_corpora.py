@@ -92,7 +92,8 @@ def test_training_on_weighted_corpora_chooses_the_best_on_the_mean_of_its_valida
     assert {"val 1", "val 2"} <= set(data)
     assert "100 sentence pairs" in read_metadata(checkpoint.metadata).trained_on
     kept = sorted(path.name for path in tmp_path.glob("m-epoch*.safetensors"))
-    assert kept == ["m-epoch3.safetensors"]  # --keep-last 1: the older epochs' models removed
+    assert kept == ["m-epoch0.safetensors", "m-epoch3.safetensors"]  # --keep-last 1: the older epochs' models
+    # removed, the untrained start kept (a timeline's first point)
     assert (tmp_path / "m.data.npz").exists()
 
 
