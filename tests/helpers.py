@@ -176,3 +176,9 @@ def assert_follows_the_format(path, checkpoint, sentences: list[str]) -> None:
         assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
         for kind in ("encoder_self", "decoder_self", "cross"):
             np.testing.assert_allclose(reference[kind], getattr(result, kind).numpy(), atol=1e-5)
+
+
+def weights_megabytes(directory: Path) -> str:
+    """A Hugging Face directory's weight files' size, as its label in the checkpoint list gives it."""
+    sizes = [p.stat().st_size for p in directory.iterdir() if p.suffix in (".safetensors", ".bin")]
+    return f"{sum(sizes) / 1e6:.1f} MB"

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences
+from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import (
     BartForConditionalGeneration,
     BartTokenizer,
@@ -155,14 +155,21 @@ def test_what_cannot_be_read_is_one_clear_line(mbart_dir, tmp_path):
 def test_a_bart_directory_among_the_checkpoints_works_on_every_page(bart_dir, tmp_path, monkeypatch):
     from test_marian import open_on_every_page
 
-    open_on_every_page(bart_dir, tmp_path, monkeypatch, f"{bart_dir.name} · Hugging Face BART")
+    open_on_every_page(
+        bart_dir, tmp_path, monkeypatch, f"{bart_dir.name} · Hugging Face BART · {weights_megabytes(bart_dir)}"
+    )
 
 
 def test_an_mbart_directory_works_on_every_page_and_translates_into_the_language_chosen(mbart_dir, tmp_path,
                                                                                           monkeypatch):  # fmt: skip
     from test_marian import open_on_every_page
 
-    at = open_on_every_page(mbart_dir, tmp_path, monkeypatch, f"{mbart_dir.name} · Hugging Face mBART-50")
+    at = open_on_every_page(
+        mbart_dir,
+        tmp_path,
+        monkeypatch,
+        f"{mbart_dir.name} · en_XX→fr_XX · Hugging Face mBART-50 · {weights_megabytes(mbart_dir)}",
+    )
     into = at.selectbox(key="widget_target_language")
     assert into.value == "fr_XX" and {"German · de_DE", "French · fr_XX"} <= set(into.options)  # name or code finds it
     assert at.session_state.result.tgt_pieces[0] == "fr_XX"

@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from helpers import assert_same_as_transformers, make_sentences, step_view
+from helpers import assert_same_as_transformers, make_sentences, step_view, weights_megabytes
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
 from benchmarks.hf_models import save_m2m100, save_nllb
@@ -138,7 +138,9 @@ def test_the_command_line_converts_and_translates(m2m_dir, tmp_path, capsys):
 def test_an_m2m100_directory_among_the_checkpoints_works_on_every_page(m2m_dir, tmp_path, monkeypatch):
     from test_marian import open_on_every_page
 
-    at = open_on_every_page(m2m_dir, tmp_path, monkeypatch, f"{m2m_dir.name} · Hugging Face M2M100")
+    at = open_on_every_page(
+        m2m_dir, tmp_path, monkeypatch, f"{m2m_dir.name} · en→fr · Hugging Face M2M100 · {weights_megabytes(m2m_dir)}"
+    )
     sidebar = " ".join(caption.value for caption in at.sidebar.caption)
     assert "Imported from Hugging Face M2M100, translating en→fr" in sidebar
 
@@ -159,7 +161,11 @@ def test_nllb_equals_transformers_in_logits_maps_and_greedy_output(nllb_dir, tar
     hf_tokenizer = NllbTokenizer.from_pretrained(nllb_dir, src_lang="eng_Latn", tgt_lang=target)
     ours = import_hf(nllb_dir) if target == "fra_Latn" else import_m2m100(nllb_dir, target_language=target)
     assert ours.metadata["imported"]["from"] == "Hugging Face NLLB-200"
-    assert describe_hf(nllb_dir) == f"{nllb_dir.name} · Hugging Face NLLB-200"  # in the checkpoint list
+    # the checkpoint list gives its name, languages, family and size (it gave the family alone)
+    assert (
+        describe_hf(nllb_dir)
+        == f"{nllb_dir.name} · eng_Latn→fra_Latn · Hugging Face NLLB-200 · {weights_megabytes(nllb_dir)}"
+    )
     assert ours.tokenizer.vocab_size == hf_model.config.vocab_size == len(hf_tokenizer) + 2
     forced = hf_tokenizer.convert_tokens_to_ids(target)
     for sentence in ("the red dog runs.", "a woman jumps in the blue park."):
@@ -207,7 +213,12 @@ def test_a_vocab_size_far_past_the_tokens_is_refused_before_anything_is_built(fa
 def test_an_nllb_directory_works_on_every_page_in_the_language_chosen(nllb_dir, tmp_path, monkeypatch):
     from test_marian import open_on_every_page
 
-    at = open_on_every_page(nllb_dir, tmp_path, monkeypatch, f"{nllb_dir.name} · Hugging Face NLLB-200")
+    at = open_on_every_page(
+        nllb_dir,
+        tmp_path,
+        monkeypatch,
+        f"{nllb_dir.name} · eng_Latn→fra_Latn · Hugging Face NLLB-200 · {weights_megabytes(nllb_dir)}",
+    )
     assert at.selectbox(key="widget_source_language").value == "eng_Latn"
     # the chooser lists names with the codes (it listed "deu_Latn" alone: typing "German" found nothing)
     assert {"English · eng_Latn", "German · deu_Latn"} <= set(at.selectbox(key="widget_target_language").options)

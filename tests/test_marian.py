@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from helpers import assert_same_as_transformers, make_sentences
+from helpers import assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MarianMTModel, MarianTokenizer
 
 from benchmarks.hf_models import save_marian
@@ -127,7 +127,12 @@ PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computa
 
 
 def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir, tmp_path, monkeypatch):
-    at = open_on_every_page(marian_dir, tmp_path, monkeypatch, f"{marian_dir.name} · en→fr · Hugging Face Marian")
+    at = open_on_every_page(
+        marian_dir,
+        tmp_path,
+        monkeypatch,
+        f"{marian_dir.name} · en→fr · Hugging Face Marian · {weights_megabytes(marian_dir)}",
+    )
     sidebar = " ".join(caption.value for caption in at.sidebar.caption)
     assert "Imported from Hugging Face Marian, translating en→fr" in sidebar and "Trained to" not in sidebar
 
@@ -240,7 +245,7 @@ def test_a_hostile_marian_directory_is_refused_or_read_safely_in_seconds(marian_
     listed, label, outcome = done.stdout.splitlines()
     if kind == "deep-tokenizer-config" or kind == "tokenizer-config-pipe":
         assert listed == "True" and outcome == "imported"  # the language pair is only a label: the name gives it
-        assert label == f"{kind} · ?→? · Hugging Face Marian"
+        assert label == f"{kind} · ?→? · Hugging Face Marian · {weights_megabytes(directory)}"
     else:
         assert outcome.startswith("refused:")
         reason = {"deep-config": "nested too deeply", "config-to-dev-zero": "leads out of the directory",

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 import torch
-from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences
+from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MT5ForConditionalGeneration, T5ForConditionalGeneration, T5Tokenizer
 
 from benchmarks.hf_models import save_t5
@@ -74,7 +74,11 @@ def test_greedy_decoding_equals_generate(t5, sentence):
 def test_the_imported_file_round_trips_and_follows_the_format(t5, tmp_path):
     directory, *_ = t5
     imported = import_hf(directory)
-    assert describe_hf(directory) in (f"{directory.name} · Hugging Face T5", f"{directory.name} · Hugging Face mT5")
+    size = weights_megabytes(directory)
+    assert describe_hf(directory) in (
+        f"{directory.name} · Hugging Face T5 · {size}",
+        f"{directory.name} · Hugging Face mT5 · {size}",
+    )
     save_checkpoint(tmp_path / "t5.safetensors", imported.model, imported.tokenizer)
     loaded = load_checkpoint(tmp_path / "t5.safetensors")
     config = loaded.config
@@ -140,7 +144,9 @@ def test_a_t5_directory_works_on_every_page(t5, tmp_path, monkeypatch):
 
     directory, *_ = t5
     label = describe_hf(directory)
-    assert label.endswith(("Hugging Face T5", "Hugging Face mT5"))
+    assert label.endswith(
+        (f"Hugging Face T5 · {weights_megabytes(directory)}", f"Hugging Face mT5 · {weights_megabytes(directory)}")
+    )
     at = open_on_every_page(directory, tmp_path, monkeypatch, label)
     at = at.switch_page("pages/positional.py").run()  # the relative positions' bias, not sinusoids
     assert not at.exception and at.radio(key="relative_side").value == "encoder"

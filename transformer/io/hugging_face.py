@@ -10,7 +10,7 @@ import torch
 from transformer.io.bart import import_bart
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from transformer.io.m2m100 import import_m2m100, is_nllb
-from transformer.io.marian import describe_marian, import_marian, read_config_json, regular_file
+from transformer.io.marian import describe_marian, import_marian, read_config_json, read_json, regular_file
 from transformer.io.t5 import import_t5
 
 IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
@@ -47,18 +47,41 @@ def is_hf_directory(path: Path) -> bool:
         return False
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def weights_size(directory: Path) -> str | None:
+    """The size of a directory's weight files, as the checkpoint list gives a file's ("300.4 MB"); None if none."""
+    sizes = [path.stat().st_size for path in directory.iterdir() if path.suffix in WEIGHT_SUFFIXES and path.is_file()]
+    return f"{sum(sizes) / 1e6:.1f} MB" if sizes else None
+
+
+def _language_pair(directory: Path) -> str | None:
+    """The pair a multilingual directory translates by default: tokenizer_config.json's src_lang and tgt_lang."""
+    try:
+        settings = read_json(directory, "tokenizer_config.json")
+    except CheckpointError:
+        return None
+    pair = [settings.get(name) if isinstance(settings, dict) else None for name in ("src_lang", "tgt_lang")]
+    return "→".join(code[:20] for code in pair) if all(isinstance(code, str) for code in pair) else None
+
+
 def describe_hf(directory: Path) -> str:
-    """A one-line label for a directory, read without loading the model (a hostile config.json reads as none)."""
+    """A one-line label for a directory, read without loading the model (a hostile config.json reads as none): its
+    name, language pair where its files name one, family and size, as a checkpoint file's label gives them."""
     try:
         kind = model_type(directory)
     except (CheckpointError, OSError):
         return f"{directory.name} · Hugging Face (config.json unreadable)"
+    size = weights_size(directory)
     if kind == "marian":
-        return describe_marian(directory)
+        return " · ".join(part for part in (describe_marian(directory), size) if part)
     family = FAMILY_NAMES.get(kind or "", kind)
     if kind == "m2m_100" and is_nllb(directory):
         family = "NLLB-200"
-    return f"{directory.name} · Hugging Face {family}"
+    return " · ".join(
+        part for part in (directory.name, _language_pair(directory), f"Hugging Face {family}", size) if part
+    )
 
 
 def import_hf(directory: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
