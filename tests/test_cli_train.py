@@ -124,6 +124,27 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
         assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_lost_run_continues_from_its_checkpoint(tmp_path):
+    """The run directory gone (a new machine), its shipped checkpoint holds enough to go on: the weights, the
+    vocabulary and the progress (the next epoch is the second, validated as such), Adam's moments anew."""
+    first_dir, lost_dir = tmp_path / "first", tmp_path / "lost"
+    first_dir.mkdir(), lost_dir.mkdir()
+    first = train(_settings(first_dir, epochs=1), quiet=True)
+    shipped = first_dir / "m.safetensors"
+    went_on = train(_settings(lost_dir, epochs=2), quiet=True, continue_from=shipped)
+    assert went_on.epoch == 2 and went_on.step > first.step
+    assert [e["epoch"] for e in went_on.epochs] == [1, 2] and went_on.epochs[0] == first.epochs[0]
+    assert len(went_on.loss_curve) == went_on.step
+    assert went_on.loss_curve[first.step] < np.mean(first.loss_curve[:5])  # began where the first run ended
+    best = load_checkpoint(lost_dir / "m.safetensors")  # the shipped one until an epoch beats it, whole curves
+    assert best.tokenizer.model_proto == load_checkpoint(shipped).tokenizer.model_proto
+    assert len(best.metadata["training"]["validation"]) == 2
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    done = run_cli(*_train_command(tmp_path), "--out", str(tmp_path / "x.safetensors"),
+                   "--continue-from", str(tmp_path / "notes.txt"))  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot continue from" in done.stderr
+
+
 @pytest.mark.parametrize(
     "variant",
     [["--norm-first"], ["--activation", "gelu"], ["--positional", "learned"], ["--no-tie-embeddings"]],

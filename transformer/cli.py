@@ -143,7 +143,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         values[name] = tuple(values.get(name, ()))
     model = _field_values(args, TransformerConfig, skip=TOKENIZER_FIELDS)
     values["model"] = TransformerConfig(src_vocab_size=args.vocab_size, tgt_vocab_size=args.vocab_size, **model)
-    progress = train(TrainSettings(**values), resume=args.resume)
+    progress = train(TrainSettings(**values), resume=args.resume, continue_from=args.continue_from)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, only rank 0 validated: its line alone
         print(
             f"done: {progress.step} steps, best validation BLEU {progress.best_bleu:.2f} (epoch {progress.best_epoch})"
@@ -381,6 +381,9 @@ def _train_parser(parser: argparse.ArgumentParser) -> None:
                        help="joint vocabulary asked of the tokenizer (default: %(default)s)")  # fmt: skip
     _add_fields(model, TransformerConfig, DEFAULT_MODEL, skip=TOKENIZER_FIELDS)
     parser.add_argument("--resume", action="store_true", help="continue from the saved state beside --out")
+    parser.add_argument("--continue-from", metavar="CHECKPOINT",
+                        help="where no state is beside --out (a lost run directory): go on from this checkpoint of "
+                             "the same run, its weights, vocabulary and epochs, Adam's moments anew")  # fmt: skip
 
 
 def _decode_parser(parser: argparse.ArgumentParser) -> None:

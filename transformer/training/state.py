@@ -12,7 +12,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 
-from transformer.io.checkpoint import unique_state, write_atomically
+from transformer.io.checkpoint import CheckpointError, load_checkpoint, unique_state, write_atomically
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import Tokenizer
@@ -67,12 +67,14 @@ class LoadedState:
     progress: Progress
     settings: dict[str, Any]
     tensors: dict[str, torch.Tensor]
-    param_groups: list[dict[str, Any]]
+    param_groups: list[dict[str, Any]]  # empty: no optimizer moments (a state rebuilt from a checkpoint)
 
     def restore(self, model: Transformer, optimizer: torch.optim.Optimizer) -> None:
         """Puts weights and optimizer moments back (dropout's random numbers follow from the step: see train)."""
         weights = {k[len("model.") :]: v for k, v in self.tensors.items() if k.startswith("model.")}
         model.load_state_dict(weights, strict=False)
+        if not self.param_groups:
+            return
         state: dict[int, dict[str, torch.Tensor]] = {}
         for key, value in self.tensors.items():
             if key.startswith("optimizer."):
@@ -106,6 +108,44 @@ def load_state(path: Path) -> LoadedState:
             f"the training state {path} cannot be read ({type(error).__name__}: {str(error)[:200]}); "
             "restore it from a copy, or start afresh without --resume (the checkpoint beside it is untouched)"
         ) from None
+
+
+def state_from_checkpoint(path: Path) -> LoadedState:
+    """A run's state rebuilt from a checkpoint that `train` wrote, for when the resumable state itself is lost:
+    its weights (float32 from the file's float16), tokenizer and progress (epochs, steps, validations, the curves
+    at the resolution the file kept them). Adam's moments are not in a checkpoint: they start again at zero.
+
+    Refused in one line when the file is no checkpoint of a run (an imported or averaged model has no progress).
+    """
+    try:
+        checkpoint = load_checkpoint(path)
+    except CheckpointError as error:
+        raise TrainingStateError(f"cannot continue from {path}: {error}") from None
+    record, scores = checkpoint.metadata.get("training"), checkpoint.metadata.get("scores", {})
+    if not isinstance(record, dict) or not record.get("steps") or not isinstance(checkpoint.tokenizer, Tokenizer):
+        raise TrainingStateError(
+            f"cannot continue from {path}: it holds no training record of this project's `train` "
+            "(an imported or averaged model): train afresh, or resume from the state file"
+        )
+    every = int(record.get("loss_curve_every", 1))
+    steps = int(record["steps"])
+    validation = list(record.get("validation", []))
+    best = max(validation, key=lambda epoch: epoch["val_bleu"], default={"epoch": -1, "val_bleu": -1.0})
+    progress = Progress(
+        epoch=int(record["epochs_done"]),
+        step=steps,
+        elapsed_seconds=float(record.get("seconds", 0.0)),
+        loss_curve=[x for x in record.get("loss_curve", []) for _ in range(every)][:steps],
+        lr_curve=[x for x in record.get("lr_curve", []) for _ in range(every)][:steps],
+        epochs=validation,
+        best_bleu=float(scores.get("val_bleu_greedy", best["val_bleu"])),
+        best_epoch=int(record.get("best_epoch", best["epoch"])),
+        epochs_without_gain=int(record["epochs_done"]) - int(record.get("best_epoch", best["epoch"])),
+    )
+    weights = {f"model.{name}": value.float() for name, value in unique_state(checkpoint.model).items()}
+    return LoadedState(
+        checkpoint.config, checkpoint.tokenizer, progress, checkpoint.metadata.get("settings", {}), weights, []
+    )
 
 
 RESUMABLE_CHANGES = {"dropout"}  # model settings a resumed run may change

@@ -24,14 +24,21 @@ from torch import nn
 from tqdm import tqdm
 
 from transformer.decoding.translate import translate_texts
-from transformer.io.checkpoint import remove_stale_temporaries, save_checkpoint, update_metadata
+from transformer.io.checkpoint import remove_stale_temporaries, save_checkpoint, update_metadata, write_atomically
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import read_parallel
 from transformer.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
 from transformer.training.batches import iterate_batches, rank_batches, token_batches
 from transformer.training.corpora import Corpus, encode_pairs, epoch_indices, prepared_pairs, vocabulary_sample
-from transformer.training.state import LoadedState, Progress, check_same_model, load_state, save_state
+from transformer.training.state import (
+    LoadedState,
+    Progress,
+    check_same_model,
+    load_state,
+    save_state,
+    state_from_checkpoint,
+)
 
 DEFAULT_MODEL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, max_len=128)
 READ_LOSS_EVERY = 25  # steps between reads of the loss on a GPU (each read waits for it)
@@ -202,8 +209,14 @@ def _metadata(
     }
 
 
-def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) -> Progress:
-    """Runs (or continues) training; returns the progress reached."""
+def train(
+    settings: TrainSettings, resume: bool = False, quiet: bool = False, continue_from: str | Path | None = None
+) -> Progress:
+    """Runs (or continues) training; returns the progress reached.
+
+    continue_from: a checkpoint of an earlier run to go on from when there is no state beside `out` (the run
+    directory was lost): its weights, tokenizer and progress, with Adam's moments anew (state_from_checkpoint).
+    """
     rank, world = _distributed()
     device = _device(rank)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -215,7 +228,13 @@ def train(settings: TrainSettings, resume: bool = False, quiet: bool = False) ->
         if stale and not quiet:
             print(f"removed {len(stale)} temporary file(s) left by an interrupted save beside {settings.out}")
     state: LoadedState | None = load_state(settings.state_path) if resume and settings.state_path.exists() else None
-    if resume and state is None and not quiet:
+    if state is None and continue_from:
+        state = state_from_checkpoint(Path(continue_from))
+        if rank == 0 and not Path(settings.out).exists():  # the best so far, until an epoch beats it
+            write_atomically(Path(settings.out), Path(continue_from).read_bytes())
+        if not quiet:
+            print(f"continuing from {continue_from} after epoch {state.progress.epoch} (Adam's moments anew)")
+    elif resume and state is None and not quiet:
         print(f"no state at {settings.state_path}: starting afresh")
     torch.manual_seed(settings.seed)
     texts = None if state else [read_parallel(corpus.src, corpus.tgt) for corpus in settings.corpora]
