@@ -241,6 +241,40 @@ def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypat
     _hold_the_slot(ui.work.SLOTS)  # and the slot is free again
 
 
+def test_a_visitor_who_leaves_while_the_page_is_written_gives_the_slot_back(monkeypatch):
+    """Once a visitor has left, Streamlit raises StopException from any call that writes to the page. Clearing the
+    "waiting" notice is such a call: made before the slot went back, it kept the slot forever, and every later
+    attribution on the server waited "number 1 in line" (found by a browser test visiting the page twice)."""
+    import types
+
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    import ui.work
+
+    class LeftPage:
+        """A placeholder on the page of a visitor who has left: writing to it raises, as Streamlit's does."""
+
+        def empty(self, *_):
+            raise StopException()
+
+        info = empty
+
+    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
+    monkeypatch.setattr(ui.work, "st", types.SimpleNamespace(empty=LeftPage))
+    for leaves in ("on taking the slot", "while computing"):
+        with pytest.raises(StopException):
+            with ui.work.heavy_job("attributions"):
+                if leaves == "while computing":
+                    raise StopException()
+        assert ui.work.SLOTS.take(ui.work.SLOTS.ask(), timeout=1), leaves  # the slot is free for the next visitor
+        ui.work.SLOTS.release()
+    _hold_the_slot(ui.work.SLOTS)
+    with pytest.raises(StopException):  # in line, the notice of the place in line raises: the line is left
+        with ui.work.heavy_job("attributions"):
+            pytest.fail("ran although its visitor had left")
+    assert ui.work.SLOTS.waiting() == 0
+
+
 def test_a_long_job_takes_turns_with_those_who_wait_in_the_order_they_came(monkeypatch):
     """An alignment of hours kept another visitor's attribution waiting throughout: after its turn, a job gives
     the slot to the first in line and goes on when its turn comes again."""

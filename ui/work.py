@@ -106,6 +106,8 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
     notice = st.empty()
     _wait_for_slot(what, notice)
     holding, turn_started, _THIS_THREAD.holds_slot = True, time.monotonic(), True
+    # From here the slot is held: every page call below (each may raise StopException once the visitor has left)
+    # stands inside the try whose `finally` gives it back.
 
     def should_stop() -> bool:
         nonlocal holding, turn_started
@@ -117,18 +119,20 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
             except StopException:
                 return True
             holding, turn_started = True, time.monotonic()
+            notice.empty()
         return visitor_left()
 
     try:
+        notice.empty()
         yield should_stop
     except AttributionStopped:
         raise StopException() from None
     finally:
-        notice.empty()
         _THIS_THREAD.holds_slot = False
         if holding:
             SLOTS.release()
         return_memory()
+        notice.empty()  # last: for a visitor who left, it raises
 
 
 UPLOAD_KEY = "upload:"  # how an uploaded checkpoint's key in the caches begins
@@ -146,7 +150,8 @@ def in_slot_if_uploaded(checkpoint_key: str) -> Iterator[None]:
 
 
 def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
-    """Waits in line for a slot, showing the place in line; StopException if the visitor leaves meanwhile."""
+    """Waits in line for a slot, showing the place in line; StopException if the visitor leaves meanwhile. The
+    caller, holding the slot on return, clears the notice (a page call) where it gives the slot back on failure."""
     ticket = SLOTS.ask()
     try:
         while not SLOTS.take(ticket, timeout=0.25):
@@ -158,7 +163,6 @@ def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
     except BaseException:
         SLOTS.leave(ticket)
         raise
-    notice.empty()
 
 
 def duration(seconds: float) -> str:
