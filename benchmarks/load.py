@@ -44,7 +44,9 @@ SENTENCES = [
     "Four men are playing football on the grass.",
 ]
 STEPS = 3
-SOURCE_LABELS = f"[...({PLAYER}).querySelector('.map').querySelectorAll('.key-label')].map(label => label.textContent)"
+SOURCE_LABELS = (
+    f"[...({PLAYER}).querySelector('.map').querySelectorAll('.key-label.bottom')].map(label => label.textContent)"
+)
 
 
 @dataclass

@@ -75,10 +75,10 @@ else:
 show(figure, key="attention_chart")
 st.caption(f"{scale}. Grey: masked, the model could not look there.")
 
-downloads = st.columns(3)
+downloads = st.columns([3, 2, 2])  # the first names the map it exports: room for its label
 several = view_name in ("layer", "model", "mean")  # several maps drawn: the button names the one it exports
 downloads[0].download_button(
-    f"The map of {exported} as CSV" if several else "This map as CSV",
+    f"CSV of {exported}" if several else "This map as CSV",
     attention_csv(np.asarray(map_for_export), view.query_pieces, view.key_pieces),
     file_name=f"attention-{kind}-{exported.replace(', ', '-').replace(' ', '')}.csv",
     mime="text/csv",

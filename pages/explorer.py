@@ -69,6 +69,7 @@ if action is not None:
         st.rerun()
     if action.name == "beam_node":  # the tree is the original beam search's: its branches start from it
         take_prefix(explored.checkpoint, explored.result.beam_tree.prefix(action.node))
+        session.scroll_to_output = True  # the tree, far down the page, is gone: the branch's output and "Showing"
         st.rerun()
     st.switch_page("pages/attention.py")
 url.write_url()

@@ -156,6 +156,14 @@ VIEW_PROBLEMS = """(narrow) => {
       const r = title.getBoundingClientRect();
       if (r.width && (r.left < box.left - 1 || r.right > box.right + 1)) problems.push(`title cut: ${title.textContent}`);
     }
+    const overlap = (a, b) => a.width && b.width && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+    const bars = [...plot.querySelectorAll('.colorbar')].map(bar => bar.getBoundingClientRect());
+    if (bars.some((a, i) => bars.some((b, j) => j < i && overlap(a, b)))) problems.push('colour bars over each other');
+    for (const title of plot.querySelectorAll('.annotation-text')) {  // a subplot's title over the labels above it
+      const t = title.getBoundingClientRect();
+      const under = [...plot.querySelectorAll('.xtick text')].find(tick => overlap(t, tick.getBoundingClientRect()));
+      if (under) problems.push(`map title over a label: ${title.textContent} / ${under.textContent}`);
+    }
     for (const [titles, ticks] of [['.g-xtitle text', '.xtick text'], ['.g-ytitle text', '.ytick text']]) {
       for (const title of plot.querySelectorAll(titles)) {
         const t = title.getBoundingClientRect();
@@ -209,18 +217,30 @@ def test_the_alignment_page_scores_the_example_and_draws_a_pairs_links(server, b
 
 
 # Text in the page (not a figure's: Plotly sizes its own) smaller than a room can read from the back, as
-# computed: labels, values of selects, sliders and inputs, tags, captions, formulas and their subscripts.
+# computed: labels, values of selects, sliders and inputs, tags, captions, formulas and their subscripts, and
+# the text of the views drawn in the browser (the step view's maps, lens and beam tree, in their shadow roots).
 SMALL_TEXT = """() => {
   const small = new Set();
-  const texts = document.createTreeWalker(document.querySelector('[data-testid="stMain"]'), NodeFilter.SHOW_TEXT);
-  for (let node = texts.nextNode(); node; node = texts.nextNode()) {
-    const element = node.parentElement;
-    if (!node.textContent.replace(/[\\s\\u200b]/g, '') || element.closest('svg, .js-plotly-plot, style, script, '
-        + '[data-testid="stIconMaterial"], .katex-mathml')) continue;  // figures, icon glyphs, hidden MathML
+  const tooSmall = (element, text) => {
     const box = element.getBoundingClientRect();
     const size = parseFloat(getComputedStyle(element).fontSize);
-    if (box.width > 0 && box.height > 0 && size < 18) small.add(`${node.textContent.trim().slice(0, 30)} (${size} px)`);
-  }
+    if (box.width > 0 && box.height > 0 && size < 18) small.add(`${text.trim().slice(0, 30)} (${size} px)`);
+  };
+  const read = (root) => {
+    const texts = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+      const element = node.parentElement;
+      if (!node.textContent.replace(/[\\s\\u200b]/g, '') || element.closest('.js-plotly-plot, style, script, title, '
+          + '[data-testid="stIconMaterial"], .katex-mathml')) continue;  // figures, icon glyphs, hidden MathML
+      if (element.closest('svg') && !element.closest('.tree')) continue;  // an icon's; the beam tree's are read
+      tooSmall(element, node.textContent);
+    }
+    for (const input of root.querySelectorAll('input:not([type=checkbox]):not([type=radio]):not([type=range]), textarea')) {
+      if (input.value) tooSmall(input, input.value);  // a select's or a box's value, drawn by the browser
+    }
+    for (const host of root.querySelectorAll('*')) if (host.shadowRoot) read(host.shadowRoot);
+  };
+  read(document.querySelector('[data-testid="stMain"]'));
   return [...small];
 }"""
 
@@ -235,11 +255,11 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
     page.get_by_text("Presentation mode").click()
     page.wait_for_function(f"{font} > {before}")
     page.locator('[data-testid="stExpandSidebarButton"]').wait_for()  # collapsed, and the way to reopen it shown
-    pages = [("", 0), ("attention", 1), ("masks", 8), ("computation", 8), ("compare", 3), ("positional", 4),
-             ("heads", 1)]  # fmt: skip
+    pages = [("", 0), ("attention", 1), ("attention?view=mean", 1), ("attribution", 4), ("masks", 8),
+             ("computation", 8), ("compare", 3), ("positional", 4), ("heads", 1)]  # fmt: skip
     for path, figures in pages:
         if path:  # the other pages as a shared link opens them
-            page.goto(f"{server}/{path}?presentation=1")
+            page.goto(f"{server}/{path}{'&' if '?' in path else '?'}presentation=1")
             wait_for_heatmaps(page, figures)
         else:
             stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"  # fmt: skip
@@ -250,11 +270,56 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
             assert page.evaluate(cut) == []  # each guess within its own column of the lens table
         wait_idle(page)
         page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
-        page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{path or 'explorer'}.png")
+        name = re.sub(r"\W", "-", path) or "explorer"
+        page.screenshot(path=ARTIFACTS / f"presentation-{size[0]}x{size[1]}-{name}.png")
         assert page.evaluate(VIEW_PROBLEMS, True) == [], path
         assert page.evaluate(SMALL_TEXT) == [], path
         assert page.locator('[data-testid="stDataFrame"]').count() == 0, path  # a canvas: its text unread above
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
+
+
+# The beam tree's box: the steps said to be in view, and whether the current step's and the last column lie in it.
+TREE_BOX = f"""() => {{
+  const scroller = {PLAYER}.querySelector('.tree-scroller');
+  const box = scroller.getBoundingClientRect();
+  const inside = (r) => r.left >= box.left - 1 && r.right <= box.right + 1;
+  const steps = [...{PLAYER}.querySelectorAll('.tree .tree-step')];
+  const tracks = [...{PLAYER}.querySelectorAll('.tree .eos-track')].map(t => t.getBoundingClientRect().height);
+  return {{inView: {PLAYER}.querySelector('.tree-in-view').textContent,
+           nowInView: inside({PLAYER}.querySelector('.tree .tree-now').getBoundingClientRect()),
+           lastInView: inside(steps.at(-1).getBoundingClientRect()), track: Math.min(...tracks)}};
+}}"""
+
+
+def test_the_beam_tree_on_a_projector_is_readable_scrolls_and_opens_a_branch_in_view(server, browser):
+    """At 1024x768 in presentation mode the tree's text was 15 px, its last column cut with no scrollbar in view,
+    P(</s>) hairlines without a scale; a click on a hypothesis left the visitor at the bottom, the tree gone."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/?strategy=beam&beam_width=4&presentation=1&step=9")
+    wait_for_step_view(page, 9)
+    wait_idle(page)
+    page.locator(".tree").first.wait_for(state="attached")
+    tree = page.evaluate(TREE_BOX)
+    shown = re.fullmatch(r"steps (\d+)–(\d+) of (\d+) in view", tree["inView"])
+    assert shown and int(shown[1]) <= 9 <= int(shown[2]) < int(shown[3])  # wider than the page, and it says so
+    assert tree["nowInView"] and not tree["lastInView"] and tree["track"] >= 30  # P(</s>) read off a track
+    later = page.locator(".tree-nav").get_by_role("button", name="later steps")
+    while later.is_enabled():
+        later.click()
+    tree = page.evaluate(TREE_BOX)
+    assert tree["lastInView"] and tree["inView"].endswith(f"–{shown[3]} of {shown[3]} in view")
+    page.evaluate(f"{PLAYER}.querySelector('.tree-scroller').scrollIntoView()")
+    page.wait_for_timeout(300)
+    page.screenshot(path=ARTIFACTS / "presentation-1024x768-beam-tree.png")
+    assert page.evaluate(SMALL_TEXT) == []
+    assert page.evaluate(VIEW_PROBLEMS, True) == []
+    page.evaluate(f"{PLAYER}.querySelector('.tree .node.dropped').dispatchEvent(new MouseEvent('click'))")
+    showing = page.get_by_text("what-if branch:").first
+    showing.wait_for(timeout=60_000)
+    page.wait_for_function(f"{PLAYER} && !{PLAYER}.querySelector('.tree')")  # the branch's own step view
+    page.wait_for_timeout(500)
+    box = showing.bounding_box()
+    assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= 768  # the branch and the way back
 
 
 def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_step(server, browser):

@@ -131,6 +131,21 @@ def test_grid_labels_sit_on_the_outer_edges_only():
     assert [shown[f"xaxis{'' if i == 1 else i}"] for i in range(1, 7)] == [False, False, False, True, True, True]
 
 
+def test_maps_one_a_line_each_label_their_keys_in_a_gap_that_holds_them():
+    """The mean over heads (a map a layer, one above the other) labelled its keys under the last layer only, and
+    each map's title overprinted the labels of the map above."""
+    from transformer.viz.attention import attention_grid
+
+    keys = ["▁The", "▁black", "▁sleeping", "▁window", "</s>"]
+    fig = attention_grid(np.full((3, 1, 4, 5), 0.2), list("abcd"), keys, ["layer 1", "layer 2", "layer 3"], ["mean"])
+    layout = fig.to_dict()["layout"]
+    assert [layout[f"xaxis{'' if i == 1 else i}"]["showticklabels"] for i in range(1, 4)] == [True, True, True]
+    tops = sorted((layout[f"yaxis{'' if i == 1 else i}"]["domain"] for i in range(1, 4)), reverse=True)
+    plot_height = layout["height"] - 70
+    gaps = [(upper[0] - lower[1]) * plot_height for upper, lower in zip(tops, tops[1:])]
+    assert all(gap >= 50 + 6 * len("▁sleeping") - 1 for gap in gaps)  # the rotated labels and the next title
+
+
 def test_a_fitted_colour_scale_spans_the_weights_drawn_and_says_so():
     from helpers import REPO, start, translate
     from streamlit.testing.v1 import AppTest
@@ -166,7 +181,11 @@ def test_a_gradient_that_lowered_the_output_stays_negative_beside_attention():
     np.testing.assert_allclose(gradient.z[1], [0.75, -0.25])  # a share of the row's |value|, with its sign
     assert np.isnan(attention.z[1]).all() and np.isnan(gradient.z[0]).all()
     assert gradient.zmid == 0 and gradient.zmin == -0.75 and attention.zmin == 0
-    assert attention.colorbar.x != gradient.colorbar.x  # two scales, side by side
+    # two scales one above the other, apart at any width (side by side, their titles overlapped at 1024 px)
+    (upper_top, upper_bottom), (lower_top, lower_bottom) = (
+        (bar.y + bar.len / 2, bar.y - bar.len / 2) for bar in (attention.colorbar, gradient.colorbar)
+    )
+    assert upper_bottom > lower_top and lower_bottom >= 0 and upper_top <= 1
 
 
 def test_a_grid_too_narrow_for_its_key_labels_wraps_its_heads_onto_more_lines():

@@ -34,7 +34,9 @@ PRESENTATION_CSS = """
 <style>
 [data-testid="stMarkdownContainer"] p, [data-testid="stMarkdownContainer"] li,
 [data-testid="stWidgetLabel"] p, [data-testid="stCaptionContainer"] { font-size: 1.35rem !important; }
-[data-baseweb="select"] div, [data-testid="stTextArea"] textarea, [data-testid="stMultiSelectTagsContainer"] span,
+[data-baseweb="select"] div, [data-testid="stSelectbox"] input, [data-testid="stTextArea"] textarea,
+[data-testid="stTextInput"] input, [data-testid="stNumberInput"] input, [data-testid="stSliderThumbValue"],
+[data-testid="stSliderTickBarMin"], [data-testid="stSliderTickBarMax"], [data-testid="stMultiSelectTagsContainer"] span,
 [data-testid="stFileUploaderDropzoneInstructions"] span { font-size: 1.2rem !important; }
 [data-testid="stTable"] th, [data-testid="stTable"] td { font-size: 1.2rem !important; }
 .katex { font-size: 1.7rem !important; }  /* its sub- and superscripts, at 0.7 of it, still 19 px, */

@@ -111,6 +111,7 @@ KEYS: dict[str, Key] = {
     "branch": Key(DecodeResult, None, "a what-if decode from a step of `result`"),
     "branch_from": Key(tuple, None, "the (step, token id) pairs that lead from `result` to `branch`, for the link"),
     "show_branch": Key(bool, None, "whether the pages show the branch instead of the result"),
+    "scroll_to_output": Key(bool, None, "a beam hypothesis opened as a branch: the step view scrolls to the top once"),
     "step": Key(int, None, "the decoding step on screen (0-based)"),
     "stepped": Key(bool, None, "whether the visitor has chosen a step (until then, maps show the whole decode)"),
     "layer": Key(int, None, "the layer on screen (0-based)"),

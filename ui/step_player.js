@@ -43,6 +43,16 @@ function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum
   box.replaceChildren(mapHeading(title, stops));
   const grid = element("div", "grid");
   grid.style.gridTemplateColumns = `max-content repeat(${labels.length}, minmax(0.8rem, 1fr))`;
+  const keyLabels = (where) => {
+    grid.append(element("div"));
+    labels.forEach((label) => {
+      const name = element("div", `key-label ${where}`, label);
+      name.title = label;
+      grid.append(name);
+    });
+  };
+  // Taller than one layer's heads: the keys named above it too, in view with the title on a projector's screen.
+  if (rows.length > heads + 1) keyLabels("top");
   rows.forEach((row, r) => {
     const isMean = r % (heads + 1) === heads;
     grid.append(element("div", isMean ? "row-label mean" : "row-label", row));
@@ -55,12 +65,7 @@ function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum
       grid.append(cell);
     });
   });
-  grid.append(element("div"));
-  labels.forEach((label) => {
-    const name = element("div", "key-label", label);
-    name.title = label;
-    grid.append(name);
-  });
+  keyLabels("bottom");
   box.append(grid);
 }
 
@@ -177,13 +182,16 @@ function drawLens(box, data, step, go, state) {
       + "layer, the tuned lens, for this" + (kl ? ": offered above for this checkpoint" : "") + ")." + measured));
 }
 
-const TREE = { column: 84, row: 26, box: 70, top: 22, left: 4, bars: 34 }; // the beam tree's grid, in px
+// The beam tree's grid in px at its 12 px text; a projector's 18 px text scales all of it by 1.5.
+const TREE = { column: 98, row: 26, box: 84, top: 22, left: 4, bars: 60, caption: 18, node: 20, text: 14, step: 13 };
+const TREE_PROJECTOR_SCALE = 1.5;
+const TREE_LABEL_CHARACTERS = 10; // a longer hypothesis' piece is cut, whole in its hover text
 const TREE_ALL_UNDER = 150; // nodes: a larger search opens with its dropped hypotheses folded away
 
 // A beam search as a tree: a column per step, each hypothesis kept (in the beam's order) then those finished there;
 // the output's path in blue, dropped ones grey, finished ones marked; under it, P(</s>) at each step of the output.
 // A click on a hypothesis asks the server to continue it greedily as a what-if branch.
-function drawTree(box, beam, step, choose) {
+function drawTree(box, beam, step, choose, scale) {
   box.replaceChildren();
   const count = beam.step.length;
   const dropped = beam.dropped.filter(Boolean).length;
@@ -195,20 +203,22 @@ function drawTree(box, beam, step, choose) {
   options.append(showAll, ` show the ${dropped} dropped hypotheses`);
   showAll.onchange = () => {
     box.dataset.showAll = showAll.checked ? "1" : "0";
-    drawTree(box, beam, step, choose);
+    drawTree(box, beam, step, choose, scale);
   };
   box.append(element("p", "tree-legend", "Blue: the output's path. Grey: dropped (nothing grown from it was left "
     + "at the end). ■: finished with </s>. Hover for a hypothesis' text and scores; click one to continue it greedily "
     + "as a what-if branch."), options);
-  const steps = Math.max(...beam.step) + 1;
-  const rows = Math.max(...beam.slot) + 1;
-  const x = (t) => TREE.left + t * TREE.column;
-  const y = (slot) => TREE.top + slot * TREE.row;
-  const height = y(rows) + TREE.bars + 16;
-  const drawing = svg("svg", { width: x(steps) + 8, height, class: "tree" });
-  drawing.append(svg("rect", { x: x(step) - 4, y: 0, width: TREE.column, height, class: "tree-now" }));
-  for (let t = 0; t < steps; t++) drawing.append(svg("text", { x: x(t) + TREE.box / 2, y: 13, class: "tree-step" }, `${t + 1}`));
   const shown = beam.step.map((_, i) => showAll.checked || !beam.dropped[i]);
+  const steps = Math.max(...beam.step) + 1;
+  const rows = Math.max(...beam.slot.filter((_, i) => shown[i])) + 1; // no empty rows where folded ones were
+  const G = Object.fromEntries(Object.entries(TREE).map(([name, px]) => [name, px * scale]));
+  const x = (t) => G.left + t * G.column;
+  const y = (slot) => G.top + slot * G.row;
+  const base = y(rows) + G.bars; // the P(</s>) bars stand on it
+  const height = base + G.caption + 4;
+  const drawing = svg("svg", { width: x(steps) + 8, height, class: "tree" });
+  drawing.append(svg("rect", { x: x(step) - 4, y: 0, width: G.column, height: base + 2, class: "tree-now" }));
+  for (let t = 0; t < steps; t++) drawing.append(svg("text", { x: x(t) + G.box / 2, y: G.step, class: "tree-step" }, `${t + 1}`));
   const edges = svg("g");
   const nodes = svg("g");
   for (let i = 0; i < count; i++) {
@@ -217,31 +227,53 @@ function drawTree(box, beam, step, choose) {
     const [nx, ny] = [x(beam.step[i]), y(beam.slot[i])];
     const parent = beam.parent[i];
     if (parent >= 0) {
-      const [px, py] = [x(beam.step[parent]) + TREE.box, y(beam.slot[parent]) + 10];
+      const [px, py, my] = [x(beam.step[parent]) + G.box, y(beam.slot[parent]) + G.node / 2, ny + G.node / 2];
       const middle = (px + nx) / 2;
-      edges.append(svg("path", { d: `M${px},${py} C${middle},${py} ${middle},${ny + 10} ${nx},${ny + 10}`, class: `edge ${kind}` }));
+      edges.append(svg("path", { d: `M${px},${py} C${middle},${py} ${middle},${my} ${nx},${my}`, class: `edge ${kind}` }));
     }
     const node = svg("g", { class: `node ${kind}${beam.finished[i] ? " finished" : ""}`, transform: `translate(${nx},${ny})` });
-    node.append(svg("rect", { width: TREE.box, height: 20, rx: 4 }));
-    const label = beam.label[i].length > 8 ? `${beam.label[i].slice(0, 7)}…` : beam.label[i];
-    node.append(svg("text", { x: 5, y: 14 }, beam.finished[i] ? `■ ${label}` : label));
+    node.append(svg("rect", { width: G.box, height: G.node, rx: 4 }));
+    const piece = beam.label[i];
+    const label = piece.length > TREE_LABEL_CHARACTERS ? `${piece.slice(0, TREE_LABEL_CHARACTERS - 1)}…` : piece;
+    node.append(svg("text", { x: 5 * scale, y: G.text }, beam.finished[i] ? `■ ${label}` : label));
     node.append(svg("title", {}, `${beam.text[i] || "(nothing yet)"}${beam.finished[i] ? " </s>" : ""}\nlog-probability ${number(beam.log_prob[i])}\nscore with the length penalty ${number(beam.score[i])}`));
     node.onclick = () => choose(i);
     nodes.append(node);
   }
   drawing.append(edges, nodes);
-  const base = y(rows) + TREE.bars;
+  // Each step's P(</s>) as a bar in a track of height 1, its value above it: a hairline said nothing.
+  const tall = G.bars - G.caption;
   beam.eos_probs.forEach((p, t) => {
-    const tall = Math.max((p ?? 0) * (TREE.bars - 6), 1);
-    const bar = svg("rect", { x: x(t), y: base - tall, width: TREE.box, height: tall, class: "eos-bar" });
+    const value = p ?? 0;
+    drawing.append(svg("rect", { x: x(t), y: base - tall, width: G.box, height: tall, class: "eos-track" }));
+    const bar = svg("rect", { x: x(t), y: base - Math.max(value * tall, 1), width: G.box, height: Math.max(value * tall, 1), class: "eos-bar" });
     bar.append(svg("title", {}, `step ${t + 1}: P(</s>) for the output ${number(p)}`));
-    drawing.append(bar);
+    drawing.append(bar, svg("text", { x: x(t) + G.box / 2, y: base - tall - 4, class: "eos-value" }, value.toFixed(2)));
   });
-  drawing.append(svg("text", { x: x(0), y: base + 13, class: "tree-caption" }, "P(</s>) at each step of the output"));
-  const scroller = element("div", "map");
+  drawing.append(svg("text", { x: x(0), y: base + G.caption - 2, class: "tree-caption" },
+    "P(</s>) at each step of the output (a full bar: 1)"));
+  const scroller = element("div", "map tree-scroller");
   scroller.append(drawing);
-  box.append(scroller);
+  // Wider than the page: buttons and a line say which steps are in view (a scrollbar may be hidden, or unseen).
+  const nav = element("div", "tree-nav");
+  const earlier = button("◀ earlier steps", "Scroll the tree to earlier steps");
+  const later = button("later steps ▶", "Scroll the tree to later steps");
+  const inView = element("span", "tree-in-view");
+  nav.append(earlier, later, inView);
+  const showInView = () => {
+    const first = Math.max(0, Math.ceil((scroller.scrollLeft - G.left) / G.column));
+    const last = Math.min(steps, Math.floor((scroller.scrollLeft + scroller.clientWidth - G.left) / G.column));
+    inView.textContent = last - first >= steps ? `all ${steps} steps` : `steps ${first + 1}–${last} of ${steps} in view`;
+    earlier.disabled = scroller.scrollLeft <= 0;
+    later.disabled = scroller.scrollLeft + scroller.clientWidth >= scroller.scrollWidth - 1;
+    nav.hidden = earlier.disabled && later.disabled;
+  };
+  earlier.onclick = () => { scroller.scrollLeft -= scroller.clientWidth - G.column; showInView(); };
+  later.onclick = () => { scroller.scrollLeft += scroller.clientWidth - G.column; showInView(); };
+  scroller.onscroll = showInView;
+  box.append(nav, scroller);
   scroller.scrollLeft = Math.max(0, x(step) - scroller.clientWidth / 2);
+  showInView();
   const winner = beam.winner;
   const best = beam.best_unpenalised;
   const penalty = best === null || best === winner
@@ -330,6 +362,10 @@ export default function (component) {
   root.append(controls, slider, caption, body, lensBox, ...(data.beam ? [treeBox] : []), open);
   parentElement.querySelector(".player")?.remove();
   parentElement.append(root);
+  if (data.scroll_into_view) {  // a beam hypothesis just opened as a branch: its output and the way back in view
+    const main = parentElement.getRootNode().host?.closest('[data-testid="stMain"]');
+    main?.scrollTo({ top: 0 });
+  }
 
   function draw() {
     const step = state.step;
@@ -367,7 +403,7 @@ export default function (component) {
     if (data.beam) drawTree(treeBox, data.beam, step, (node) => {
       stop();
       setTriggerValue("action", { name: "beam_node", node });
-    });
+    }, data.presentation ? TREE_PROJECTOR_SCALE : 1);
   }
 
   function go(step, byVisitor = true) {

@@ -189,7 +189,8 @@ def step_player(result: DecodeResult, tokenizer: TokenizerBase, checkpoint_key: 
     the candidates would make); the visitor's action of this run, if any."""
     identity = result_identity(result, checkpoint_key)
     data = step_data(result, tokenizer, step, words, identity, tuned, candidate_words) | {
-        "presentation": presentation, "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned"
+        "presentation": presentation, "scroll_into_view": st.session_state.pop("scroll_to_output", False),
+        "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned"
         else "logit"}  # fmt: skip
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.

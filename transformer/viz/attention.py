@@ -87,19 +87,25 @@ def attention_grid(
     """A grid of maps (R, C, Q, K) in one figure with one colour scale: all heads of a layer, or the whole model.
 
     A row of C maps too narrow for its key labels wraps onto several lines (8 heads of 15 keys: two lines
-    of 4), each map titled with its column's name; labels overlapping unreadably said nothing.
+    of 4), each map titled with its column's name; labels overlapping unreadably said nothing. Token labels
+    stand on the grid's outer edges (queries left, keys below), except that maps one a line each get their keys.
     """
     grid_rows, per_row = maps.shape[:2]
     columns = grid_columns(per_row, len(key_pieces))
     lines = per_row // columns  # lines per row of the grid
     rows = grid_rows * lines
+    map_height = max(120, 18 * len(query_pieces) + 60)
+    # One map a line (each layer's mean): the keys are labelled under every map, in a gap that holds the rotated
+    # labels and the next map's title; several maps a line label them under the last line only.
+    labelled_gap = min(150, 50 + 6 * max(map(len, key_pieces), default=1)) if columns == 1 else 0
+    height = 80 + rows * map_height + (rows - 1) * labelled_gap
     fig = make_subplots(
         rows=rows,
         cols=columns,
         row_titles=[row_titles[r // lines] for r in range(rows)],
         subplot_titles=[column_titles[c] for _ in range(grid_rows) for c in range(per_row)],
         horizontal_spacing=0.015,
-        vertical_spacing=(0.04 if lines == 1 else 0.1) / rows,
+        vertical_spacing=labelled_gap / (height - 70) if labelled_gap else (0.04 if lines == 1 else 0.1) / rows,
     )
     query_labels, key_labels = axis_labels(query_pieces), axis_labels(key_pieces)
     for r in range(grid_rows):
@@ -107,13 +113,11 @@ def attention_grid(
             name = f"{row_titles[r]} {column_titles[c]}".strip()
             trace = _heatmap_trace(maps[r, c], query_labels, key_labels, mask, name)
             fig.add_trace(trace, row=r * lines + c // columns + 1, col=c % columns + 1)
-    # Token labels on the grid's outer edges only (queries left, keys below): labels between the maps
-    # covered the neighbouring map, or were cut by the next row.
+    # Labels between maps side by side covered the neighbouring map, or were cut by the next row.
     for r in range(rows):
-        fig.update_xaxes(showticklabels=r == rows - 1, row=r + 1)
+        fig.update_xaxes(showticklabels=bool(labelled_gap) or r == rows - 1, row=r + 1)
     for c in range(columns):
         fig.update_yaxes(showticklabels=c == 0, col=c + 1)
-    height = 80 + rows * max(120, 18 * len(query_pieces) + 60)
     return _attention_layout(fig, height=height, title=title)
 
 

@@ -26,14 +26,15 @@ def measures_over_tokens(
     is_signed = np.array([name in signed for name in names])
     x = axis_labels(pieces)
     fig = go.Figure()
-    for signed_rows, scale in ((False, "share"), (True, "signed share")):
-        if not (is_signed == signed_rows).any():
-            continue
+    scales = [(rows, name) for rows, name in ((False, "share"), (True, "signed share")) if (is_signed == rows).any()]
+    for signed_rows, scale in scales:
         z = np.where((is_signed == signed_rows)[:, None], shares, np.nan)
         bound = max(float(np.nanmax(np.abs(z))), 1e-6)
         colours = diverging_scale(bound) if signed_rows else dict(colorscale=COLORSCALE, zmin=0, zmax=bound)
         hover = f"%{{y}}<br>token %{{x}}<br>{scale} %{{z:.3f}}<br>value %{{customdata:.4g}}<extra></extra>"
-        colorbar = dict(thickness=10, title=scale, len=0.9, x=1.0 + 0.12 * len(fig.data))  # side by side
+        # Two scales one above the other: side by side, their titles overlapped on a narrow figure.
+        place = dict(len=0.9, y=0.5) if len(scales) == 1 else dict(len=0.42, y=0.77 - 0.54 * len(fig.data))
+        colorbar = dict(thickness=10, title=scale, yanchor="middle", **place)
         fig.add_trace(
             go.Heatmap(z=z, x=x, y=names, customdata=values, xgap=1, ygap=2, hoverongaps=False, name=scale,
                        hovertemplate=hover, colorbar=colorbar, **colours)
