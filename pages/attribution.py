@@ -73,11 +73,12 @@ with heavy_job("attributions") as should_stop:
 stop.empty()
 
 layers, heads = result.cross.shape[:2]
-controls = st.columns([1, 1, 2, 3, 4])  # the words toggle's label whole at 1440 px
-layer, head = layer_head(result, AttentionKind.CROSS, controls[0], controls[1])
-mean = controls[2].toggle("Mean over heads", key="attribution_mean")
-words = words_toggle(controls[3])
-with controls[4]:
+# Two rows: five controls in one left each a sliver beside the open sidebar of a 1024-pixel screen.
+heads_row, steps_row = st.columns([1, 1, 2]), st.columns(2)
+layer, head = layer_head(result, AttentionKind.CROSS, heads_row[0], heads_row[1])
+mean = heads_row[2].toggle("Mean over heads", key="attribution_mean")
+words = words_toggle(steps_row[0])
+with steps_row[1]:
     step = controls_step(result) or 0
 
 

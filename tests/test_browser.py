@@ -200,6 +200,20 @@ def test_no_label_or_title_is_cut_on_a_laptop_screen(server, browser):
     assert problems == {name: [] for name in problems}
 
 
+def test_attributions_controls_and_figures_fit_beside_the_open_sidebar_at_1024(server, browser):
+    """At 1024x768 with the sidebar open, Layer and Head were empty slivers and the toggles read "Mean …" and
+    "Merge piec…"."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/attribution")
+    wait_for_heatmaps(page, 4, timeout=120_000)
+    wait_idle(page)
+    page.wait_for_timeout(500)
+    assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "false"
+    widths = [page.locator('[data-testid="stSelectbox"]').nth(i).bounding_box()["width"] for i in (0, 1, 2)]
+    assert min(widths[1:]) > 100, widths  # the sidebar's checkpoint first, then Layer and Head with room for a value
+    assert page.evaluate(VIEW_PROBLEMS, True) == []
+
+
 def test_the_alignment_page_scores_the_example_and_draws_a_pairs_links(server, browser):
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     page.goto(f"{server}/alignment")
