@@ -7,7 +7,7 @@ import streamlit as st
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.timeline_file import TimelineError
 from transformer.model.kinds import AttentionKind
-from ui import models
+from ui import keys, models
 from ui.epoch_player import EpochView, epoch_player
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -45,6 +45,27 @@ session.probe = min(session.get("probe", 0), len(probes) - 1)
 probe = st.selectbox("Probe sentence", range(len(probes)), index=session.probe, key="widget_probe",
                      format_func=lambda i: probes[i].source)  # fmt: skip
 session.probe = probe
+if "learned_text" not in session:
+    session.learned_text = params.get("sentence", "")[: keys.MAX_CHARACTERS]
+typed = st.text_input("Or type a sentence of your own (read at every epoch whose checkpoint is here)",
+                      key="learned_text", max_chars=keys.MAX_CHARACTERS).strip()  # fmt: skip
+shown_name = name
+if typed:
+    try:
+        with st.spinner("Reading the sentence with every epoch's checkpoint ..."):
+            timeline, files = models.typed_timeline(name, timeline, typed)
+    except ValueError as error:
+        st.error(f"The sentence cannot be read through the run: {literal(str(error))}")
+        st.stop()
+    probe, shown_name = 0, f"{name}\n{typed}"
+    read = [s.label for s in timeline.snapshots]
+    missing = [s.label for s in models.timeline(name).snapshots if s.label not in read]
+    st.caption(literal(
+        f"Read on {name}'s own translation, “{timeline.probes[0].reference}”, teacher forced at every epoch; with "
+        f"the checkpoints here: {', '.join(read)}."
+        + (f" Not here: {', '.join(missing)} (put the run's epoch checkpoints in checkpoints/ to see them too)."
+           if missing else "")
+    ))  # fmt: skip
 
 
 def _linked_number(name: str) -> int | None:
@@ -60,11 +81,15 @@ view = EpochView(
     layer - 1 if layer else -1,
     head if head in ("mean", "all") else (int(head) - 1 if re.fullmatch(r"[1-9][0-9]{0,2}", head) else "mean"),
 )
-epoch_player(timeline, probe, view, bool(session.get("presentation")), name)
+epoch_player(timeline, probe, view, bool(session.get("presentation")), shown_name)
 first = timeline.snapshots[0]
 if first.label == "before training":
     rebuilt = " (rebuilt from the run's seed: the very weights its training started from)" if not first.file else ""
     st.caption(f"“Before training” is the run's untrained start{rebuilt}: random weights, and attention spread nearly "
                "evenly over every word.")  # fmt: skip
 params["ckpt"] = name
-params["probe"] = str(probe + 1)
+params["probe"] = str(session.probe + 1)
+if typed:
+    params["sentence"] = typed
+elif "sentence" in params:
+    del params["sentence"]

@@ -70,3 +70,27 @@ def test_a_hostile_timeline_is_one_line_on_the_page(monkeypatch, tmp_path):
     at = opened()
     assert not at.exception
     assert "cannot be read" in errors(at) and "refused because loading one can execute code" in errors(at)
+
+
+def test_a_typed_sentence_is_read_through_every_epoch_whose_checkpoint_is_here():
+    """The run's epoch 2 is not shipped: the page reads the sentence with the untrained start (rebuilt from the run's
+    seed), epoch 1 and epoch 3, and says which epoch it could not read; the link keeps the sentence."""
+    from transformer.decoding.forcing import teacher_force
+    from transformer.decoding.greedy import decode
+    from transformer.io.checkpoint import load_checkpoint
+
+    sentence = "The small dog is sleeping."
+    at = opened({"sentence": sentence})
+    assert not at.exception and not at.error
+    data = sent(at)
+    assert data["labels"] == ["before training", "epoch 1", "epoch 3"]
+    assert "Not here: epoch 2" in at.caption[0].value.replace("\\", "") and at.query_params["sentence"] == sentence
+    final = load_checkpoint(DEFAULT_CHECKPOINT)
+    own = decode(final.model, final.tokenizer, sentence).text
+    assert data["reference"] == own and data["outputs"][-1] == own
+    forced = teacher_force(final.model, final.tokenizer, sentence, own)
+    layers, heads = forced.cross.shape[:2]
+    cross = unpacked(data["maps"]["cross"]).reshape(3, layers, heads + 1, len(data["tgt"]), -1)
+    np.testing.assert_allclose(cross[-1, :, :heads], forced.cross.numpy(), atol=2e-3)  # the last epoch's own maps
+    at.text_input(key="learned_text").set_value("").run()
+    assert sent(at)["labels"] == [s.label for s in TIMELINE.snapshots] and "sentence" not in at.query_params

@@ -142,6 +142,7 @@ KEYS: dict[str, Key] = {
     "attribution_stopped": Key(tuple, None, "the (checkpoint, source, output) whose attribution the visitor stopped"),
     "corpus_agreement": Key(CorpusAgreement, None, "heads' agreement with the gradients over the Corpus file"),
     "probe": Key(int, None, "the probe sentence on How it learned (0-based)"),
+    "learned_text": Key(str, None, "a sentence of the visitor's read through the run on How it learned"),
     "alignment_run": Key(AlignmentRun, None, "the Alignment page's corpus, aligned by every method and scored"),
 }
 

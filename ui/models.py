@@ -36,6 +36,7 @@ from transformer.io.checkpoint import (
     describe,
 )
 from transformer.io.hugging_face import describe_hf, is_hf_directory, load_checkpoint_or_hf
+from transformer.io.timeline import sentence_timeline, snapshot_files
 from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.model.probes import Probe
 from transformer.viz.report import html_report
@@ -91,6 +92,21 @@ def timeline(name: str) -> Timeline | None:
     if found is None or not found.is_file():
         return None
     return _load_timeline(str(found), found.stat().st_mtime_ns)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _sentence_timeline(name: str, files: tuple[str | None, ...], source: str, _timeline: Timeline) -> Timeline:
+    """One visitor's sentence through the run: the same for every visitor who types it (files name versions)."""
+    return sentence_timeline(_timeline, [None if f is None else Path(f) for f in files], source, None)
+
+
+def typed_timeline(name: str, timeline: Timeline, source: str) -> tuple[Timeline, list[Path | None]]:
+    """The timeline of a typed sentence through the snapshots of `timeline` whose checkpoints are in the checkpoints
+    folder, and for each snapshot its file (None where it is not here); ValueError where it cannot be read."""
+    files = snapshot_files(timeline, [path for path in checkpoint_files().values() if path.is_file()])
+    versions = tuple(None if f is None else f"{f}" for f in files)
+    stamped = (name, *(f"{f}:{Path(f).stat().st_mtime_ns}" if f else "" for f in versions))  # a replaced file: anew
+    return _sentence_timeline("\n".join(stamped), versions, source, _timeline=timeline), files
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -10,7 +11,9 @@ import numpy as np
 import torch
 
 from transformer.analysis.timeline import GoldPairs, Snapshot, Timeline, build_timeline
+from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import Checkpoint, load_checkpoint
+from transformer.io.header import read_file_header
 from transformer.io.metadata import read_metadata
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
@@ -68,3 +71,53 @@ def timeline_of_run(
         return timeline
     return replace(timeline, loss_curve=np.array(training.loss_curve, dtype=np.float32),
                    loss_every=training.loss_curve_every)  # fmt: skip
+
+
+def run_point(path: str | Path) -> tuple[int, int] | None:
+    """(epochs done, optimizer steps done) that training wrote in a checkpoint file, read from its header alone;
+    None for a file with no such record (an import, an average) or no checkpoint at all."""
+    try:
+        raw = json.loads(read_file_header(path)["__metadata__"].get("metadata", "{}"))
+        training = read_metadata(raw).training
+    except (OSError, ValueError, RecursionError, AttributeError, TypeError):  # ValueError: CheckpointError too
+        return None
+    if training is None or training.epochs_done is None or training.steps is None:
+        return None
+    return training.epochs_done, training.steps
+
+
+def snapshot_files(timeline: Timeline, files: Iterable[str | Path]) -> list[Path | None]:
+    """For each snapshot of a timeline, the file among `files` that holds it (the same epochs and steps done), or
+    None; the untrained start of a run needs none (untrained_like rebuilds it from the run's seed)."""
+    held: dict[tuple[int, int], Path] = {}
+    for path in map(Path, files):
+        point = run_point(path)
+        if point is not None:
+            held.setdefault(point, path)
+    return [held.get((snapshot.epoch, snapshot.step)) for snapshot in timeline.snapshots]
+
+
+def sentence_timeline(timeline: Timeline, files: Sequence[Path | None], source: str, reference: str | None) -> Timeline:
+    """The timeline of one sentence of the visitor's through the snapshots whose files are here (snapshot_files),
+    read on `reference` or, without one, on the last snapshot's own translation; with the run's loss curve.
+
+    The untrained start is rebuilt from the seed the last checkpoint's run was trained with. ValueError where the
+    last snapshot's file is missing (the maps are read on its vocabulary), or a file is of another run."""
+    if files[-1] is None:
+        raise ValueError(f"the checkpoint of {timeline.snapshots[-1].label} is not here")
+    last = load_checkpoint(files[-1])
+    seed = last.metadata.get("settings", {}).get("seed") if isinstance(last.metadata.get("settings"), dict) else None
+    reference = reference or decode(last.model, last.tokenizer, source).text
+
+    def run() -> Iterator[tuple]:
+        for snapshot, path in zip(timeline.snapshots, files):
+            if path is not None:
+                checkpoint = last if path == files[-1] else load_checkpoint(path)
+                if not checkpoint.tokenizer.same_as(last.tokenizer) or checkpoint.config != last.config:
+                    raise ValueError(f"{path.name} is not of the same run as {files[-1].name}")
+                yield snapshot, checkpoint.model, checkpoint.tokenizer
+            elif snapshot.label == "before training" and isinstance(seed, int):
+                yield snapshot, untrained_like(last, seed), last.tokenizer
+
+    built = build_timeline(run(), [(source, reference)])
+    return replace(built, model=timeline.model, loss_curve=timeline.loss_curve, loss_every=timeline.loss_every)
