@@ -106,7 +106,8 @@ def sentence_timeline(timeline: Timeline, files: Sequence[Path | None], source: 
     if files[-1] is None:
         raise ValueError(f"the checkpoint of {timeline.snapshots[-1].label} is not here")
     last = load_checkpoint(files[-1])
-    seed = last.metadata.get("settings", {}).get("seed") if isinstance(last.metadata.get("settings"), dict) else None
+    settings = last.metadata.get("settings")
+    seed = settings.get("seed") if isinstance(settings, dict) else None
     reference = reference or decode(last.model, last.tokenizer, source).text
 
     def run() -> Iterator[tuple]:
