@@ -414,6 +414,23 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
+@pytest.mark.parametrize("path", ["", "attention"], ids=["explorer", "attention"])
+def test_translate_in_presentation_mode_closes_the_sidebar_again(server, browser, path):
+    """The sidebar, opened to type a sentence, stayed open after Translate, covering 30 % of a projector's width."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/{path}?presentation=1")
+    sidebar = page.locator('[data-testid="stSidebar"]')
+    page.locator('[data-testid="stExpandSidebarButton"]').click()
+    page.wait_for_function("document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'false'")
+    sidebar.get_by_label(re.compile("Sentence")).fill("Two dogs play in the park.")
+    sidebar.get_by_role("button", name="Translate").click()
+    page.get_by_text("Two dogs play in the park.").first.wait_for(timeout=60_000)
+    page.wait_for_function("document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'")
+    page.wait_for_timeout(1000)
+    assert sidebar.get_attribute("data-collapsed") == "true"  # and it stays closed
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
 def test_every_page_loads_nothing_from_outside_the_app(server, browser):
     from urllib.parse import urlparse
 

@@ -70,6 +70,27 @@ def sidebar_state() -> str | None:
     return "collapsed" if collapse else None
 
 
+# Translate in presentation mode closes the sidebar again (open, it covers a third of a projector's width): a
+# component that draws nothing and presses the sidebar's own collapse button, once, in the run after Translate.
+_SIDEBAR_CLOSER = st.components.v2.component(
+    "sidebar_closer",
+    js="""export default function ({ parentElement }) {
+  const page = (parentElement.getRootNode().host ?? parentElement).ownerDocument;
+  const sidebar = page.querySelector('[data-testid="stSidebar"]');
+  if (sidebar?.getAttribute("aria-expanded") !== "false" && sidebar?.dataset.collapsed !== "true") {
+    page.querySelector('[data-testid="stSidebarCollapseButton"] button')?.click();
+  }
+}""",
+)
+
+
+def close_sidebar_if_presenting(translated: bool) -> None:
+    """After Translate in presentation mode, the sidebar closes so that the result has the projector's width."""
+    if translated and st.session_state.get("presentation"):
+        with st.sidebar:
+            _SIDEBAR_CLOSER(key="sidebar_closer")
+
+
 def presentation_style() -> None:
     """Bigger text and less chrome when presentation mode is on (a fixed style sheet, no user text)."""
     if st.session_state.get("presentation"):

@@ -19,7 +19,7 @@ from transformer.io.metadata import read_metadata
 from ui import keys, models, url
 from ui.text import literal
 
-from .charts import presentation_style, sidebar_state
+from .charts import close_sidebar_if_presenting, presentation_style, sidebar_state
 from .replica import say_if_moved
 
 
@@ -106,6 +106,7 @@ def render() -> Explored | None:
         st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **keys.shared("presentation"))
         device = models.device()  # under the form: the sentence and Translate stay in view on a laptop's screen
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
+    close_sidebar_if_presenting(submitted)
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: keys.MAX_CHARACTERS]
         session.applied_settings = DecodeSettings(**{name: session[name] for name in keys.SETTINGS})
