@@ -551,6 +551,15 @@ def test_a_long_sentences_maps_fit_or_scroll_never_cut(server, browser, size, pr
     wait_idle(page)
     page.screenshot(path=ARTIFACTS / f"long-sentence-{size[0]}.png", full_page=True)
     assert page.evaluate(MAPS_CUT_OFF) == []  # every source token within reach
+    steps = step_view_position(page)[1]
+    page.get_by_role("button", name="Last").click()
+    wait_for_step_view(page, steps)
+    now_in_strip = f"""(() => {{
+      const box = {PLAYER}.querySelector('.strip').closest('.map').getBoundingClientRect();
+      const now = {PLAYER}.querySelector('.strip .cell.now').getBoundingClientRect();
+      return now.left >= box.left - 1 && now.right <= box.right + 1;
+    }})()"""
+    assert page.evaluate(now_in_strip)  # the lens strip shows the step on screen, though wider than its box
 
 
 TREE_LAYOUT = f"""() => {{
