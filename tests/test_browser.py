@@ -270,11 +270,16 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
     page.wait_for_function(f"{font} > {before}")
     page.locator('[data-testid="stExpandSidebarButton"]').wait_for()  # collapsed, and the way to reopen it shown
     pages = [("", 0), ("attention", 1), ("attention?view=mean", 1), ("attribution", 4), ("masks", 8),
-             ("computation", 8), ("compare", 3), ("positional", 4), ("heads", 1)]  # fmt: skip
+             ("computation", 8), ("compare", 3), ("positional", 4), ("heads", 1), ("learned", 0),
+             ("checkpoints", 0), ("alignment", 0)]  # fmt: skip
+    drawn = {"learned": f"{PLAYER}?.querySelector('.epoch-map .map-title')",
+             "checkpoints": "document.querySelectorAll('.js-plotly-plot').length >= 2",
+             "alignment": "[...document.querySelectorAll('button')].some(b => b.textContent === 'Align and score')"}
     for path, figures in pages:
         if path:  # the other pages as a shared link opens them
             page.goto(f"{server}/{path}{'&' if '?' in path else '?'}presentation=1")
             wait_for_heatmaps(page, figures)
+            page.wait_for_function(drawn.get(path, "true"), timeout=60_000)
         else:
             stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"  # fmt: skip
             page.wait_for_function(stacked)  # the step view's maps take the whole width, as the figures do

@@ -38,7 +38,9 @@ PRESENTATION_CSS = """
 [data-testid="stTextInput"] input, [data-testid="stNumberInput"] input, [data-testid="stSliderThumbValue"],
 [data-testid="stSliderTickBarMin"], [data-testid="stSliderTickBarMax"], [data-testid="stMultiSelectTagsContainer"] span,
 [data-testid="stFileUploaderDropzoneInstructions"] span { font-size: 1.2rem !important; }
-[data-testid="stTable"] th, [data-testid="stTable"] td { font-size: 1.2rem !important; }
+[data-testid="stTable"] th, [data-testid="stTable"] td, [data-testid="stMarkdownContainer"] code {
+  font-size: 1.2rem !important;
+}
 .katex { font-size: 1.7rem !important; }  /* its sub- and superscripts, at 0.7 of it, still 19 px, */
 .katex .reset-size3.size1 { font-size: 0.95em !important; }  /* and a subscript's subscript too */
 [data-testid="stMainMenu"], [data-testid="stAppDeployButton"] { display: none; }
