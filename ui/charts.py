@@ -78,8 +78,7 @@ _SIDEBAR_CLOSER = st.components.v2.component(
     "sidebar_closer",
     js="""export default function ({ parentElement }) {
   const page = (parentElement.getRootNode().host ?? parentElement).ownerDocument;
-  const sidebar = page.querySelector('[data-testid="stSidebar"]');
-  if (sidebar?.getAttribute("aria-expanded") !== "false" && sidebar?.dataset.collapsed !== "true") {
+  if (page.querySelector('[data-testid="stSidebar"]')?.dataset.collapsed === "false") {
     page.querySelector('[data-testid="stSidebarCollapseButton"] button')?.click();
   }
 }""",

@@ -127,20 +127,20 @@ def state_from_checkpoint(path: Path) -> LoadedState:
             f"cannot continue from {path}: it holds no training record of this project's `train` "
             "(an imported or averaged model): train afresh, or resume from the state file"
         )
-    every = int(record.get("loss_curve_every", 1))
-    steps = int(record["steps"])
+    every, steps, epochs = int(record.get("loss_curve_every", 1)), int(record["steps"]), int(record["epochs_done"])
     validation = list(record.get("validation", []))
     best = max(validation, key=lambda epoch: epoch["val_bleu"], default={"epoch": -1, "val_bleu": -1.0})
+    best_epoch = int(record.get("best_epoch", best["epoch"]))
     progress = Progress(
-        epoch=int(record["epochs_done"]),
+        epoch=epochs,
         step=steps,
         elapsed_seconds=float(record.get("seconds", 0.0)),
         loss_curve=[x for x in record.get("loss_curve", []) for _ in range(every)][:steps],
         lr_curve=[x for x in record.get("lr_curve", []) for _ in range(every)][:steps],
         epochs=validation,
         best_bleu=float(scores.get("val_bleu_greedy", best["val_bleu"])),
-        best_epoch=int(record.get("best_epoch", best["epoch"])),
-        epochs_without_gain=int(record["epochs_done"]) - int(record.get("best_epoch", best["epoch"])),
+        best_epoch=best_epoch,
+        epochs_without_gain=epochs - best_epoch,
     )
     weights = {f"model.{name}": value.float() for name, value in unique_state(checkpoint.model).items()}
     return LoadedState(
