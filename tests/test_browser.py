@@ -272,9 +272,11 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
     pages = [("", 0), ("attention", 1), ("attention?view=mean", 1), ("attribution", 4), ("masks", 8),
              ("computation", 8), ("compare", 3), ("positional", 4), ("heads", 1), ("learned", 0),
              ("checkpoints", 0), ("alignment", 0)]  # fmt: skip
-    drawn = {"learned": f"{PLAYER}?.querySelector('.epoch-map .map-title')",
-             "checkpoints": "document.querySelectorAll('.js-plotly-plot').length >= 2",
-             "alignment": "[...document.querySelectorAll('button')].some(b => b.textContent === 'Align and score')"}
+    drawn = {
+        "learned": f"{PLAYER}?.querySelector('.epoch-map .map-title')",
+        "checkpoints": "document.querySelectorAll('.js-plotly-plot').length >= 2",
+        "alignment": "[...document.querySelectorAll('button')].some(b => b.textContent === 'Align and score')",
+    }
     for path, figures in pages:
         if path:  # the other pages as a shared link opens them
             page.goto(f"{server}/{path}{'&' if '?' in path else '?'}presentation=1")
