@@ -272,6 +272,8 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
     pages = [("", 0), ("attention", 1), ("attention?view=mean", 1), ("attribution", 4), ("masks", 8),
              ("computation", 8), ("compare", 3), ("positional", 4), ("heads", 1), ("learned", 0),
              ("checkpoints", 0), ("alignment", 0)]  # fmt: skip
+    if size != (1024, 768):  # the wider, shorter projector: the pages whose layout depends on the width
+        pages = [entry for entry in pages if entry[0] in ("", "attention", "attribution", "learned")]
     drawn = {
         "learned": f"{PLAYER}?.querySelector('.epoch-map .map-title')",
         "checkpoints": "document.querySelectorAll('.js-plotly-plot').length >= 2",
