@@ -53,13 +53,13 @@ shown_name = name
 if typed:
     try:
         with st.spinner("Reading the sentence with every epoch's checkpoint ..."):
-            timeline, files = models.typed_timeline(name, timeline, typed)
+            run, (timeline, files) = timeline, models.typed_timeline(name, timeline, typed)
     except ValueError as error:
         st.error(f"The sentence cannot be read through the run: {literal(str(error))}")
         st.stop()
     probe, shown_name = 0, f"{name}\n{typed}"
     read = [s.label for s in timeline.snapshots]
-    missing = [s.label for s in models.timeline(name).snapshots if s.label not in read]
+    missing = [s.label for s in run.snapshots if s.label not in read]
     st.caption(literal(
         f"Read on {name}'s own translation, “{timeline.probes[0].reference}”, teacher forced at every epoch; with "
         f"the checkpoints here: {', '.join(read)}."

@@ -95,18 +95,19 @@ def timeline(name: str) -> Timeline | None:
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def _sentence_timeline(name: str, files: tuple[str | None, ...], source: str, _timeline: Timeline) -> Timeline:
-    """One visitor's sentence through the run: the same for every visitor who types it (files name versions)."""
-    return sentence_timeline(_timeline, [None if f is None else Path(f) for f in files], source, None)
+def _sentence_timeline(
+    name: str, stamps: tuple[str, ...], source: str, _timeline: Timeline, _files: list[Path | None]
+) -> Timeline:
+    """One visitor's sentence through the run: the same for every visitor who types it (stamps name file versions)."""
+    return sentence_timeline(_timeline, _files, source, None)
 
 
 def typed_timeline(name: str, timeline: Timeline, source: str) -> tuple[Timeline, list[Path | None]]:
     """The timeline of a typed sentence through the snapshots of `timeline` whose checkpoints are in the checkpoints
     folder, and for each snapshot its file (None where it is not here); ValueError where it cannot be read."""
     files = snapshot_files(timeline, [path for path in checkpoint_files().values() if path.is_file()])
-    versions = tuple(None if f is None else f"{f}" for f in files)
-    stamped = (name, *(f"{f}:{Path(f).stat().st_mtime_ns}" if f else "" for f in versions))  # a replaced file: anew
-    return _sentence_timeline("\n".join(stamped), versions, source, _timeline=timeline), files
+    stamps = tuple(f"{f}:{f.stat().st_mtime_ns}" if f else "" for f in files)  # a replaced file: read anew
+    return _sentence_timeline(name, stamps, source, _timeline=timeline, _files=files), files
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

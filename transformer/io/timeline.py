@@ -117,7 +117,7 @@ def sentence_timeline(timeline: Timeline, files: Sequence[Path | None], source: 
                 if not checkpoint.tokenizer.same_as(last.tokenizer) or checkpoint.config != last.config:
                     raise ValueError(f"{path.name} is not of the same run as {files[-1].name}")
                 yield snapshot, checkpoint.model, checkpoint.tokenizer
-            elif snapshot.label == "before training" and isinstance(seed, int):
+            elif snapshot.step == 0 and isinstance(seed, int):  # the untrained start, without a file
                 yield snapshot, untrained_like(last, seed), last.tokenizer
 
     built = build_timeline(run(), [(source, reference)])
