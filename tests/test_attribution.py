@@ -404,6 +404,40 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
     assert ui.work.duration(200) == "about 3 min"
 
 
+def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(monkeypatch):
+    """Alignment with integrated gradients, tried as a new user would: "about 21 s left", then after another
+    visitor's attribution took its turn, "about 2 min": the pace counted the turn as computing time."""
+    import threading
+    import types
+
+    import ui.work
+
+    now = [0.0]
+    monkeypatch.setattr(ui.work, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
+    monkeypatch.setattr(ui.work, "TURN_SECONDS", 0.0)
+    shown = []
+    monkeypatch.setattr(ui.work.st, "progress", lambda value, text: types.SimpleNamespace(
+        progress=lambda value, text: shown.append(text), empty=lambda: None))  # fmt: skip
+
+    def other_visitors_turn(ticket):
+        assert ui.work.SLOTS.take(ticket, timeout=10)
+        now[0] += 100.0  # their attribution computes for 100 s
+        ui.work.SLOTS.release()
+
+    progress = ui.work.Progress("Aligning", 4, "pairs")
+    with ui.work.heavy_job("alignments") as should_stop:
+        now[0] = 10.0
+        progress(1)  # a pair in 10 s: 30 s for the other three
+        other = threading.Thread(target=other_visitors_turn, args=(ui.work.SLOTS.ask(),))
+        other.start()
+        assert not should_stop()  # gives the slot to the visitor in line, and waits for it back
+        other.join(timeout=10)
+        now[0] += 10.0
+        progress(2)
+    assert shown == ["Aligning: 1 of 4 pairs · about 30 s left", "Aligning: 2 of 4 pairs · about 20 s left"]
+
+
 def test_attribution_can_be_stopped_and_started_again(monkeypatch):
     from helpers import start, step_action, translate
 

@@ -81,7 +81,7 @@ class Slots:
 
 
 SLOTS = Slots(HEAVY_JOBS)
-_THIS_THREAD = threading.local()  # whether this thread's script run holds a slot already
+_THIS_THREAD = threading.local()  # whether this thread's script run holds a slot already, and its seconds in line
 # Token-steps of integrated gradients one request may ask (output steps x interpolation steps x tokens):
 # about 25 s on a 2-core CPU. A 20-token output of a 25-token sentence takes 32 steps, 29,000.
 ATTRIBUTION_BUDGET = int(os.environ.get("TRANSFORMER_EXPLORER_ATTRIBUTION_BUDGET", "100000"))
@@ -152,7 +152,7 @@ def in_slot_if_uploaded(checkpoint_key: str) -> Iterator[None]:
 def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
     """Waits in line for a slot, showing the place in line; StopException if the visitor leaves meanwhile. The
     caller, holding the slot on return, clears the notice (a page call) where it gives the slot back on failure."""
-    ticket = SLOTS.ask()
+    ticket, began = SLOTS.ask(), time.monotonic()
     try:
         while not SLOTS.take(ticket, timeout=0.25):
             state = "Paused for another visitor's turn" if paused else f"Waiting for other visitors' {what} to finish"
@@ -163,6 +163,13 @@ def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
     except BaseException:
         SLOTS.leave(ticket)
         raise
+    finally:
+        _THIS_THREAD.waited = seconds_in_line() + time.monotonic() - began
+
+
+def seconds_in_line() -> float:
+    """How long this thread's script runs have waited for slots, in all (a progress bar's pace leaves it out)."""
+    return getattr(_THIS_THREAD, "waited", 0.0)
 
 
 def duration(seconds: float) -> str:
@@ -174,8 +181,9 @@ class Progress:
     """A bar for work of more than a second: what is done, and how long is left at the pace so far.
 
     Items may differ in cost (a long sentence takes longer than a short one): `costs`, in the order the work
-    does them, weigh each item's share of the estimate. Each update is a Streamlit call, so a visitor who
-    presses Stop, or leaves, ends the work there.
+    does them, weigh each item's share of the estimate. The pace counts computing time only: time spent in line
+    for a heavy-job slot (another visitor's turn) made the estimate jump after each turn (21 s to 2 min).
+    Each update is a Streamlit call, so a visitor who presses Stop, or leaves, ends the work there.
     """
 
     def __init__(
@@ -184,7 +192,7 @@ class Progress:
         """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done."""
         self.what, self.total, self.unit = what, total, unit
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
-        self.started = time.monotonic()
+        self.started, self.waited_before = time.monotonic(), seconds_in_line()
         self.frame = st.empty()
         with self.frame.container():
             if stop_key is not None:
@@ -195,7 +203,7 @@ class Progress:
         """`done` items of `total` (the work's own count when it reports one) are finished."""
         total = total or self.total
         share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
-        elapsed = time.monotonic() - self.started
+        elapsed = time.monotonic() - self.started - (seconds_in_line() - self.waited_before)
         left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 else ""
         self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
 
