@@ -12,7 +12,8 @@
 #   --gpu  the shipped model: 6 encoder and 3 decoder layers (pre-norm), 16,000-token batches, dropout 0.1, bfloat16 on
 #          one GPU (python3 from PATH, or PYTHON). Without it, a CPU-sized run: 4+3 layers, 4,000-token
 #          batches and no dropout (a CPU run sees each pair about once, so there is nothing yet to overfit,
-#          and a step without dropout takes 0.7 of the time).
+#          and a step without dropout takes 0.7 of the time), bfloat16 autocast where the cores have bfloat16
+#          instructions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data="$(realpath -m ../shared/data)"
@@ -38,6 +39,7 @@ else
   setup=(--vocab-size 8000 --d-model 256 --n-heads 8 --d-ff 1024 --n-encoder-layers 4 --n-decoder-layers 3
          --dropout 0 --max-tokens 4000 --lr-factor 0.5 --warmup 800 --train-weights 0.3 2 2 1
          --keep-last 1000 --save-every 200 --tokenizer-sample 400000)
+  grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && setup+=(--cpu-bfloat16)  # bfloat16 instructions: 1.4x faster steps
 fi
 mkdir -p "$run"
 en="$data/en-fr" m30k="$data/multi30k"

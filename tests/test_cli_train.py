@@ -249,3 +249,22 @@ def test_a_full_disk_during_training_is_one_line(tmp_path, monkeypatch, capsys):
     error = errors[0]
     assert error.startswith("error: No space left on device") and "m.state.safetensors" in error
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("cpu_bfloat16", [False, True])
+def test_cpu_bfloat16_runs_the_matrix_products_in_bfloat16_and_still_learns(tmp_path, monkeypatch, cpu_bfloat16):
+    """--cpu-bfloat16 computes the training steps' layers in bfloat16 (autocast); the weights stay float32."""
+    monkeypatch.setattr("transformer.training.train._device", lambda rank: torch.device("cpu"))
+    seen: set[torch.dtype] = set()
+
+    def linear_outputs(module, _inputs, output):
+        if isinstance(module, torch.nn.Linear):
+            seen.add(output.dtype)
+
+    with torch.nn.modules.module.register_module_forward_hook(linear_outputs):
+        progress = train(_settings(tmp_path, epochs=3, cpu_bfloat16=cpu_bfloat16), quiet=True)
+    assert (torch.bfloat16 in seen) is cpu_bfloat16  # validation's decoding stays in float32 either way
+    assert sum(progress.loss_curve[-5:]) < sum(progress.loss_curve[:5])
+    loaded = load_checkpoint(tmp_path / "m.safetensors")
+    assert loaded.metadata["settings"]["cpu_bfloat16"] is cpu_bfloat16
+    assert all(p.dtype == torch.float32 for p in loaded.model.parameters())

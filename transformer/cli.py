@@ -33,6 +33,9 @@ FIELD_HELP = {
     "keep_last": "also keep the models of the last N epochs beside --out, for `average`, and the untrained start "
     "(NAME-epoch0), for `timeline`",
     "tokenizer_sample": "sentences (both sides, drawn in the weights' proportions) the vocabulary is trained on",
+    "cpu_bfloat16": "bfloat16 autocast on the CPU too (a GPU always uses it): faster steps where the cores have "
+    "bfloat16 instructions (avx512_bf16 or amx_bf16 in lscpu), slower where not; `python -m "
+    "benchmarks.training_step` measures it",
 }
 TOKENIZER_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}  # the tokenizer's
 
@@ -348,7 +351,9 @@ def _add_fields(
             parser.add_argument(flag, type=kind, nargs="+" if required else "*", required=required,
                                 default=None if required else list(default), help=_help(field, required))  # fmt: skip
         elif field.type == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=default, help=FIELD_HELP.get(field.name)
+            )
         else:
             literal = re.fullmatch(r"Literal\[(.*)\]", field.type)
             choices = ast.literal_eval(f"({literal.group(1)},)") if literal else None

@@ -77,6 +77,7 @@ class TrainSettings:
     val_limit: int = 0  # validate on the first N sentences only; 0: all
     max_seconds: float = 0  # start no new epoch after this much training time; 0: no limit
     keep_last: int = 0  # also keep the models of the last N epochs (and the untrained start) beside --out; 0: none
+    cpu_bfloat16: bool = False  # bfloat16 autocast on the CPU as on a GPU: faster on cores with bfloat16 instructions
 
     def __post_init__(self) -> None:
         for name in ("train_src", "train_tgt", "val_src", "val_tgt"):
@@ -265,7 +266,7 @@ def train(
     data |= {f"val {i + 1}": {"path": corpus.src, "lines": len(v.src)}
              for i, (corpus, v) in enumerate(zip(settings.validation_sets, validation))}  # fmt: skip
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID, label_smoothing=settings.label_smoothing, reduction="sum")
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" or settings.cpu_bfloat16)
     best_weights = None
 
     def save(path: str | Path, weights: Transformer, extra_scores: dict | None = None) -> None:
