@@ -29,10 +29,10 @@ en="$data/en-fr" m30k="$data/multi30k"
   --out-dir "$work" >/dev/null
 sets=("flores.dev:$en/flores.dev" "newstest2013:$en/newstest2013" "tatoeba-dev:$work/tatoeba.train-dev"
       "multi30k-test2016:$m30k/test_2016_flickr")
-echo "| set | decoding | BLEU | chrF |"
-echo "| --- | --- | --- | --- |"
+srcs=() refs=()
 for entry in "${sets[@]}"; do
   name="${entry%%:*}" stem="${entry#*:}"
+  srcs+=("$work/$name.en") refs+=("$work/$name.fr")
   for side in en fr; do
     if [ "$limit" -gt 0 ]; then
       { zcat "$stem.$side.gz" | head -n "$limit" >"$work/$name.$side"; } || true  # head closes the pipe early
@@ -40,13 +40,10 @@ for entry in "${sets[@]}"; do
       zcat "$stem.$side.gz" >"$work/$name.$side"
     fi
   done
-  for beam in 1 5; do
-    scores="$("$python" -m transformer evaluate --checkpoint "$checkpoint" --src "$work/$name.en" --ref "$work/$name.fr" \
-      --beam "$beam" 2>/dev/null)"
-    bleu="$(sed -n 's/^BLEU = \([0-9.]*\).*/\1/p' <<<"$scores")" chrf="$(sed -n 's/^chrF = \([0-9.]*\).*/\1/p' <<<"$scores")"
-    echo "| $name | $([ "$beam" = 1 ] && echo greedy || echo "beam $beam") | $bleu | $chrf |"
-  done
 done
+# one process for every set and width: the model is loaded once
+"$python" -m transformer evaluate --checkpoint "$checkpoint" --src "${srcs[@]}" --ref "${refs[@]}" --beam 1 5 \
+  2>/dev/null
 echo
 printf '%s\n' "I love you." "Where is the train station?" "I am a student." \
   "The agreement on the European Economic Area was signed in August 1992." \
