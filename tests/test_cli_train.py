@@ -1,6 +1,10 @@
+import contextlib
+import io
 import re
 import subprocess
 import sys
+from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,14 +18,27 @@ from transformer.training.evaluate import score
 from transformer.training.train import TrainSettings, train
 
 
-def run_cli(*args, stdin=""):
-    return subprocess.run(
-        [sys.executable, "-m", "transformer", *args], input=stdin, capture_output=True, text=True, cwd=REPO, timeout=300
-    )
+def run_cli(*args, stdin: str | bytes = "") -> SimpleNamespace:
+    """`python -m transformer ARGS` in this process (a new one costs seconds of imports): its exit code and output."""
+    from transformer.cli import main
+
+    raw = stdin.encode() if isinstance(stdin, str) else stdin
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        mock.patch("sys.stdin", io.TextIOWrapper(io.BytesIO(raw))),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            code = main([str(arg) for arg in args])
+        except SystemExit as exit:  # argparse's refusals
+            code = exit.code
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
-    done = run_cli("translate", "--checkpoint", str(checkpoint_path), stdin="the dog\n\na cat\n")
+    done = subprocess.run([sys.executable, "-m", "transformer", "translate", "--checkpoint", str(checkpoint_path)],
+                          input="the dog\n\na cat\n", capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.split("\n")) == 4  # three lines out, in order
     out = tmp_path / "maps.npz"
@@ -38,9 +55,8 @@ def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
 
 
 def test_bad_bytes_cost_only_their_own_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "transformer", "translate"], input=b"A dog.\n\xff\nTwo cats.\n",
-                          capture_output=True, cwd=REPO, timeout=300)  # fmt: skip
-    out, err = done.stdout.decode(), done.stderr.decode()
+    done = run_cli("translate", stdin=b"A dog.\n\xff\nTwo cats.\n")
+    out, err = done.stdout, done.stderr
     assert done.returncode == 1 and "Traceback" not in err, err
     assert out.count("\n") == 3 and out.split("\n")[0] and out.split("\n")[2] and not out.split("\n")[1]
     assert "line 2 is not UTF-8 text (byte 0xff" in err
