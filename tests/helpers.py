@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import gzip
+import io
 import json
 import random
 import re
@@ -11,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
@@ -21,6 +25,24 @@ from transformer.text.tokenizer import Tokenizer
 from ui.step_player import sent_step_data
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args, stdin: str | bytes = "") -> SimpleNamespace:
+    """`python -m transformer ARGS` in this process (a new one costs seconds of imports): its exit code and output."""
+    from transformer.cli import main
+
+    raw = stdin.encode() if isinstance(stdin, str) else stdin
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        mock.patch("sys.stdin", io.TextIOWrapper(io.BytesIO(raw))),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            code = main([str(arg) for arg in args])
+        except SystemExit as exit:  # argparse's refusals
+            code = exit.code
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def _status_kib(field: str) -> int:

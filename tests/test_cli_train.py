@@ -1,39 +1,17 @@
-import contextlib
-import io
 import re
 import subprocess
 import sys
-from types import SimpleNamespace
-from unittest import mock
 
 import numpy as np
 import pytest
 import sacrebleu
 import torch
-from helpers import REPO, reversal_corpus, start, step_view, upload
+from helpers import REPO, reversal_corpus, run_cli, start, step_view, upload
 
 from transformer.io.checkpoint import load_checkpoint
 from transformer.model.config import TransformerConfig
 from transformer.training.evaluate import score
 from transformer.training.train import TrainSettings, train
-
-
-def run_cli(*args, stdin: str | bytes = "") -> SimpleNamespace:
-    """`python -m transformer ARGS` in this process (a new one costs seconds of imports): its exit code and output."""
-    from transformer.cli import main
-
-    raw = stdin.encode() if isinstance(stdin, str) else stdin
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        mock.patch("sys.stdin", io.TextIOWrapper(io.BytesIO(raw))),
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-    ):
-        try:
-            code = main([str(arg) for arg in args])
-        except SystemExit as exit:  # argparse's refusals
-            code = exit.code
-    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):

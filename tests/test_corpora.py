@@ -3,13 +3,11 @@ progress with an estimate, kept epochs and checkpoint averaging, a dev set held 
 
 import gzip
 import lzma
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
 import torch
-from helpers import REPO, reversal_corpus
+from helpers import reversal_corpus, run_cli
 
 from transformer.io.checkpoint import CheckpointError, load_checkpoint
 from transformer.io.metadata import read_metadata
@@ -114,15 +112,10 @@ def test_mismatched_corpus_lists_are_one_clear_error(tmp_path):
         TrainSettings(train_src="a", train_tgt="b", val_src="x", val_tgt="y", out="o", train_weights=(0,))
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, "-m", "transformer", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)  # fmt: skip
-
-
 def test_the_command_line_trains_on_several_corpora_shows_time_left_and_averages(tmp_path):
     (s1, t1), (s2, t2) = _corpora(tmp_path, 60, 40)
     out = tmp_path / "m.safetensors"
-    done = _run("train", "--train-src", s1, s2, "--train-tgt", t1, t2, "--train-weights", "1", "2",
+    done = run_cli("train", "--train-src", s1, s2, "--train-tgt", t1, t2, "--train-weights", "1", "2",
                 "--val-src", s1, "--val-tgt", t1, "--out", str(out), "--vocab-size", "40", "--d-model", "16",
                 "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1", "--n-decoder-layers", "1",
                 "--max-len", "32", "--epochs", "3", "--val-limit", "10", "--keep-last", "2", "--save-dtype",
@@ -131,18 +124,18 @@ def test_the_command_line_trains_on_several_corpora_shows_time_left_and_averages
     assert "left=" in done.stderr and "tok_s=" in done.stderr
     epochs = [tmp_path / "m-epoch2.safetensors", tmp_path / "m-epoch3.safetensors"]
     averaged = tmp_path / "avg.safetensors"
-    done = _run("average", *map(str, epochs), "--out", str(averaged), "--dtype", "float32")
+    done = run_cli("average", *map(str, epochs), "--out", str(averaged), "--dtype", "float32")
     assert done.returncode == 0, done.stderr
     a, b = (load_checkpoint(path).model.state_dict() for path in epochs)
     mean = load_checkpoint(averaged)
     assert all(torch.allclose(mean.model.state_dict()[k], (a[k] + b[k]) / 2) for k in a)
     assert mean.metadata["averaged"] == ["m-epoch2.safetensors", "m-epoch3.safetensors"]
     other = tmp_path / "other.safetensors"
-    done = _run("train", "--train-src", s1, "--train-tgt", t1, "--val-src", s1, "--val-tgt", t1, "--out",
+    done = run_cli("train", "--train-src", s1, "--train-tgt", t1, "--val-src", s1, "--val-tgt", t1, "--out",
                 str(other), "--vocab-size", "40", "--d-model", "8", "--n-heads", "2", "--d-ff", "16",
                 "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--max-len", "32", "--epochs", "1")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    done = _run("average", str(epochs[0]), str(other), "--out", str(tmp_path / "x.safetensors"))
+    done = run_cli("average", str(epochs[0]), str(other), "--out", str(tmp_path / "x.safetensors"))
     assert done.returncode == 2 and "not the same model" in done.stderr and "Traceback" not in done.stderr
 
 
@@ -164,7 +157,7 @@ def test_a_dev_set_is_held_out_by_source_sentence(tmp_path):
     assert (train_lines, dev_lines) == hold_out(src, tgt, 2, seed=1)
     (tmp_path / "t.en.gz").write_bytes(gzip.compress("\n".join(src).encode()))
     (tmp_path / "t.fr.gz").write_bytes(gzip.compress("\n".join(tgt).encode()))
-    done = _run("holdout", "--src", str(tmp_path / "t.en.gz"), "--tgt", str(tmp_path / "t.fr.gz"), "--size", "2",
+    done = run_cli("holdout", "--src", str(tmp_path / "t.en.gz"), "--tgt", str(tmp_path / "t.fr.gz"), "--size", "2",
                 "--out-dir", str(tmp_path / "split"))  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert len(read_lines(tmp_path / "split" / "t-dev.en.gz")) == 2

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import torch
-from helpers import REPO, make_sentences
+from helpers import make_sentences, run_cli
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -101,13 +98,11 @@ def test_the_command_line_fits_and_stores_a_lens_beside_the_checkpoint(checkpoin
     src.write_text("\n".join(sentences) + "\n")
     tgt.write_text("\n".join(reversed(sentences)) + "\n")
     out = tmp_path / "lens.safetensors"
-    done = subprocess.run([sys.executable, "-m", "transformer", "train-lens", "--checkpoint", str(checkpoint_path),
-                           "--src", str(src), "--tgt", str(tgt), "--steps", "3", "--out", str(out)],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    done = run_cli(
+        "train-lens", "--checkpoint", checkpoint_path, "--src", src, "--tgt", tgt, "--steps", 3, "--out", out
+    )
     assert done.returncode == 0, done.stderr
     assert "decoder layer 2: mean KL from the output" in done.stdout and f"wrote {out}" in done.stdout
     assert load_tuned_lens(out, model, file_sha256(checkpoint_path)).weights.shape == (2, 16, 16)
-    done = subprocess.run([sys.executable, "-m", "transformer", "train-lens", "--checkpoint", str(tmp_path),
-                           "--src", str(src), "--tgt", str(tgt)], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)  # fmt: skip
+    done = run_cli("train-lens", "--checkpoint", tmp_path, "--src", src, "--tgt", tgt)
     assert done.returncode == 2 and "is not a checkpoint file" in done.stderr
