@@ -39,7 +39,7 @@ else
   setup=(--vocab-size 8000 --d-model 256 --n-heads 8 --d-ff 1024 --n-encoder-layers 4 --n-decoder-layers 3
          --dropout 0 --max-tokens 4000 --lr-factor 0.5 --warmup 800 --train-weights 0.3 2 2 1
          --keep-last 1000 --save-every 200 --tokenizer-sample 400000)
-  grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && setup+=(--cpu-bfloat16)  # bfloat16 instructions: 1.4x faster steps
+  grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo && setup+=(--cpu-bfloat16)  # 0.65 of the float32 step where measured
 fi
 mkdir -p "$run"
 en="$data/en-fr" m30k="$data/multi30k"
