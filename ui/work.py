@@ -164,12 +164,12 @@ def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
         SLOTS.leave(ticket)
         raise
     finally:
-        _THIS_THREAD.waited = seconds_in_line() + time.monotonic() - began
+        _THIS_THREAD.waited = getattr(_THIS_THREAD, "waited", 0.0) + time.monotonic() - began
 
 
-def seconds_in_line() -> float:
-    """How long this thread's script runs have waited for slots, in all (a progress bar's pace leaves it out)."""
-    return getattr(_THIS_THREAD, "waited", 0.0)
+def computing_clock() -> float:
+    """A monotonic clock that stands still while this thread waits in line for a slot (a progress bar's pace)."""
+    return time.monotonic() - getattr(_THIS_THREAD, "waited", 0.0)
 
 
 def duration(seconds: float) -> str:
@@ -192,7 +192,7 @@ class Progress:
         """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done."""
         self.what, self.total, self.unit = what, total, unit
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
-        self.started, self.waited_before = time.monotonic(), seconds_in_line()
+        self.started = computing_clock()
         self.frame = st.empty()
         with self.frame.container():
             if stop_key is not None:
@@ -203,7 +203,7 @@ class Progress:
         """`done` items of `total` (the work's own count when it reports one) are finished."""
         total = total or self.total
         share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
-        elapsed = time.monotonic() - self.started - (seconds_in_line() - self.waited_before)
+        elapsed = computing_clock() - self.started
         left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 else ""
         self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
 
