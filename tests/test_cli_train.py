@@ -78,22 +78,19 @@ def test_evaluate_bleu_equals_sacrebleu():
     assert score(hypotheses, references).bleu == sacrebleu.corpus_bleu(hypotheses, [references]).score
 
 
-def test_evaluate_scores_several_sets_and_widths_in_one_table_or_says_what_is_missing(
-    checkpoint_path, tmp_path, capsys
-):
-    from transformer.cli import main
-
+def test_evaluate_scores_several_sets_and_widths_in_one_table_or_says_what_is_missing(checkpoint_path, tmp_path):
     first, second = tmp_path / "flores.dev.en", tmp_path / "news.en"
     first.write_text("two dogs run\n"), second.write_text("a cat sleeps\na man walks\n")
     references = [str(tmp_path / "flores.dev.fr"), str(tmp_path / "news.fr")]
     (tmp_path / "flores.dev.fr").write_text("deux chiens courent\n")
     (tmp_path / "news.fr").write_text("un chat dort\nun homme marche\n")
     args = ["evaluate", "--checkpoint", str(checkpoint_path), "--src", str(first), str(second), "--ref", *references]
-    assert main([*args, "--beam", "1", "3"]) == 0
-    rows = [line.split(" | ")[:2] for line in capsys.readouterr().out.splitlines()[2:]]
+    done = run_cli(*args, "--beam", "1", "3")
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ")[:2] for line in done.stdout.splitlines()[2:]]
     assert rows == [["| flores.dev", "greedy"], ["| flores.dev", "beam 3"], ["| news", "greedy"], ["| news", "beam 3"]]
-    assert main(args[:-1]) == 2  # two sources, one reference
-    assert "2 source files but 1 reference files" in capsys.readouterr().err
+    done = run_cli(*args[:-1])  # two sources, one reference
+    assert done.returncode == 2 and "2 source files but 1 reference files" in done.stderr
 
 
 def _settings(tmp_path, **overrides):
