@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trains the general English->French model from ../shared/data (or DATA), into RUN_DIR; run it again after any
-# stop to continue where it left off (--resume). Extra arguments go to `train` (e.g. --max-seconds 7200).
+# stop to continue where it left off (--resume). Extra arguments go to `train` (e.g. --max-seconds 7200: this
+# call's budget, or --continue-from CHECKPOINT in a new RUN_DIR).
 #
 #   bash scripts/train_general.sh [--gpu] [--data DATA] [--run-dir RUN_DIR] [train arguments ...]
 #
@@ -24,7 +25,7 @@ while [ $# -gt 0 ]; do
     --gpu) profile=gpu; shift ;;
     --data) data="$(realpath -m "$2")"; shift 2 ;;
     --run-dir) run="$(realpath -m "$2")"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0 ;;
     *) break ;;
   esac
 done

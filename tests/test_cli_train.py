@@ -1,6 +1,7 @@
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -8,10 +9,11 @@ import sacrebleu
 import torch
 from helpers import REPO, reversal_corpus, run_cli, start, step_view, upload
 
-from transformer.io.checkpoint import load_checkpoint
+from transformer.io.checkpoint import load_checkpoint, update_metadata
 from transformer.model.config import TransformerConfig
 from transformer.training.evaluate import score
-from transformer.training.train import TrainSettings, train
+from transformer.training.state import Progress
+from transformer.training.train import TrainSettings, time_left, train
 
 
 def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
@@ -152,6 +154,25 @@ def test_a_lost_run_continues_from_its_checkpoint(tmp_path):
     done = run_cli(*_train_command(tmp_path), "--out", str(tmp_path / "x.safetensors"),
                    "--continue-from", str(tmp_path / "notes.txt"))  # fmt: skip
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot continue from" in done.stderr
+
+
+def test_max_seconds_is_the_budget_of_this_call_not_of_the_whole_run(tmp_path):
+    """A run that has trained for days goes on for a session's hour: --max-seconds counts from this call, so a
+    continued run is not stopped after its first epoch because of the time its earlier calls took."""
+    first_dir, later_dir = tmp_path / "first", tmp_path / "later"
+    first_dir.mkdir(), later_dir.mkdir()
+    train(_settings(first_dir, epochs=1), quiet=True)
+    days = 3 * 24 * 3600.0
+    update_metadata(first_dir / "m.safetensors", lambda metadata: metadata["training"].update(seconds=days))
+    went_on = train(_settings(later_dir, epochs=3, max_seconds=3600), quiet=True,
+                    continue_from=first_dir / "m.safetensors")  # fmt: skip
+    assert went_on.epoch == 3  # before: stopped after epoch 2, the run's days being over the hour
+    assert went_on.elapsed_seconds > days  # the run's own clock still counts the whole run
+    # The bar's estimate (epochs of ten 1-second batches, nine to go) allows what is left of this call's budget.
+    settings, long_run = _settings(later_dir, epochs=9, max_seconds=30), Progress(elapsed_seconds=days)
+    assert time_left(settings, long_run, 10, 1.0, call_seconds=0.0) == "0m30s"  # this epoch and two more
+    assert time_left(settings, long_run, 10, 1.0, call_seconds=25.0) == "0m10s"  # this epoch only
+    assert time_left(replace(settings, max_seconds=0), long_run, 10, 1.0, call_seconds=25.0) == "1m30s"
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,8 @@ FIELD_HELP = {
     "snapshot_epochs": "also keep the model after these epochs",
     "keep_last": "also keep the models of the last N epochs beside --out, for `average`, and the untrained start "
     "(NAME-epoch0), for `timeline`",
+    "max_seconds": "start no new epoch after this many seconds of training in this call (a resumed or continued "
+    "run gets them anew: a session's budget); the epoch in progress finishes; 0: no limit",
     "tokenizer_sample": "sentences (both sides, drawn in the weights' proportions) the vocabulary is trained on",
     "cpu_bfloat16": "bfloat16 autocast on the CPU too (a GPU always uses it): faster steps where the cores have "
     "bfloat16 instructions (avx512_bf16 or amx_bf16 in lscpu), slower where not; `python -m "

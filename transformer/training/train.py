@@ -75,7 +75,7 @@ class TrainSettings:
     save_every: int = 200  # steps between saves of the resumable state
     save_dtype: str = "float16"
     val_limit: int = 0  # validate on the first N sentences only; 0: all
-    max_seconds: float = 0  # start no new epoch after this much training time; 0: no limit
+    max_seconds: float = 0  # start no new epoch after this much training time in this call; 0: no limit
     keep_last: int = 0  # also keep the models of the last N epochs (and the untrained start) beside --out; 0: none
     cpu_bfloat16: bool = False  # bfloat16 autocast on the CPU as on a GPU: faster on cores with bfloat16 instructions
 
@@ -279,6 +279,7 @@ def train(
         save(epoch_path(settings.out, 0), model)
     model.train()
     started = time.perf_counter() - progress.elapsed_seconds
+    call_started = time.perf_counter()  # --max-seconds is this call's budget: a resumed run gets it anew
     while progress.epoch < settings.epochs:
         drawn = epoch_indices([len(c) for c in corpora], settings.train_weights, settings.seed, progress.epoch)
         batches = rank_batches(
@@ -310,7 +311,8 @@ def train(
                 progress.elapsed_seconds = time.perf_counter() - started
                 seconds = time.perf_counter() - window_start
                 bar.set_postfix(loss=f"{progress.loss_curve[-1]:.3f}", tok_s=f"{window_tokens / seconds:.0f}",
-                                left=time_left(settings, progress, len(batches), seconds / window_batches))  # fmt: skip
+                                left=time_left(settings, progress, len(batches), seconds / window_batches,
+                                               time.perf_counter() - call_started))  # fmt: skip
             if save_now:
                 save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
             if stop_now:
@@ -345,7 +347,7 @@ def train(
                 epoch_path(settings.out, dropped).unlink(missing_ok=True)
             progress.elapsed_seconds = time.perf_counter() - started
             save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
-            out_of_time = bool(settings.max_seconds) and time.perf_counter() - started > settings.max_seconds
+            out_of_time = bool(settings.max_seconds) and time.perf_counter() - call_started > settings.max_seconds
             stop = progress.epochs_without_gain >= settings.patience or out_of_time
         if rank_zero_says(stop, world, device):  # one decision, rank 0's clock and validation, for every rank
             break
@@ -364,14 +366,16 @@ def epoch_path(out: str | Path, epoch: int) -> Path:
     return out.with_name(f"{out.stem}-epoch{epoch}{out.suffix}")
 
 
-def time_left(settings: TrainSettings, progress: Progress, epoch_batches: int, seconds_per_batch: float) -> str:
+def time_left(
+    settings: TrainSettings, progress: Progress, epoch_batches: int, seconds_per_batch: float, call_seconds: float
+) -> str:
     """The estimate of the whole run's remaining time: this epoch's rest, then the epochs still allowed (by
-    --epochs, and by --max-seconds, which lets the epoch in progress when it passes finish)."""
+    --epochs, and by --max-seconds, this call's budget, which lets the epoch in progress when it passes finish)."""
     epoch_seconds = epoch_batches * seconds_per_batch
     rest = (epoch_batches - progress.batch) * seconds_per_batch
     later = settings.epochs - progress.epoch - 1
     if settings.max_seconds:
-        budget = settings.max_seconds - progress.elapsed_seconds - rest
+        budget = settings.max_seconds - call_seconds - rest
         later = min(later, max(0, math.ceil(budget / epoch_seconds)))
     total = int(rest + later * epoch_seconds)
     return f"{total // 3600}h{total % 3600 // 60:02d}m" if total >= 3600 else f"{total // 60}m{total % 60:02d}s"
