@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,11 +15,13 @@ from helpers import reversal_corpus, with_metadata
 from transformer.analysis.timeline import KINDS, SETTLED_BELOW, Timeline
 from transformer.cli import main
 from transformer.decoding.forcing import teacher_force
-from transformer.io.checkpoint import load_checkpoint
+from transformer.io.average import average_checkpoints
+from transformer.io.checkpoint import load_checkpoint, save_checkpoint
 from transformer.io.header import read_header
 from transformer.io.timeline import timeline_of_run, untrained_like
 from transformer.io.timeline_file import TimelineError, load_timeline, load_timeline_bytes, timeline_bytes
 from transformer.model.config import TransformerConfig
+from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.training.train import TrainSettings, epoch_path, train
 
@@ -135,6 +138,21 @@ def test_checkpoints_of_different_runs_are_refused_in_one_line(run, checkpoint_p
     with pytest.raises(ValueError, match="not of the same run") as refused:
         timeline_of_run([run[1][0], checkpoint_path], PROBES[:1])
     assert "\n" not in str(refused.value)
+
+
+def test_an_epoch_trained_with_another_dropout_is_of_the_same_run(run, tmp_path):
+    """A run continued on a GPU with dropout 0.1 after CPU epochs without is one model: its timeline and its mean
+    are made (they were refused as of another run)."""
+    last = load_checkpoint(run[1][-1])
+    other = tmp_path / "m-epoch4.safetensors"
+    config = replace(last.config, dropout=0.3 if last.config.dropout != 0.3 else 0.0)
+    model = Transformer(config)
+    model.load_state_dict(last.model.state_dict())
+    save_checkpoint(other, model, last.tokenizer, last.metadata)
+    assert load_checkpoint(other).config.dropout == config.dropout
+    assert len(timeline_of_run([run[1][0], other], PROBES[:1]).snapshots) == 2
+    assert average_checkpoints([run[1][0], other]).config.same_model(config)
+    assert not config.same_model(replace(config, d_ff=64))
 
 
 def _with_description(data: bytes, change) -> bytes:

@@ -213,6 +213,11 @@ class TransformerConfig:
         sinusoids = 2 * rows * self.d_model if self.positional == "sinusoidal" else 0
         return self.parameter_count() + sinusoids
 
+    def same_model(self, other: TransformerConfig) -> bool:
+        """Whether two configs describe the same network: dropout is a training setting, so a run continued with
+        another dropout (epochs on a GPU with 0.1 after CPU epochs without) is still one model."""
+        return dataclasses.replace(self, dropout=other.dropout) == other
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
 
