@@ -134,6 +134,18 @@ def test_a_timeline_reads_back_as_it_was_written(written):
     assert again.probes[0].outputs == timeline.probes[0].outputs
 
 
+def test_a_new_timeline_reads_the_probes_of_the_one_it_replaces(run, written, tmp_path, capsys):
+    """A new default's timeline is read on the probes of the shipped one (`--probes-from`), without their files."""
+    directory, files, _ = run
+    out = tmp_path / "again.safetensors"
+    assert main(["timeline", str(files[-1]), "--probes-from", str(directory / "timeline.safetensors"), "--out",
+                 str(out)]) == 0  # fmt: skip
+    again = load_timeline(out)
+    assert [(p.source, p.reference) for p in again.probes] == [(p.source, p.reference) for p in written[0].probes]
+    assert main(["timeline", str(files[-1]), "--src", str(directory / "probes.src")]) == 2
+    assert "--src needs --ref" in capsys.readouterr().err
+
+
 def test_checkpoints_of_different_runs_are_refused_in_one_line(run, checkpoint_path):
     with pytest.raises(ValueError, match="not of the same run") as refused:
         timeline_of_run([run[1][0], checkpoint_path], PROBES[:1])

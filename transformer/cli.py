@@ -302,10 +302,15 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     from transformer.analysis.alignment import parse_pharaoh
     from transformer.analysis.timeline import KINDS, GoldPairs
     from transformer.io.timeline import timeline_of_run
-    from transformer.io.timeline_file import save_timeline, timeline_path
+    from transformer.io.timeline_file import load_timeline, save_timeline, timeline_path
     from transformer.text.files import read_lines, read_parallel
 
-    probes = list(zip(*read_parallel(args.src, args.ref)))
+    if args.probes_from:  # a new default's timeline reads the probes of the one it replaces
+        probes = [(probe.source, probe.reference) for probe in load_timeline(args.probes_from).probes]
+    elif args.ref:
+        probes = list(zip(*read_parallel(args.src, args.ref)))
+    else:
+        raise ValueError("--src needs --ref: the probes' reference translations, line by line")
     gold = None
     if args.align:
         sources, targets = read_parallel(args.align[0], args.align[1])
@@ -537,8 +542,10 @@ def build_parser() -> argparse.ArgumentParser:
     timeline.add_argument(
         "checkpoints", nargs="+", help="the run's checkpoints, oldest first (e.g. NAME-epoch*.safetensors)"
     )
-    timeline.add_argument("--src", required=True, help="probe sentences, one a line")
-    timeline.add_argument("--ref", required=True, help="their reference translations (teacher forced), line by line")
+    probes = timeline.add_mutually_exclusive_group(required=True)
+    probes.add_argument("--src", help="probe sentences, one a line (with --ref)")
+    probes.add_argument("--probes-from", metavar="TIMELINE", help="the probes and references of this timeline file")
+    timeline.add_argument("--ref", help="their reference translations (teacher forced), line by line")
     timeline.add_argument("--align", nargs=3, metavar=("SRC", "TGT", "GOLD"),
                           help="hand-aligned pairs (as for `align`): each snapshot's heads get an AER")  # fmt: skip
     timeline.add_argument("--untrained-seed", type=int,
