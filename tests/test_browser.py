@@ -19,6 +19,8 @@ from benchmarks.browser import (
     wait_for_step_view,
     wait_idle,
 )
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT
+from transformer.io.timeline_file import load_timeline, timeline_path
 
 pytestmark = pytest.mark.browser
 
@@ -624,6 +626,7 @@ def test_the_beam_tree_stays_readable_and_a_hypothesis_opens_as_a_branch(server,
 # The How it learned view (ui/epoch_player.js) in its shadow root: the caption's epoch, the map's title.
 EPOCH_CAPTION = f"{PLAYER}?.querySelector('.epochs .caption b')?.textContent"
 EPOCH_MAP = f"{PLAYER}?.querySelector('.epoch-map .map-title')?.textContent"
+SNAPSHOTS = load_timeline(timeline_path(DEFAULT_CHECKPOINT)).snapshots  # the shipped timeline's, in order
 
 
 @pytest.mark.parametrize(("size", "presentation"), [((1440, 900), False), ((1024, 768), True)],
@@ -638,7 +641,7 @@ def test_how_it_learned_steps_and_plays_epochs_in_the_browser(server, browser, s
     page.wait_for_timeout(500)
     before = len(sent)
     page.get_by_role("button", name="Next ›").click()
-    page.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 2'")
+    page.wait_for_function(f"{EPOCH_CAPTION} === '{SNAPSHOTS[2].label}'")  # the run's next snapshot
     page.get_by_role("heading", name="How it learned").click()
     page.keyboard.press("ArrowLeft")  # the arrow keys step the epochs on screen
     page.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 1'")
@@ -649,20 +652,21 @@ def test_how_it_learned_steps_and_plays_epochs_in_the_browser(server, browser, s
     page.locator(".epochs .rate").select_option("2")
     page.get_by_role("button", name="▶ Play").click()  # Play runs to the last epoch and stops there
     page.wait_for_function(
-        f"{EPOCH_CAPTION} === 'epoch 3' && {PLAYER}.querySelector('.controls button:nth-child(5)').textContent.includes('Play')"
+        f"{EPOCH_CAPTION} === '{SNAPSHOTS[-1].label}' && "
+        f"{PLAYER}.querySelector('.controls button:nth-child(5)').textContent.includes('Play')"
     )
     assert len(sent) == before  # stepping, choosing a head and playing asked nothing of the server
-    assert "epoch=3" in page.url and "head=all" in page.url and "layer=3" in page.url
+    assert f"epoch={SNAPSHOTS[-1].epoch}" in page.url and "head=all" in page.url and "layer=3" in page.url
     assert page.locator(".head-table .settled").count() == 8  # by the last epoch every head has settled
     page.screenshot(path=ARTIFACTS / f"learned-{size[0]}x{size[1]}.png")
     assert page.evaluate(VIEW_PROBLEMS, presentation) == []
     fresh = browser.new_page(viewport={"width": size[0], "height": size[1]})
     fresh.goto(page.url)  # the copied link opens the same view
-    fresh.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 3'")
+    fresh.wait_for_function(f"{EPOCH_CAPTION} === '{SNAPSHOTS[-1].label}'")
     assert fresh.locator(".small-maps > .map").count() == 8
     fresh.get_by_role("combobox", name="Probe sentence").click()  # another probe:
     fresh.get_by_role("option", name="I love you.").click()  # the same epoch and heads, its maps
     fresh.wait_for_function(
         f"{PLAYER}?.querySelector('.outputs p:nth-child(2) .output-text')?.textContent === \"Je t'aime.\""
     )
-    assert fresh.evaluate(EPOCH_CAPTION) == "epoch 3" and fresh.locator(".small-maps > .map").count() == 8
+    assert fresh.evaluate(EPOCH_CAPTION) == SNAPSHOTS[-1].label and fresh.locator(".small-maps > .map").count() == 8
