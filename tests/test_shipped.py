@@ -20,8 +20,8 @@ DATA = REPO.parent / "shared" / "data"
 VALIDATION = DATA / "multi30k"
 # What newcomers and teachers type first, and what the default writes for it (checked by hand: right).
 EVERYDAY = {
-    "I love you.": "Je vous aime.",
-    "Where is the train station?": "Où est la gare ?",
+    "I love you.": "Je t'aime.",
+    "Where is the train station?": "Où se trouve la gare ?",
     "I am a student.": "Je suis étudiant.",
 }
 CAPTIONS = DEFAULT_CHECKPOINT.with_name("en-fr-captions.safetensors")

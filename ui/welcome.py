@@ -12,7 +12,7 @@ MAX_CARD_BYTES = 4096
 # Sentences the shipped default translates right, each showing something in its cross-attention, for a first click.
 EXAMPLES = (
     "The European Parliament voted against the new law.",  # two words for one, and a crossing
-    "I don't know what you mean.",  # one word for two: ne ... pas
+    "I do not understand the question.",  # one word for two: ne ... pas
     "Where is the train station?",  # two words for one: gare
 )
 
