@@ -21,7 +21,7 @@ def average_checkpoints(paths: list[str | Path]) -> Checkpoint:
     last = first
     for path in paths[1:]:
         last = load_checkpoint(path)
-        if not last.config.same_model(first.config) or not last.tokenizer.same_as(first.tokenizer):
+        if not last.same_model_as(first):
             raise CheckpointError(f"{path} is not the same model as {paths[0]} (another shape or vocabulary)")
         for name, tensor in last.model.state_dict().items():
             sums[name] += tensor.float()

@@ -65,6 +65,11 @@ class Checkpoint:
     def config(self) -> TransformerConfig:
         return self.model.config
 
+    def same_model_as(self, other: Checkpoint) -> bool:
+        """Whether two checkpoints hold the same network and vocabulary (epochs of one run, their mean): the
+        weights may differ, and so may dropout, a training setting."""
+        return self.config.same_model(other.config) and self.tokenizer.same_as(other.tokenizer)
+
 
 def unique_state(model: Transformer) -> dict[str, torch.Tensor]:
     """The state dict with tied aliases dropped: one name per shared tensor."""

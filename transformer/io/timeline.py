@@ -46,7 +46,7 @@ def run_snapshots(
         yield Snapshot("before training", 0, 0, None, ""), untrained_like(first, untrained_seed), first.tokenizer
     for i, path in enumerate(map(Path, files)):
         checkpoint = first if i == 0 else load_checkpoint(path)
-        if not checkpoint.tokenizer.same_as(first.tokenizer) or not checkpoint.config.same_model(first.config):
+        if not checkpoint.same_model_as(first):
             raise ValueError(f"{path.name} is not of the same run as {Path(files[0]).name}: its model or "
                              "vocabulary differs")  # fmt: skip
         snapshot = snapshot_of(checkpoint, path.name)
@@ -114,7 +114,7 @@ def sentence_timeline(timeline: Timeline, files: Sequence[Path | None], source: 
         for snapshot, path in zip(timeline.snapshots, files):
             if path is not None:
                 checkpoint = last if path == files[-1] else load_checkpoint(path)
-                if not checkpoint.tokenizer.same_as(last.tokenizer) or not checkpoint.config.same_model(last.config):
+                if not checkpoint.same_model_as(last):
                     raise ValueError(f"{path.name} is not of the same run as {files[-1].name}")
                 yield snapshot, checkpoint.model, checkpoint.tokenizer
             elif snapshot.step == 0 and isinstance(seed, int):  # the untrained start, without a file
