@@ -76,3 +76,83 @@ def test_a_hostile_tokenizer_in_an_uploaded_checkpoint_is_refused_in_one_line(ch
     with pytest.raises(CheckpointError, match=r"invalid tokenizer: .*regex '\(\?:a\|a\)\{1,22\}!'") as error:
         load_checkpoint_bytes(hostile)
     assert "\n" not in str(error.value)
+
+
+def replace(pattern: str, content: str) -> dict:
+    return {"type": "Replace", "pattern": {"String": pattern}, "content": content}
+
+
+MULTIPLYING = {
+    "a Replace of one letter by 100,000": {"normalizer": replace("a", "a" * 100_000)},  # aborted the process at 3.2 GB
+    "a long Prepend": {"normalizer": {"type": "Prepend", "prepend": "b" * 5_000}},
+    "steps that multiply together": {"normalizer": {"type": "Sequence", "normalizers": [replace("a", "aa" * 40)] * 2}},
+    "a decoder that multiplies": {"decoder": replace("a", "a" * 5_000)},
+}
+
+
+@pytest.mark.parametrize("name", MULTIPLYING)
+def test_a_pipeline_that_multiplies_the_text_is_refused_when_read(name):
+    """Native code that runs out of memory aborts the process, so growth is bounded before the library runs."""
+    with pytest.raises(TokenizerError, match="can make up to [0-9,]+ characters of one") as error:
+        JsonTokenizer(tokenizer_json(**MULTIPLYING[name]))
+    assert "\n" not in str(error.value)
+
+
+def test_a_text_that_the_pipeline_could_grow_past_its_bound_is_refused_before_the_library_runs():
+    tokenizer = JsonTokenizer(tokenizer_json(normalizer=replace("a", "a" * 1000)))
+    assert tokenizer.encode("b") == [5]  # one word to the library, 1,000 "a" the unknown word
+    assert tokenizer.encode("a" * 500) == [3]
+    with pytest.raises(TokenizerError, match="could make up to 2,000,000 characters of a 2,000-character text"):
+        tokenizer.encode("a" * 2000)
+    with pytest.raises(TokenizerError, match="could make up to"):
+        tokenizer.encode_many(["a"] * 3 + ["a" * 2000])
+
+
+def test_the_app_is_told_why_a_sentence_is_refused_by_the_tokenizer():
+    from transformer.decoding.result import DecodeInputError, source_ids
+
+    tokenizer = JsonTokenizer(tokenizer_json(normalizer=replace("a", "a" * 1000)))
+    with pytest.raises(DecodeInputError, match="a shorter text"):
+        source_ids(tokenizer, "a" * 2000, max_len=64)
+
+
+def test_many_texts_are_encoded_in_groups_within_the_bound_with_the_same_ids():
+    tokenizer = JsonTokenizer(tokenizer_json(normalizer=replace("a", "a" * 1000)))
+    texts = [("a b " * 99)[: 1 + i % 200] for i in range(400)]  # 400 texts: more than one group
+    assert tokenizer.encode_many(texts) == [tokenizer.encode(text) for text in texts]
+
+
+def test_an_empty_replace_pattern_is_refused():
+    with pytest.raises(TokenizerError, match="empty or unreadable pattern"):
+        JsonTokenizer(tokenizer_json(normalizer=replace("", "x")))
+
+
+PANICKING_CHARSMAP = base64.b64encode(bytes.fromhex("080000004a58b791df6af1d8")).decode()  # loads, panics on any text
+
+
+def test_a_charsmap_that_loads_but_panics_on_every_text_is_refused_when_read():
+    with pytest.raises(TokenizerError, match="fails on ordinary text .*index out of bounds") as error:
+        JsonTokenizer(tokenizer_json(normalizer={"type": "Precompiled", "precompiled_charsmap": PANICKING_CHARSMAP}))
+    assert "\n" not in str(error.value)
+
+
+def test_a_panic_in_any_later_call_of_the_library_is_a_tokenizer_error():
+    """pyo3's PanicException is a BaseException: without the guard it escapes the page's `except Exception`."""
+    hostile = Backend.from_str(
+        tokenizer_json(normalizer={"type": "Precompiled", "precompiled_charsmap": PANICKING_CHARSMAP})
+    )
+    try:
+        hostile.encode("a")
+    except BaseException as error:
+        panic = error
+    tokenizer = JsonTokenizer(tokenizer_json())
+    tokenizer.backend = hostile
+    for call in (
+        tokenizer.encode,
+        tokenizer.encode_words,
+        tokenizer.unknown_parts,
+        lambda text: tokenizer.encode_many([text]),
+    ):
+        with pytest.raises(TokenizerError, match="the tokenizer failed: index out of bounds"):
+            call("a b")
+    assert not isinstance(panic, Exception)

@@ -12,7 +12,7 @@ from transformer.decoding.beam_tree import BeamTree
 from transformer.decoding.lens import LogitLens
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
-from transformer.text.tokenizer import TokenizerBase
+from transformer.text.tokenizer import TokenizerBase, TokenizerError
 
 TOP_K = 10  # candidates kept per step for display
 
@@ -76,7 +76,10 @@ def source_ids(tokenizer: TokenizerBase, text: str, max_len: int, side: str = "s
     if not text or not text.strip():
         raise DecodeInputError("the sentence is empty: type something to translate")
     prefix = tokenizer.source_prefix_ids if side == "source" else tokenizer.target_prefix_ids
-    ids = prefix + tokenizer.encode(text) + [tokenizer.eos_id]
+    try:
+        ids = prefix + tokenizer.encode(text) + [tokenizer.eos_id]
+    except TokenizerError as error:  # a text the tokenizer's pipeline would grow past its bound, or fails on
+        raise DecodeInputError(str(error)) from None
     if len(ids) > max_len:
         return ids[: max_len - 1] + [ids[-1]], True
     return ids, False
