@@ -18,7 +18,7 @@ from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, CheckpointError
 from transformer.io.hugging_face import load_checkpoint_or_hf
 from transformer.model.config import TransformerConfig
-from transformer.text.files import decoded_lines, decompressed, file_bytes
+from transformer.text.files import TEXT_FILE, decoded_lines, open_regular
 from transformer.text.tokenizer import LONE_SURROGATE
 
 CONSOLE_COMMAND = "transformer-explorer"  # pyproject.toml's [project.scripts]
@@ -63,7 +63,11 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
     checkpoint = load_checkpoint_or_hf(args.checkpoint, _device(args.device))
     source = args.input or "standard input"
-    lines, problems = decoded_lines(decompressed(file_bytes(args.input) if args.input else sys.stdin.buffer.read()))
+    if args.input:
+        with open_regular(args.input, TEXT_FILE) as handle:
+            lines, problems = decoded_lines(handle)
+    else:
+        lines, problems = decoded_lines(sys.stdin.buffer)
     for problem in problems:  # the good lines are still translated, one output line per input line
         print(f"{source}: {problem}; its output line is left empty", file=sys.stderr)
     max_len = checkpoint.config.max_len

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from transformer.io.checkpoint import CHECKPOINT_DIR
+from transformer.text.files import FileRefused, read_head
 from ui import keys
 from ui.text import literal
 
@@ -22,8 +23,8 @@ def model_card(name: str) -> str | None:
     it has no card."""
     path = CHECKPOINT_DIR / "cards" / f"{name}.md"
     try:
-        text = path.read_bytes()[:MAX_CARD_BYTES].decode("utf-8", errors="replace")
-    except OSError:
+        text = read_head(path, MAX_CARD_BYTES).decode("utf-8", errors="replace")
+    except FileRefused:  # none, or not a regular file (a link to /dev/zero, a pipe): no card
         return None
     return " ".join(text.strip().split("\n\n")[0].split()) or None
 

@@ -13,18 +13,24 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError
+from safetensors.torch import load as load_safetensors
+from safetensors.torch import save_file
 
 from transformer.decoding.lens import LogitLens, guesses
 from transformer.decoding.result import source_ids
 from transformer.model.encoder_decoder import Transformer
+from transformer.text.files import open_regular, read_regular
 from transformer.text.tokenizer import TokenizerBase
+
+# A lens is (decoder layers - 1) d_model x d_model numbers: 386 MB for a 3.3B model's 24 layers of 2,048.
+MAX_LENS_BYTES = 1 << 30
 
 
 class TunedLensError(ValueError):
@@ -162,7 +168,7 @@ def tuned_lens_path(checkpoint: Path) -> Path:
 
 def file_sha256(path: str | Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as file:
+    with open_regular(path) as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -178,10 +184,10 @@ def save_tuned_lens(path: str | Path, lens: TunedLens, checkpoint_sha256: str, c
 def load_tuned_lens(path: str | Path, model: Transformer, checkpoint_sha256: str) -> TunedLens:
     """The lens in `path`, refused with a TunedLensError unless it was fitted to this checkpoint's very file."""
     try:
-        with safe_open(str(path), "pt") as file:
-            metadata = file.metadata() or {}
-        tensors = load_file(str(path))
-    except (OSError, ValueError, SafetensorError) as error:
+        data = read_regular(path, MAX_LENS_BYTES)
+        tensors = load_safetensors(data)
+        metadata = _metadata(data)
+    except (OSError, ValueError, SafetensorError) as error:  # FileRefused (not a regular file, too large) too
         raise TunedLensError(f"{Path(path).name} is not a readable tuned lens: {error}") from None
     if metadata.get("format") != "tuned-lens":
         raise TunedLensError(f"{Path(path).name} is not a tuned lens file")
@@ -198,6 +204,13 @@ def load_tuned_lens(path: str | Path, model: Transformer, checkpoint_sha256: str
         for name in ("kl_logit", "kl_tuned")
     ]
     return TunedLens(weights.float(), biases.float(), kl[0], kl[1])
+
+
+def _metadata(data: bytes) -> dict:
+    """The __metadata__ of a safetensors file's bytes (already read by safetensors, so well-formed)."""
+    (length,) = struct.unpack("<Q", data[:8])
+    metadata = json.loads(data[8 : 8 + length]).get("__metadata__")
+    return metadata if isinstance(metadata, dict) else {}
 
 
 def _kl_per_layer(text: str, layers: int, what: str) -> tuple[float, ...]:

@@ -29,6 +29,7 @@ from transformer.io.header import CheckpointError, check_tensors, read_file_head
 from transformer.io.metadata import read_metadata
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.model.encoder_decoder import Transformer
+from transformer.text.files import FileRefused, read_regular
 from transformer.text.json_tokenizer import JsonTokenizer
 from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
@@ -215,6 +216,18 @@ def load_cost(data: bytes) -> tuple[TransformerConfig, int]:
 
 def _header_and_config(data: bytes) -> tuple[dict[str, Any], TransformerConfig]:
     header = read_header(data)
+    return header, _config_of(header)
+
+
+def file_model(path: str | Path) -> tuple[TransformerConfig, tuple]:
+    """A checkpoint file's config and tokenizer fields, from its header alone: what Checkpoint.same_model_as
+    compares, known before any weights are read."""
+    header = read_file_header(path)
+    meta = header["__metadata__"]
+    return _config_of(header), tuple(meta.get(name) for name in (*TOKENIZER_FIELDS, "source_prefix", "target_prefix"))
+
+
+def _config_of(header: dict[str, Any]) -> TransformerConfig:
     meta = header["__metadata__"]
     if meta.get("format") != FORMAT_NAME:
         raise CheckpointError(
@@ -223,7 +236,7 @@ def _header_and_config(data: bytes) -> tuple[dict[str, Any], TransformerConfig]:
     if meta.get("format_version") not in READABLE_VERSIONS:
         raise CheckpointError(f"unsupported checkpoint format version {meta.get('format_version')!r}")
     try:
-        return header, TransformerConfig.from_json(_metadata_field(meta, "config"))
+        return TransformerConfig.from_json(_metadata_field(meta, "config"))
     except ConfigError as error:
         raise CheckpointError(f"invalid config: {error}") from None
 
@@ -287,9 +300,10 @@ def load_checkpoint(
 ) -> Checkpoint:
     """Reads the whole file once (a file replaced meanwhile cannot mix two versions) and loads it."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise CheckpointError(f"no checkpoint file at {path}")
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise CheckpointError(f"{path.name} is {size:,} bytes, over the limit of {max_bytes:,}")
-    return load_checkpoint_bytes(path.read_bytes(), device)
+    try:
+        data = read_regular(path, max_bytes)
+    except FileRefused as error:
+        raise CheckpointError(str(error)) from None
+    return load_checkpoint_bytes(data, device)

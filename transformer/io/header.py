@@ -12,6 +12,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from transformer.text.files import FileRefused, open_regular
+
 
 class CheckpointError(ValueError):
     """A file that is not a usable checkpoint; the message names the problem."""
@@ -69,10 +71,13 @@ def read_header(data: bytes, require_metadata: bool = True) -> dict[str, Any]:
 
 def read_file_header(path: str | Path, require_metadata: bool = True) -> dict[str, Any]:
     """The header of a checkpoint file, reading only its first bytes (for listing files without loading them)."""
-    with open(path, "rb") as file:
-        prefix = file.read(8)
-        if len(prefix) == 8:
-            prefix += file.read(min(struct.unpack("<Q", prefix)[0], MAX_HEADER_BYTES + 1))
+    try:
+        with open_regular(path) as file:
+            prefix = file.read(8)
+            if len(prefix) == 8:
+                prefix += file.read(min(struct.unpack("<Q", prefix)[0], MAX_HEADER_BYTES + 1))
+    except FileRefused as error:
+        raise CheckpointError(str(error)) from None
     return read_header(prefix, require_metadata)
 
 

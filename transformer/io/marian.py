@@ -24,6 +24,7 @@ from safetensors.torch import load_file
 from transformer.io.checkpoint import Checkpoint, CheckpointError, model_from_tensors
 from transformer.io.header import DTYPE_BYTES, read_file_header
 from transformer.model.config import ConfigError, TransformerConfig
+from transformer.text.files import FileRefused, read_regular
 from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
@@ -69,15 +70,11 @@ def read_bounded(directory: Path, name: str, limit: int) -> bytes:
     path = regular_file(directory, name)
     if path is None:
         raise CheckpointError(f"{directory.name} has no {name}")
-    # Opened without blocking and checked again once open: a pipe swapped in after the check cannot hang us.
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise CheckpointError(f"{name} in {directory.name} is not a regular file: refused")
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise CheckpointError(f"{name} in {directory.name} is over {limit / 2**20:g} MB: not read")
-    return data
+    try:
+        return read_regular(path, limit)
+    except FileRefused as error:
+        reason = f"is over {limit / 2**20:g} MB: not read" if error.over_limit else error.reason
+        raise CheckpointError(f"{name} in {directory.name} {reason}") from None
 
 
 def read_json(directory: Path, name: str, limit: int = MAX_JSON_BYTES) -> Any:

@@ -12,7 +12,7 @@ import torch
 
 from transformer.analysis.timeline import GoldPairs, Snapshot, Timeline, build_timeline
 from transformer.decoding.greedy import decode
-from transformer.io.checkpoint import Checkpoint, load_checkpoint
+from transformer.io.checkpoint import Checkpoint, file_model, load_checkpoint
 from transformer.io.header import read_file_header
 from transformer.io.metadata import read_metadata
 from transformer.model.encoder_decoder import Transformer
@@ -54,6 +54,18 @@ def run_snapshots(
         yield snapshot, checkpoint.model, checkpoint.tokenizer
 
 
+def check_one_run(files: Sequence[str | Path]) -> None:
+    """ValueError unless every file holds the model and vocabulary of the first, read from the headers alone:
+    before the probes are read (a minute a snapshot), not after."""
+    first_config, first_tokenizer = file_model(files[0])
+    for path in map(Path, files[1:]):
+        config, tokenizer = file_model(path)
+        if not config.same_model(first_config) or tokenizer != first_tokenizer:
+            raise ValueError(
+                f"{path.name} is not of the same run as {Path(files[0]).name}: its model or vocabulary differs"
+            )
+
+
 def timeline_of_run(
     files: Sequence[str | Path],
     probes: Sequence[tuple[str, str]],
@@ -65,6 +77,7 @@ def timeline_of_run(
     `progress` hears each snapshot's label as its turn comes."""
     if not files:
         raise ValueError("a timeline needs at least one checkpoint")
+    check_one_run(files)
     timeline = build_timeline(run_snapshots(files, untrained_seed, progress), probes, gold)
     training = read_metadata(load_checkpoint(files[-1]).metadata).training
     if training is None:

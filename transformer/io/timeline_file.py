@@ -20,6 +20,7 @@ from transformer.analysis.timeline import KINDS, ProbeTimeline, Snapshot, Timeli
 from transformer.io.checkpoint import write_atomically
 from transformer.io.header import CheckpointError, check_tensors, read_header
 from transformer.model.kinds import AttentionKind
+from transformer.text.files import FileRefused, read_regular
 
 FORMAT_NAME = "transformer-explorer-timeline"
 FORMAT_VERSION = "1"
@@ -212,11 +213,11 @@ def load_timeline_bytes(data: bytes) -> Timeline:
 def load_timeline(path: str | Path) -> Timeline:
     """Reads the file whole (bounded by MAX_FILE_BYTES) and checks it; TimelineError names what is wrong."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise TimelineError(f"no timeline file at {path}")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise TimelineError(f"{path.name} is {path.stat().st_size:,} bytes, over the limit of {MAX_FILE_BYTES:,}")
     try:
-        return load_timeline_bytes(path.read_bytes())
+        return load_timeline_bytes(read_regular(path, MAX_FILE_BYTES))
+    except FileRefused as error:
+        raise TimelineError(str(error)) from None
     except TimelineError as error:
         raise TimelineError(f"{path.name}: {error}") from None

@@ -1,32 +1,88 @@
-"""Text files, one sentence a line: plain, gzipped or xz-compressed, read whole or as a parallel pair."""
+"""Files read from disk, each bounded before it is read (regular files only, at most what is used), and text files
+of one sentence a line: plain, gzipped or xz-compressed, read whole, as a stream or as a parallel pair."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import lzma
+import os
+import stat
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import AnyStr, BinaryIO
+from typing import BinaryIO
+
+# A line longer than a paragraph is no sentence: a 20 MB one took 18 s and 2.6 GB to encode before it was skipped,
+# and a 1 GB one-line file held a command for over a minute.
+MAX_LINE_BYTES = 20_000
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """One sentence a line; `.gz` files are decompressed. ValueError naming the file if it is not text."""
+TEXT_FILE = "text file, one sentence a line"
+
+
+class FileRefused(ValueError):
+    """A file that is not read: not a regular file (a device, a pipe, a directory), missing, or over its limit."""
+
+    def __init__(self, path: str | Path, reason: str, over_limit: bool = False):
+        super().__init__(f"{path} {reason}")
+        self.reason = reason  # what is wrong, for a message that names the file its own way
+        self.over_limit = over_limit
+
+
+@contextmanager
+def open_regular(path: str | Path, kind: str = "file") -> Iterator[io.BufferedReader]:
+    """A regular file opened for reading; FileRefused naming it for anything else. Opened without blocking and
+    checked once open, so a pipe (or one swapped in after a check) cannot hang the reader and a link to /dev/zero
+    is refused unread."""
+    path = Path(path)
     try:
-        return text_lines(file_bytes(path))
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as error:
+        raise FileRefused(path, f"cannot be read ({error.strerror or error.__class__.__name__})") from None
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        if stat.S_ISDIR(mode):
+            raise FileRefused(path, f"is a directory: give a {kind}")
+        raise FileRefused(path, "is not a regular file (a device, a pipe or a socket): refused")
+    with os.fdopen(descriptor, "rb") as handle:
+        yield handle
 
 
-def file_bytes(path: str | Path) -> bytes:
-    """A text file's bytes; a directory is refused with a message rather than IsADirectoryError."""
-    if Path(path).is_dir():
-        raise ValueError(f"{path} is a directory: give a text file, one sentence a line")
-    return Path(path).read_bytes()
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """A regular file's bytes, refused (FileRefused) past `limit` bytes without reading them."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise FileRefused(path, f"is {max(size, len(data)):,} bytes, over the limit of {limit:,}", over_limit=True)
+    return data
+
+
+def read_head(path: str | Path, size: int) -> bytes:
+    """At most the first `size` bytes of a regular file (FileRefused for anything else): what a reader shows."""
+    with open_regular(path) as handle:
+        return handle.read(size)
+
+
+def read_lines(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> list[str]:
+    """One sentence a line, read as a stream; `.gz` and `.xz` files are decompressed. ValueError naming the file if
+    it is not text, not a regular file, or has a line over max_line_bytes."""
+    with open_regular(path, TEXT_FILE) as handle:
+        try:
+            return text_lines(handle, max_line_bytes=max_line_bytes)
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
 
 
 def text_lines(
-    data: bytes, max_bytes: int | None = None, max_lines: int | None = None, max_line_bytes: int | None = None
+    data: bytes | BinaryIO,
+    max_bytes: int | None = None,
+    max_lines: int | None = None,
+    max_line_bytes: int | None = None,
 ) -> list[str]:
     """The lines of UTF-8 text, gzipped, xz-compressed or plain, read as a stream: at most max_lines of them (the rest
     never decompressed), each at most max_line_bytes, max_bytes in all after decompression. ValueError naming the
@@ -36,8 +92,9 @@ def text_lines(
     """
     lines: list[str] = []
     pending, left = b"", max_bytes
+    stream = _opened(data)
     try:
-        with _opened(data) as stream:
+        with stream:
             while max_lines is None or len(lines) < max_lines:
                 block = stream.read(READ_BLOCK if left is None else min(READ_BLOCK, left + 1))
                 if left is not None and (left := left - len(block)) < 0:
@@ -48,7 +105,7 @@ def text_lines(
                 _check_lengths(complete, pending, max_line_bytes, len(lines))
                 lines += _decoded(complete, len(lines))
     except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
-        raise ValueError(f"a corrupt {_compression(data)} file: {error}") from None
+        raise ValueError(f"a corrupt {_compression(stream)} file: {error}") from None
     if pending:  # the last line, without a newline after it
         lines += _decoded([pending], len(lines))
     return lines[:max_lines]
@@ -79,66 +136,59 @@ def _decoded(lines: list[bytes], before: int) -> list[str]:
         raise
 
 
-def _opened(data: bytes) -> BinaryIO:
+def _opened(data: bytes | BinaryIO) -> BinaryIO:
     """A stream of the file's bytes, decompressed as it is read if gzip or xz (recognised by their magic bytes)."""
-    raw = io.BytesIO(data)
-    if data.startswith(b"\x1f\x8b"):
+    raw = io.BytesIO(data) if isinstance(data, bytes) else data
+    raw = raw if hasattr(raw, "peek") else io.BufferedReader(raw)
+    magic = raw.peek(6)[:6]
+    if magic.startswith(b"\x1f\x8b"):
         return gzip.GzipFile(fileobj=raw)
-    if data.startswith(b"\xfd7zXZ\x00"):
+    if magic.startswith(b"\xfd7zXZ\x00"):
         return lzma.LZMAFile(raw)
     return raw
+
+
+def _compression(stream: BinaryIO) -> str:
+    return "gzip" if isinstance(stream, gzip.GzipFile) else "xz" if isinstance(stream, lzma.LZMAFile) else "plain"
 
 
 def _not_text(number: int, line: bytes, error: UnicodeDecodeError) -> str:
     return f"line {number} is not UTF-8 text (byte 0x{line[error.start]:02x} at byte {error.start + 1} of the line)"
 
 
-def decompressed(data: bytes, max_bytes: int | None = None) -> bytes:
-    """The bytes of a file, decompressed if gzip or xz, refused past max_bytes.
-
-    A compressed stream is decompressed only up to max_bytes (a small file can expand a thousandfold).
-    """
-    try:
-        with _opened(data) as stream:
-            data = stream.read(-1 if max_bytes is None else max_bytes + 1)
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
-        raise ValueError(f"a corrupt {_compression(data)} file: {error}") from None
-    if max_bytes is not None and len(data) > max_bytes:
-        raise _over_the_limit(max_bytes)
-    return data
-
-
 def _over_the_limit(max_bytes: int) -> ValueError:
     return ValueError(f"the text is over the limit of {max_bytes / 2**20:g} MB (after decompression)")
 
 
-def _compression(data: bytes) -> str:
-    return "gzip" if data.startswith(b"\x1f\x8b") else "xz"
+def decoded_lines(data: bytes | io.BufferedReader, max_line_bytes: int = MAX_LINE_BYTES) -> tuple[list[str], list[str]]:
+    """Each line of UTF-8 text, read as a stream (decompressed if gzip or xz): "" where a line is not UTF-8 or is
+    longer than max_line_bytes, and a message naming each such line.
 
-
-def decoded_lines(data: bytes) -> tuple[list[str], list[str]]:
-    """Each line of UTF-8 text, "" where a line is not UTF-8, and a message naming each such line.
-
-    One bad byte costs its own line only: the lines around it are kept.
+    One bad line costs its own line only: the lines around it are kept, and a long one is never held whole.
     """
+    lines: list[str] = []
+    problems: list[str] = []
+    stream = _opened(data)
     try:
-        return _split(data.decode("utf-8")), []
-    except UnicodeDecodeError:
-        pass
-    lines, problems = [], []
-    for number, raw in enumerate(_split(data), 1):
-        try:
-            lines.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as error:
-            lines.append("")
-            problems.append(_not_text(number, raw, error))
+        with stream:
+            for number in itertools.count(1):
+                raw = stream.readline(max_line_bytes + 1)
+                if not raw:
+                    break
+                if not raw.endswith(b"\n") and len(raw) > max_line_bytes:
+                    while raw and not raw.endswith(b"\n"):  # the rest of the line, a block at a time
+                        raw = stream.readline(READ_BLOCK)
+                    lines.append("")
+                    problems.append(f"line {number} is longer than {max_line_bytes:,} bytes: not a sentence")
+                    continue
+                try:
+                    lines.append(raw.removesuffix(b"\n").decode("utf-8"))
+                except UnicodeDecodeError as error:
+                    lines.append("")
+                    problems.append(_not_text(number, raw, error))
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
+        raise ValueError(f"a corrupt {_compression(stream)} file: {error}") from None
     return lines, problems
-
-
-def _split(text: AnyStr) -> list[AnyStr]:
-    """Lines without their newlines; not splitlines(): U+2028 and friends stay inside a sentence."""
-    lines = text.split("\n" if isinstance(text, str) else b"\n")
-    return lines[:-1] if lines and not lines[-1] else lines
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[str], list[str]]:

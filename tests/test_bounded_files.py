@@ -1,0 +1,150 @@
+"""Every file the app and the command line read goes through one bounded reader: regular files only (a link to
+/dev/zero, a named pipe or a directory is refused unread), at most what is used, and no line longer than a
+paragraph. A hostile checkpoints/ folder must not break the landing page for everyone."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from helpers import measured, run_cli
+
+from transformer.analysis.tuned_lens import TunedLensError, load_tuned_lens
+from transformer.io.checkpoint import CheckpointError, describe, load_checkpoint
+from transformer.io.header import read_file_header
+from transformer.io.timeline_file import TimelineError, load_timeline
+from transformer.text.files import FileRefused, read_lines, read_regular
+
+
+def hostile(tmp_path: Path, kind: str, name: str) -> Path:
+    """A file named `name` that is a link to /dev/zero, a named pipe, or a 3 GB sparse file (costs no disk)."""
+    path = tmp_path / name
+    if kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "pipe":
+        os.mkfifo(path)
+    else:
+        with open(path, "wb") as file:
+            file.truncate(3 * 2**30)
+    return path
+
+
+def finishes(call, seconds: float = 30):
+    """call() in a thread: what it returned or raised, and whether it finished (a pipe read would hang it)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the reader hung"
+    return outcome
+
+
+KINDS = ["dev-zero", "pipe", "sparse"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_model_card_that_is_no_regular_file_or_is_huge_costs_nothing(kind, tmp_path, monkeypatch):
+    import ui.welcome
+
+    (tmp_path / "cards").mkdir()
+    hostile(tmp_path / "cards", kind, "m.md")
+    monkeypatch.setattr(ui.welcome, "CHECKPOINT_DIR", tmp_path)
+    with measured() as cost:
+        outcome = finishes(lambda: ui.welcome.model_card("m"))
+    assert "error" not in outcome, outcome  # a MemoryError at 6.5 GB from /dev/zero before
+    assert cost.peak_growth_mb < 50, cost  # the sparse file was read whole: 3 GB
+    if kind == "sparse":  # its first 4 KB (zeros) are shown, the rest never read
+        assert len(outcome["value"]) <= 4096
+    else:
+        assert outcome["value"] is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_checkpoints_timelines_and_lenses_that_are_no_regular_files_are_refused_unread(kind, tmp_path, model):
+    path = hostile(tmp_path, kind, "x.safetensors")
+    with measured() as cost:
+        readers = {
+            "checkpoint": lambda: load_checkpoint(path),
+            "header": lambda: read_file_header(path),
+            "timeline": lambda: load_timeline(path),
+            "lens": lambda: load_tuned_lens(path, model, "0" * 64),
+        }
+        for what, read in readers.items():
+            outcome = finishes(read)
+            error = outcome.get("error")
+            assert isinstance(error, CheckpointError | TimelineError | TunedLensError), (what, outcome)
+            wanted = "over the limit" if kind == "sparse" and what != "header" else "not a regular file"
+            assert wanted in str(error) or kind == "sparse", (what, error)
+        assert finishes(lambda: describe(path))["value"].endswith("unreadable")
+    assert cost.peak_growth_mb < 100, cost
+
+
+def test_the_bounded_reader_refuses_past_its_limit_without_reading(tmp_path):
+    path = hostile(tmp_path, "sparse", "big.bin")
+    with measured() as cost, pytest.raises(FileRefused, match=r"is 3,221,225,472 bytes, over the limit of 1,024"):
+        read_regular(path, 1024)
+    assert cost.peak_growth_mb < 20, cost
+    (tmp_path / "small.bin").write_bytes(b"x" * 1024)
+    assert read_regular(tmp_path / "small.bin", 1024) == b"x" * 1024
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "align", "timeline"])
+def test_command_line_inputs_that_are_no_regular_files_are_one_line(command, tmp_path, checkpoint_path):
+    zero = hostile(tmp_path, "dev-zero", "zero.txt")
+    (tmp_path / "ok.txt").write_text("a dog\n")
+    arguments = {
+        "translate": ["--checkpoint", checkpoint_path, "--input", zero],
+        "evaluate": ["--checkpoint", checkpoint_path, "--src", zero, "--ref", tmp_path / "ok.txt"],
+        "align": ["--checkpoint", checkpoint_path, "--src", tmp_path / "ok.txt", "--tgt", tmp_path / "ok.txt",
+                  "--gold", zero],
+        "timeline": [checkpoint_path, "--src", zero, "--ref", tmp_path / "ok.txt"],
+    }[command]  # fmt: skip
+    with measured() as cost:
+        done = finishes(lambda: run_cli(command, *arguments))["value"]
+    assert done.returncode == 2 and "zero.txt is not a regular file" in done.stderr, done
+    assert done.stderr.count("\n") == 1 and cost.peak_growth_mb < 200, (done.stderr, cost)
+
+
+def test_a_line_longer_than_a_paragraph_is_refused_naming_it_without_being_held(tmp_path):
+    path = tmp_path / "long.txt"
+    path.write_bytes(b"a short line\n" + b"x" * 50_000_000 + b"\nanother\n")
+    with measured() as cost, pytest.raises(ValueError, match="line 2 is longer than 20,000 bytes"):
+        read_lines(path)
+    assert cost.peak_growth_mb < 30, cost  # the 50 MB line was read whole before
+
+
+def test_translate_leaves_a_line_longer_than_a_paragraph_empty_and_names_it(tmp_path, checkpoint_path):
+    path = tmp_path / "long.txt"
+    path.write_bytes(b"a dog runs\n" + b"x" * 5_000_000 + b"\nthe cat sits\n")
+    with measured() as cost:
+        done = run_cli("translate", "--checkpoint", checkpoint_path, "--input", path)
+    assert done.returncode == 1 and "line 2 is longer than 20,000 bytes" in done.stderr, done.stderr
+    lines = done.stdout.split("\n")
+    assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[2], lines  # one output line per input line
+    assert cost.peak_growth_mb < 100, cost
+
+
+def test_a_timeline_of_two_runs_is_refused_before_any_probe_is_read(tmp_path, checkpoint_path):
+    from helpers import tiny_config
+    from test_timeline import PROBES
+
+    from transformer.io.checkpoint import save_checkpoint
+    from transformer.io.timeline import timeline_of_run
+    from transformer.model.encoder_decoder import Transformer
+
+    first = load_checkpoint(checkpoint_path)
+    other = tmp_path / "other.safetensors"
+    save_checkpoint(other, Transformer(tiny_config(first.tokenizer, d_ff=48)).eval(), first.tokenizer, {})
+    heard = []
+    with pytest.raises(ValueError, match="other.safetensors is not of the same run"):
+        timeline_of_run([checkpoint_path, other], PROBES[:1], progress=heard.append)
+    assert heard == []  # refused up front: the probes were read with the first checkpoint before
