@@ -13,6 +13,7 @@ from transformer.analysis.alignment import (
     align_corpus,
     parse_pharaoh,
 )
+from transformer.io.export import csv_text
 from transformer.viz.alignment import alignment_heatmap
 from transformer.viz.matrices import matrix_heatmap
 from ui import keys, models, uploads, url
@@ -97,7 +98,7 @@ if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report
     frame = pd.DataFrame(report.table()).set_index("rank")
     table(frame.style.format({"aer": "{:.3f}", "precision": "{:.3f}", "recall": "{:.3f}"}), width="stretch",
           height=360, key="align_table")  # fmt: skip
-    st.download_button("Table as CSV", frame.to_csv(), file_name="alignment.csv", mime="text/csv", on_click="ignore",
+    st.download_button("Table as CSV", csv_text(frame), file_name="alignment.csv", mime="text/csv", on_click="ignore",
                        key="align_csv")  # fmt: skip
 
     st.subheader("AER of every layer and head")

@@ -6,7 +6,7 @@ import streamlit as st
 
 from transformer.analysis.attribution import DEFAULT_STEPS, MIN_STEPS, interpolation_steps
 from transformer.analysis.words import over_words
-from transformer.io.export import npz_bytes, position_labels
+from transformer.io.export import csv_text, npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
 from transformer.viz.attribution import measures_over_tokens
@@ -181,7 +181,7 @@ downloads[0].download_button("Every attribution as .npz", lambda: npz_bytes(foun
                              mime="application/octet-stream", on_click="ignore", key="attribution_npz")  # fmt: skip
 step_table = pd.DataFrame({name: values for name, values in measures.items()},
                           index=pd.Index(position_labels(source_labels), name="source token"))  # fmt: skip
-downloads[1].download_button("This step as CSV", step_table.to_csv(float_format="%.6g"),
+downloads[1].download_button("This step as CSV", csv_text(step_table, float_format="%.6g"),
                              file_name=f"attribution-step{step + 1}.csv", mime="text/csv", on_click="ignore",
                              key="attribution_csv")  # fmt: skip
 url.write_url()

@@ -8,6 +8,7 @@ from sacrebleu.metrics import BLEU
 from transformer.analysis.attribution import corpus_agreement
 from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
+from transformer.io.export import csv_text
 from ui import keys, uploads, url
 from ui.sidebar import page_frame
 from ui.text import literal
@@ -79,7 +80,7 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
     event = st.dataframe(table, width="stretch", height=420, on_select="rerun", selection_mode="single-row",
                          key="corpus_rows", column_config={"BLEU": st.column_config.NumberColumn(format="%.1f"),
                                                            "chrF": st.column_config.NumberColumn(format="%.1f")})  # fmt: skip
-    st.download_button("Table as CSV", table.to_csv(index=False), file_name="corpus.csv", mime="text/csv",
+    st.download_button("Table as CSV", csv_text(table, index=False), file_name="corpus.csv", mime="text/csv",
                        on_click="ignore", key="corpus_csv")  # fmt: skip
     selected = event.selection.rows
     row = st.number_input("Row to explore (selecting a row above fills it in)", 1, len(table),

@@ -12,6 +12,7 @@ from transformer.analysis.head_stats import (
 )
 from transformer.analysis.views import attention_view
 from transformer.decoding.settings import DecodeSettings
+from transformer.io.export import csv_text
 from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
@@ -35,7 +36,7 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
     left, right = st.columns([3, 2])
     with left:
         table(frame.style.format("{:.3f}"), width="stretch", height=320)
-        st.download_button("Table as CSV", frame.to_csv(), file_name=f"head-statistics-{kind}-{key}.csv", mime="text/csv",
+        st.download_button("Table as CSV", csv_text(frame), file_name=f"head-statistics-{kind}-{key}.csv", mime="text/csv",
                            on_click="ignore", key=f"{key}_csv")  # fmt: skip
     with right:
         name = st.selectbox("Statistic", list(statistics), key=f"{key}_statistic")

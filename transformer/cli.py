@@ -231,9 +231,9 @@ def cmd_train_lens(args: argparse.Namespace) -> int:
 
 
 def cmd_align(args: argparse.Namespace) -> int:
-    import csv
     import json
 
+    import pandas as pd
     from tqdm import tqdm
 
     from transformer.analysis.alignment import (
@@ -243,6 +243,7 @@ def cmd_align(args: argparse.Namespace) -> int:
         reversed_gold,
         with_intersection,
     )
+    from transformer.io.export import csv_text
     from transformer.text.files import read_lines, read_parallel
 
     if args.table and Path(args.table).suffix not in (".csv", ".json"):
@@ -288,9 +289,7 @@ def cmd_align(args: argparse.Namespace) -> int:
             if args.table.endswith(".json"):
                 json.dump(table, out, indent=1, ensure_ascii=False)
             else:
-                writer = csv.DictWriter(out, fieldnames=list(table[0]))
-                writer.writeheader()
-                writer.writerows(table)
+                out.write(csv_text(pd.DataFrame(table), index=False))
         print(f"wrote {args.table}")
     if args.out:
         best = report.scores[0].method
@@ -301,10 +300,11 @@ def cmd_align(args: argparse.Namespace) -> int:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
-    import csv
+    import pandas as pd
 
     from transformer.analysis.alignment import parse_pharaoh
     from transformer.analysis.timeline import KINDS, GoldPairs
+    from transformer.io.export import csv_text
     from transformer.io.timeline import timeline_of_run
     from transformer.io.timeline_file import load_timeline, save_timeline, timeline_path
     from transformer.text.files import read_lines, read_parallel
@@ -338,9 +338,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if args.table:
         rows = timeline.table()
         with open(args.table, "w", newline="", encoding="utf-8") as file:
-            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+            file.write(csv_text(pd.DataFrame(rows), index=False))
         print(f"wrote {args.table}")
     return 0
 

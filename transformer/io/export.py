@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -70,6 +71,29 @@ def _nan_to_none(value):
     return None if isinstance(value, float) and value != value else value
 
 
+# Text a spreadsheet would read as a formula (OWASP's CSV injection: "=HYPERLINK(...)" in a visitor's sentence):
+# such a cell gets a leading apostrophe, which spreadsheets show as text.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """value, with an apostrophe before it where it is text that starts like a formula."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
+
+
+def csv_text(frame: pd.DataFrame, **options: Any) -> str:
+    """frame.to_csv(**options), every text cell, row label and column name neutralised (spreadsheet_safe), lines
+    ending in CRLF as RFC 4180 says (so that a carriage return inside a cell is quoted: unquoted, a spreadsheet
+    starts a new row there, and the rest of the cell is a new first cell)."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[column]):
+            safe[column] = safe[column].map(spreadsheet_safe)
+    safe.index = pd.Index(safe.index.map(spreadsheet_safe), name=spreadsheet_safe(frame.index.name))
+    safe.columns = safe.columns.map(spreadsheet_safe)
+    return safe.to_csv(lineterminator="\r\n", **options)
+
+
 def position_labels(pieces: list[str]) -> list[str]:
     """'position:token' with the token as figures show it: a table's row and column names, unique though tokens repeat."""
     return [f"{i}:{readable_label(p)}" for i, p in enumerate(pieces)]
@@ -83,4 +107,4 @@ def attention_csv(weights: np.ndarray, query_pieces: list[str], key_pieces: list
         index=pd.Index(position_labels(query_pieces), name="query"),
         columns=position_labels(key_pieces),
     )
-    return frame.to_csv(float_format="%.6g")
+    return csv_text(frame, float_format="%.6g")
