@@ -8,9 +8,10 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.timeline_file import TimelineError
 from transformer.model.kinds import AttentionKind
 from ui import keys, models
-from ui.epoch_player import EpochView, epoch_player
+from ui.epoch_player import EpochView, epoch_player, within_budget
 from ui.sidebar import page_frame
 from ui.text import literal
+from ui.url import url_text
 
 explored = page_frame()
 session, params = st.session_state, st.query_params
@@ -73,6 +74,13 @@ def _linked_number(name: str) -> int | None:
     return int(value) if re.fullmatch(r"[0-9]{1,4}", value) else None
 
 
+whole = len(timeline.snapshots)
+timeline = within_budget(timeline, probe)
+if len(timeline.snapshots) < whole:
+    st.caption(
+        f"This run is long: the player shows {len(timeline.snapshots)} of its {whole} snapshots, evenly spaced "
+        "(what one page can carry to the browser); `python -m transformer timeline --table` lists every one."
+    )
 epoch, layer, head = _linked_number("epoch"), _linked_number("layer"), params.get("head", "mean")
 snapshot = next((i for i, s in enumerate(timeline.snapshots) if s.epoch == epoch), -1)
 view = EpochView(
@@ -90,6 +98,6 @@ if first.label == "before training":
 params["ckpt"] = name
 params["probe"] = str(session.probe + 1)
 if typed:
-    params["sentence"] = typed
+    params["sentence"] = url_text(typed)
 elif "sentence" in params:
     del params["sentence"]

@@ -97,3 +97,55 @@ def test_a_typed_sentence_is_read_through_every_epoch_whose_checkpoint_is_here()
     np.testing.assert_allclose(cross[-1, :, :heads], forced.cross.numpy(), atol=2e-3)  # the last epoch's own maps
     at.text_input(key="learned_text").set_value("").run()
     assert sent(at)["labels"] == [s.label for s in TIMELINE.snapshots] and "sentence" not in at.query_params
+
+
+def test_typed_sentences_share_the_servers_checkpoints_and_read_in_a_slot(monkeypatch):
+    """8 tabs typing at once each loaded every epoch's checkpoint from disk outside the slots (+1.4 GB that stayed):
+    the reading now takes the server's one copy of each file, in a heavy-job slot."""
+    import transformer.io.timeline
+    import ui.work
+
+    from_disk, in_slot = [], []
+    monkeypatch.setattr(transformer.io.timeline, "load_checkpoint", lambda path: from_disk.append(path))
+    reading = ui.models.sentence_timeline
+
+    def recorded(*args, **kwargs):
+        in_slot.append(getattr(ui.work._THIS_THREAD, "holds_slot", False))
+        return reading(*args, **kwargs)
+
+    monkeypatch.setattr(ui.models, "sentence_timeline", recorded)
+    for sentence in ("A small dog sleeps.", "The red car is fast."):
+        at = opened({"sentence": sentence})
+        assert not at.exception and len(sent(at)["labels"]) >= 2
+    assert from_disk == [] and in_slot == [True, True]
+
+
+def test_a_long_typed_sentence_is_shortened_in_the_link():
+    """2,000 emoji made a 24 KB address that the proxy refuses (414)."""
+    from urllib.parse import quote
+
+    from ui.url import MAX_URL_TEXT_BYTES
+
+    sentence = "🙂" * 2000
+    at = opened({"sentence": sentence})
+    written = at.query_params["sentence"]
+    assert sentence.startswith(written) and 0 < len(quote(written)) <= MAX_URL_TEXT_BYTES
+
+
+def test_a_long_run_sends_the_player_what_one_page_can_carry(monkeypatch):
+    """A 30 MB timeline sent 43.6 MB to every tab: the player gets evenly spaced snapshots within its budget, the
+    first and the last among them, and the page says so."""
+    from ui.epoch_player import MAX_PLAYER_MAP_BYTES
+
+    count = len(TIMELINE.snapshots)
+    long_run = TIMELINE.at([e for e in range(count) for _ in range(60)])  # each snapshot 60 times over
+    monkeypatch.setattr(ui.models, "timeline", lambda name: long_run)
+    at = opened()
+    assert not at.exception
+    payload = at.get("bidi_component")[0].proto.json
+    data = json.loads(payload)[0]
+    assert len(payload) < MAX_PLAYER_MAP_BYTES + 2**20
+    assert 2 <= len(data["labels"]) < len(long_run.snapshots)
+    assert data["labels"][0] == TIMELINE.snapshots[0].label and data["labels"][-1] == TIMELINE.snapshots[-1].label
+    shown = f"the player shows {len(data['labels'])} of its {len(long_run.snapshots)} snapshots"
+    assert any(shown in c.value for c in at.caption)

@@ -193,6 +193,8 @@ HOSTILE = {
     "another format": lambda data: data.replace(b"transformer-explorer-timeline", b"transformer-explorer-timeliNe"),
     "nested description": lambda data: _with_description(data, lambda d: d.update(model=[[[[]]]])),
     "NaN weights": _with_nan_weights,
+    "a step of 10^30": lambda data: _with_description(data, lambda d: d["snapshots"][0].update(step=10**30)),
+    "a 5 MB description": lambda data: _with_description(data, lambda d: d.update(padding="x" * 5_000_000)),
 }
 
 

@@ -29,6 +29,9 @@ EPOCH_PLAYER = st.components.v2.component(
 )
 PLAY_RATES = (0.5, 1, 2)  # snapshots a second Play offers
 LOSS_POINTS = 400  # the loss curve sent, at most
+# What one page's player carries of maps, packed (2 bytes a weight in base64): a probe of the shipped timeline takes
+# under 1 MB; a 30 MB timeline file sent 43.6 MB to every tab that opened the page.
+MAX_PLAYER_MAP_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,17 @@ def _with_means(maps: np.ndarray) -> np.ndarray:
     snapshots, layers = maps.shape[:2]
     rows = with_layer_means(maps.astype(np.float32).reshape(snapshots * layers, *maps.shape[2:]))
     return rows.reshape(snapshots, layers, *rows.shape[1:])
+
+
+def within_budget(timeline: Timeline, probe: int) -> Timeline:
+    """The timeline with as many snapshots as the player may carry for this probe (MAX_PLAYER_MAP_BYTES), evenly
+    spaced over the run, the first and the last always among them."""
+    values = sum(maps[0].size // maps.shape[2] * (maps.shape[2] + 1) for maps in timeline.probes[probe].maps.values())
+    most = max(2, int(MAX_PLAYER_MAP_BYTES // (values * 8 / 3)))  # heads and their mean, as packed() sends them
+    count = len(timeline.snapshots)
+    if count <= most:
+        return timeline
+    return timeline.at(sorted({int(e) for e in np.linspace(0, count - 1, most).round()}))
 
 
 def epoch_data(timeline: Timeline, probe: int, view: EpochView, presentation: bool, name: str) -> dict:

@@ -42,7 +42,7 @@ from transformer.model.probes import Probe
 from transformer.viz.report import html_report
 from ui.cache import RESULTS
 from ui.text import literal
-from ui.work import in_slot_if_uploaded
+from ui.work import heavy_job, in_slot_if_uploaded
 
 RESULTS.guard = in_slot_if_uploaded  # every model call on an upload, in a heavy-job slot
 
@@ -98,8 +98,11 @@ def timeline(name: str) -> Timeline | None:
 def _sentence_timeline(
     name: str, stamps: tuple[str, ...], source: str, _timeline: Timeline, _files: list[Path | None]
 ) -> Timeline:
-    """One visitor's sentence through the run: the same for every visitor who types it (stamps name file versions)."""
-    return sentence_timeline(_timeline, _files, source, None)
+    """One visitor's sentence through the run: the same for every visitor who types it (stamps name file versions),
+    read in one of the heavy-job slots with the server's one copy of each epoch's checkpoint (8 tabs typing at once
+    each loaded every epoch from disk: +1.4 GB that stayed)."""
+    with heavy_job("sentences read through the run"):
+        return sentence_timeline(_timeline, _files, source, None, load=load)
 
 
 def typed_timeline(name: str, timeline: Timeline, source: str) -> tuple[Timeline, list[Path | None]]:

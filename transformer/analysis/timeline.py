@@ -11,7 +11,7 @@ its cross-attention; a head *settles* at the first snapshot from which its dista
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +73,28 @@ class Timeline:
         close = self.distance[kind] < SETTLED_BELOW  # (E, L, H); the last snapshot is at distance 0
         stays = np.flip(np.logical_and.accumulate(np.flip(close, 0), axis=0), 0)  # close here and at every later one
         return np.argmax(stays, axis=0)
+
+    def at(self, indices: Sequence[int]) -> Timeline:
+        """The timeline of these snapshots alone (in order): what a view of a long run can carry."""
+        rows = list(indices)
+        probes = [
+            replace(
+                p,
+                outputs=[p.outputs[e] for e in rows],
+                maps={kind: maps[rows] for kind, maps in p.maps.items()},
+                token_probs=p.token_probs[rows],
+                lens_rank=p.lens_rank[rows],
+            )
+            for p in self.probes
+        ]
+        return replace(
+            self,
+            snapshots=[self.snapshots[e] for e in rows],
+            probes=probes,
+            entropy={kind: values[rows] for kind, values in self.entropy.items()},
+            distance={kind: values[rows] for kind, values in self.distance.items()},
+            aer=None if self.aer is None else self.aer[rows],
+        )
 
     def table(self) -> list[dict]:
         """A row per snapshot, kind, layer and head: what the CLI writes as CSV."""

@@ -35,8 +35,9 @@ def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return unique
 
 
-def read_header(data: bytes, require_metadata: bool = True) -> dict[str, Any]:
-    """The safetensors JSON header, checked for size and shape before anything is allocated.
+def read_header(data: bytes, require_metadata: bool = True, max_header_bytes: int = MAX_HEADER_BYTES) -> dict[str, Any]:
+    """The safetensors JSON header, checked for size (at most max_header_bytes) and shape before anything is
+    allocated.
 
     A checkpoint's must hold `__metadata__`; another safetensors file (a Hugging Face model's) need not.
     """
@@ -49,10 +50,10 @@ def read_header(data: bytes, require_metadata: bool = True) -> dict[str, Any]:
             "Convert it to this project's safetensors format."
         )
     (header_bytes,) = struct.unpack("<Q", data[:8])
-    if header_bytes > MAX_HEADER_BYTES:
+    if header_bytes > max_header_bytes:
         raise CheckpointError(
             "this is not a checkpoint file (a checkpoint begins with the length of its header; these first bytes "
-            f"would mean a header of {header_bytes:,} bytes, over the limit of {MAX_HEADER_BYTES:,})"
+            f"would mean a header of {header_bytes:,} bytes, over the limit of {max_header_bytes:,})"
         )
     if 8 + header_bytes > len(data):
         raise CheckpointError(f"file is truncated: header claims {header_bytes:,} bytes, file has {len(data) - 8:,}")

@@ -110,15 +110,22 @@ def snapshot_files(timeline: Timeline, files: Iterable[str | Path]) -> list[Path
     return [held.get((snapshot.epoch, snapshot.step)) for snapshot in timeline.snapshots]
 
 
-def sentence_timeline(timeline: Timeline, files: Sequence[Path | None], source: str, reference: str | None) -> Timeline:
+def sentence_timeline(
+    timeline: Timeline,
+    files: Sequence[Path | None],
+    source: str,
+    reference: str | None,
+    load: Callable[[Path], Checkpoint] = load_checkpoint,
+) -> Timeline:
     """The timeline of one sentence of the visitor's through the snapshots whose files are here (snapshot_files),
-    read on `reference` or, without one, on the last snapshot's own translation; with the run's loss curve.
+    read on `reference` or, without one, on the last snapshot's own translation; with the run's loss curve. `load`
+    gives each file's checkpoint (the app's: one shared copy per server, not one per sentence).
 
     The untrained start is rebuilt from the seed the last checkpoint's run was trained with. ValueError where the
     last snapshot's file is missing (the maps are read on its vocabulary), or a file is of another run."""
     if files[-1] is None:
         raise ValueError(f"the checkpoint of {timeline.snapshots[-1].label} is not here")
-    last = load_checkpoint(files[-1])
+    last = load(files[-1])
     settings = last.metadata.get("settings")
     seed = settings.get("seed") if isinstance(settings, dict) else None
     reference = reference or decode(last.model, last.tokenizer, source).text
@@ -126,7 +133,7 @@ def sentence_timeline(timeline: Timeline, files: Sequence[Path | None], source: 
     def run() -> Iterator[tuple]:
         for snapshot, path in zip(timeline.snapshots, files):
             if path is not None:
-                checkpoint = last if path == files[-1] else load_checkpoint(path)
+                checkpoint = last if path == files[-1] else load(path)
                 if not checkpoint.same_model_as(last):
                     raise ValueError(f"{path.name} is not of the same run as {files[-1].name}")
                 yield snapshot, checkpoint.model, checkpoint.tokenizer
