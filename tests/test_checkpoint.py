@@ -324,3 +324,17 @@ def test_any_mutated_header_loads_correctly_or_is_refused_clearly(data):
         assert str(error) and "\n" not in str(error)
         return
     assert checkpoint.model.config.d_model > 0 and isinstance(checkpoint.metadata, dict)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda data: with_config(data, d_model=int("9" * 4000)),  # a 4,077-character line before
+        lambda data: with_config(data, dropout="x" * 4000),
+        lambda data: with_metadata(data, format_version="9" * 4000),
+    ],
+)
+def test_a_refusal_quotes_a_huge_value_shortened(checkpoint_path, change):
+    with pytest.raises(CheckpointError) as refused:
+        load_checkpoint_bytes(change(checkpoint_path.read_bytes()))
+    assert len(str(refused.value)) < 300 and "..." in str(refused.value), str(refused.value)[:400]

@@ -21,6 +21,7 @@ from transformer.analysis.head_stats import js_divergence, row_entropy
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.decoding.greedy import decode
 from transformer.decoding.result import source_ids
+from transformer.model.config import shown
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import TokenizerBase
@@ -126,7 +127,7 @@ def _probe_reading(model: Transformer, tokenizer: TokenizerBase, source: str, re
     src_ids, truncated = source_ids(tokenizer, source, model.config.max_len)
     tgt_ids, cut = source_ids(tokenizer, reference, model.config.max_len, side="target")
     if truncated or cut:
-        raise ValueError(f"the probe {source!r} or its reference is longer than the model reads")
+        raise ValueError(f"the probe {shown(source)} or its reference is longer than the model reads")
     forced = teacher_force_ids(model, tokenizer, src_ids, tgt_ids)
     maps = {kind: forced.maps(kind).numpy().astype(np.float16) for kind in KINDS}
     babble = 2 * len(tgt_ids) + 4  # an untrained model's output runs to max_len: a few words past the reference show it

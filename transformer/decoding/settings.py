@@ -12,6 +12,7 @@ from typing import Literal
 from transformer.decoding.beam import beam_search
 from transformer.decoding.greedy import decode, greedy_chooser, sampling_chooser
 from transformer.decoding.result import DecodeResult
+from transformer.model.config import shown
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
 
@@ -34,9 +35,9 @@ class DecodeSettings:
         if self.strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
         if not 1 <= self.beam_width <= 64:
-            raise ValueError(f"beam width must be from 1 to 64, got {self.beam_width}")
+            raise ValueError(f"beam width must be from 1 to 64, got {shown(self.beam_width)}")
         if not self.temperature > 0:
-            raise ValueError(f"temperature must be positive, got {self.temperature}")
+            raise ValueError(f"temperature must be positive, got {shown(self.temperature)}")
         if self.top_k < 0 or self.max_new_tokens < 0 or self.length_penalty < 0:
             raise ValueError("top-k, the output limit and the length penalty cannot be negative")
 

@@ -29,7 +29,7 @@ from transformer.io.marian import (
     shape_fields,
     shape_problems,
 )
-from transformer.model.config import ConfigError, TransformerConfig
+from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.json_tokenizer import JsonTokenizer
 
 FAMILIES = {"bart": "BART", "mbart": "mBART-50"}
@@ -50,7 +50,7 @@ def bart_config(hf: dict[str, Any], tokenizer: JsonTokenizer) -> TransformerConf
     if not hf.get("tie_word_embeddings", True):
         unsupported.append("an output layer not tied to the embeddings")
     if hf.get("vocab_size") != tokenizer.vocab_size:
-        unsupported.append(f"{hf.get('vocab_size')!r} tokens against the tokenizer's {tokenizer.vocab_size}")
+        unsupported.append(f"{shown(hf.get('vocab_size'))} tokens against the tokenizer's {tokenizer.vocab_size}")
     if unsupported:
         raise ConfigError(f"this {FAMILIES[hf['model_type']]} model has {', '.join(unsupported)}, which this format "
                           "cannot hold")  # fmt: skip

@@ -27,7 +27,7 @@ from safetensors.torch import save as save_safetensors
 
 from transformer.io.header import CheckpointError, check_tensors, read_file_header, read_header
 from transformer.io.metadata import read_metadata
-from transformer.model.config import ConfigError, TransformerConfig
+from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import FileRefused, read_regular
 from transformer.text.json_tokenizer import JsonTokenizer
@@ -231,10 +231,10 @@ def _config_of(header: dict[str, Any]) -> TransformerConfig:
     meta = header["__metadata__"]
     if meta.get("format") != FORMAT_NAME:
         raise CheckpointError(
-            f"not a checkpoint of this project (safetensors metadata 'format' is {meta.get('format')!r})"
+            f"not a checkpoint of this project (safetensors metadata 'format' is {shown(meta.get('format'))})"
         )
     if meta.get("format_version") not in READABLE_VERSIONS:
-        raise CheckpointError(f"unsupported checkpoint format version {meta.get('format_version')!r}")
+        raise CheckpointError(f"unsupported checkpoint format version {shown(meta.get('format_version'))}")
     try:
         return TransformerConfig.from_json(_metadata_field(meta, "config"))
     except ConfigError as error:

@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from transformer.model.config import shown
 from transformer.text.files import FileRefused, open_regular
 
 
@@ -31,7 +32,7 @@ def _without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(unique) != len(pairs):  # one pass with a set: a header may name a million tensors
         seen: set[str] = set()
         repeated = next(name for name, _ in pairs if name in seen or seen.add(name))
-        raise CheckpointError(f"malformed header: the name {repeated!r} repeats")
+        raise CheckpointError(f"malformed header: the name {shown(repeated)} repeats")
     return unique
 
 
@@ -111,7 +112,7 @@ def check_tensors(header: dict[str, Any], expected: dict[str, tuple[int, ...]], 
             raise CheckpointError(f"tensor {name}: unsupported or missing dtype")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
         if not _is_int_list(shape):
-            raise CheckpointError(f"tensor {name}: malformed shape {shape!r}")
+            raise CheckpointError(f"tensor {name}: malformed shape {shown(shape)}")
         if tuple(shape) != expected[name]:
             raise CheckpointError(f"tensor {name} has shape {shape}, the config needs {list(expected[name])}")
         if not _is_int_list(offsets, 2):

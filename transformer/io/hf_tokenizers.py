@@ -9,6 +9,7 @@ from tokenizers import ByteLevelBPETokenizer
 
 from transformer.io.checkpoint import CheckpointError
 from transformer.io.marian import MAX_TOKENIZER_BYTES, read_bounded, regular_file
+from transformer.model.config import shown
 from transformer.text.json_tokenizer import JsonTokenizer
 from transformer.text.tokenizer import TokenizerError
 
@@ -42,7 +43,7 @@ def with_language_pair(tokenizer: JsonTokenizer, directory: Path, source: object
     unknown = [str(code)[:20] for code in (source, target) if tokenizer.piece_ids.get(code) not in tokenizer.code_ids]
     if unknown:
         codes = ", ".join(tokenizer.pieces[i] for i in sorted(tokenizer.code_ids))
-        raise CheckpointError(f"{directory.name}: no language code {unknown[0]!r}; the model knows {codes}")
+        raise CheckpointError(f"{directory.name}: no language code {shown(unknown[0])}; the model knows {codes}")
     return tokenizer.with_prefixes(str(source), str(target))
 
 

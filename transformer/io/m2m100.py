@@ -35,7 +35,7 @@ from transformer.io.marian import (
     shape_fields,
     shape_problems,
 )
-from transformer.model.config import ConfigError, TransformerConfig
+from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 # fairseq's language codes, in the order their tokens follow the vocabulary (transformers' M2M100Tokenizer).
@@ -58,7 +58,7 @@ def m2m100_config(hf: dict[str, Any], vocabulary_size: int, tokenizer: Tokenizer
     if not isinstance(hf.get("d_model"), int) or hf["d_model"] % 2:
         unsupported.append("an odd width")
     if hf.get("vocab_size") != vocabulary_size:
-        unsupported.append(f"{hf.get('vocab_size')!r} tokens against the tokenizer's {vocabulary_size}")
+        unsupported.append(f"{shown(hf.get('vocab_size'))} tokens against the tokenizer's {vocabulary_size}")
     if unsupported:
         raise ConfigError(f"this M2M100 model has {', '.join(unsupported)}, which this format cannot hold")
     pad = hf.get("pad_token_id")
@@ -149,7 +149,9 @@ def _m2m100_tokenizer(directory: Path, settings: dict[str, Any], model_size: Any
         raise CheckpointError(f"{directory.name}: unknown language_codes {str(settings.get('language_codes'))[:40]!r}")
     unknown = [str(code)[:20] for code in pair.values() if code not in codes]
     if unknown:
-        raise CheckpointError(f"{directory.name}: no language code {unknown[0]!r}; the model knows {', '.join(codes)}")
+        raise CheckpointError(
+            f"{directory.name}: no language code {shown(unknown[0])}; the model knows {', '.join(codes)}"
+        )
     pieces = sorted(index, key=index.__getitem__) + [f"__{code}__" for code in codes]
     pieces += [f"madeupword{i:04d}" for i in range(unused_rows(directory, model_size, len(pieces)))]
     try:

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from transformer.io.checkpoint import Checkpoint, CheckpointError, model_from_tensors
 from transformer.io.header import DTYPE_BYTES, read_file_header
-from transformer.model.config import ConfigError, TransformerConfig
+from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.files import FileRefused, read_regular
 from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
@@ -155,7 +155,7 @@ def shape_problems(hf: dict[str, Any]) -> list[str]:
     if hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
         problems.append("different feed-forward widths in encoder and decoder")
     if hf.get("activation_function") not in ACTIVATIONS:
-        problems.append(f"the activation {hf.get('activation_function')!r}")
+        problems.append(f"the activation {shown(hf.get('activation_function'))}")
     return problems
 
 

@@ -19,6 +19,13 @@ MAX_ELEMENTS = 2_000_000_000  # parameters plus the sinusoidal position tables: 
 MAX_DIMENSION = 65_536
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """How a message quotes a value it was given: its repr, cut to `limit` characters (a 4,000-digit number made a
+    4,077-character line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 class ConfigError(ValueError):
     """A configuration that cannot describe a working model."""
 
@@ -93,23 +100,23 @@ class TransformerConfig:
     def __post_init__(self) -> None:
         for name, kind in typing.get_type_hints(TransformerConfig).items():
             if not _has_type(getattr(self, name), kind):
-                raise ConfigError(f"{name} must be {_type_name(kind)}, got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be {_type_name(kind)}, got {shown(getattr(self, name))}")
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_DIMENSION * 16:
-                raise ConfigError(f"{name} must be a positive integer of sane size, got {value!r}")
+                raise ConfigError(f"{name} must be a positive integer of sane size, got {shown(value)}")
         for name in ("n_encoder_layers", "n_decoder_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 1 <= value <= 128:
-                raise ConfigError(f"{name} must be an integer from 1 to 128, got {value!r}")
+                raise ConfigError(f"{name} must be an integer from 1 to 128, got {shown(value)}")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+            raise ConfigError(f"dropout must be in [0, 1), got {shown(self.dropout)}")
         if not 0.0 < self.layer_norm_eps < 1.0:
-            raise ConfigError(f"layer_norm_eps must be in (0, 1), got {self.layer_norm_eps!r}")
+            raise ConfigError(f"layer_norm_eps must be in (0, 1), got {shown(self.layer_norm_eps)}")
         if not 0 <= self.position_offset <= MAX_DIMENSION:
-            raise ConfigError(f"position_offset must be from 0 to {MAX_DIMENSION}, got {self.position_offset!r}")
+            raise ConfigError(f"position_offset must be from 0 to {MAX_DIMENSION}, got {shown(self.position_offset)}")
         # Every bucket formula's logarithm needs max_distance past the exact buckets (relative_buckets // 2).
         if (
             not 4 <= self.relative_buckets <= 1024
@@ -117,12 +124,12 @@ class TransformerConfig:
         ):
             raise ConfigError(
                 "relative_buckets must be from 4 to 1024 and relative_max_distance above relative_buckets // 2 (at "
-                f"most 2^20), got {self.relative_buckets!r} and {self.relative_max_distance!r}"
+                f"most 2^20), got {shown(self.relative_buckets)} and {shown(self.relative_max_distance)}"
             )
         if self.sinusoid_frequencies == "tensor2tensor" and self.d_model < 4:
             raise ConfigError("tensor2tensor sinusoids need d_model of at least 4")
         if not 0 <= self.start_id < self.tgt_vocab_size:
-            raise ConfigError(f"decoder_start_id must be inside the target vocabulary, got {self.start_id}")
+            raise ConfigError(f"decoder_start_id must be inside the target vocabulary, got {shown(self.start_id)}")
         if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ConfigError("tie_embeddings needs one joint vocabulary (src_vocab_size == tgt_vocab_size)")
         specials = (self.pad_id, self.unk_id, self.bos_id, self.eos_id)
