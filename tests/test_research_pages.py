@@ -73,6 +73,47 @@ def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpo
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
 
 
+def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(checkpoint_path, monkeypatch):
+    """Five tabs of one visitor held 123.8M of the server's 128M: a visitor (a browser) now has one share."""
+    import ui.uploads
+
+    tiny = checkpoint_path.read_bytes()
+    _, one = load_cost(tiny)
+    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
+    monkeypatch.setattr(ui.uploads, "VISITOR_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    visitor = {"now": "browser:a"}
+    monkeypatch.setattr(ui.uploads, "visitor_id", lambda: visitor["now"])
+    first_tab = upload(start(), "mine.safetensors", tiny)
+    assert not first_tab.error
+    second_tab = upload(start(), "mine-again.safetensors", tiny)  # a new tab: a new session, the same browser
+    assert "your uploads in other tabs hold" in errors(second_tab)
+    visitor["now"] = "browser:b"
+    other = upload(start(), "theirs.safetensors", tiny)
+    assert not other.error and ui.uploads.SERVER_UPLOADS.held("browser:b") == one
+
+
+def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(checkpoint_path, monkeypatch):
+    import ui.uploads
+
+    tiny = checkpoint_path.read_bytes()
+    _, one = load_cost(tiny)
+    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
+    monkeypatch.setattr(ui.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    visitor = {"now": "browser:a"}
+    monkeypatch.setattr(ui.uploads, "visitor_id", lambda: visitor["now"])
+    first = upload(start(), "mine.safetensors", tiny)
+    assert not first.error and first.session_state["checkpoint"] == "mine (uploaded)"
+    visitor["now"] = "browser:b"
+    assert "other visitors' uploads hold" in errors(upload(start(), "theirs.safetensors", tiny))  # in use: kept
+    monkeypatch.setattr(ui.uploads, "UPLOAD_IDLE_SECONDS", 0.0)  # from now on, unused is idle
+    second = upload(start(), "theirs.safetensors", tiny)
+    assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
+    assert ui.uploads.SERVER_UPLOADS.held() == one
+    first.run()
+    assert first.session_state["checkpoint"] != "mine (uploaded)" and not first.exception
+    assert any("mine (uploaded) was freed" in message.value.replace("\\", "") for message in first.sidebar.info)
+
+
 def test_an_upload_is_budgeted_by_what_it_holds_before_anything_is_built(checkpoint_path, monkeypatch):
     """Parameters alone undercount an upload: a 27 MB file with a 1M-token tokenizer held 0.4 GB; 128+128 layers of
     64 heads (6.5M parameters) drew a 358 MB step view. Both are refused from the header, and a refused upload

@@ -183,6 +183,7 @@ class KeyedCheckpoint:
     checkpoint: Checkpoint
     key: str
     cost: int = 0  # an upload's share of the budgets, in numbers of 4 bytes (see uploads.add_upload)
+    ledger_key: int | None = None  # an upload's entry in the server's ledger (uploads.SERVER_UPLOADS)
 
 
 def open_checkpoint(name: str) -> KeyedCheckpoint:

@@ -18,6 +18,7 @@ from transformer.io.checkpoint import Checkpoint
 from transformer.io.metadata import read_metadata
 from ui import keys, models, url
 from ui.text import literal
+from ui.uploads import SERVER_UPLOADS
 
 from .charts import close_sidebar_if_presenting, presentation_style, sidebar_state
 from .replica import say_if_moved
@@ -94,6 +95,9 @@ def render() -> Explored | None:
     keys.set_defaults()
     choices = [*files, *uploads]
     if session.get("checkpoint") not in choices:
+        if session.get("checkpoint") in getattr(uploads, "expired", ()):
+            freed = f"{session.checkpoint} was freed: it sat unused while another visitor needed the room for uploads."
+            st.sidebar.info(literal(f"{freed} Upload it again on the Checkpoints page to go on with it."))
         session.checkpoint = choices[0]
 
     def label(name: str) -> str:
@@ -113,6 +117,8 @@ def render() -> Explored | None:
     opened = models.open_or_explain(name)
     if opened is None:
         return None
+    if opened.ledger_key is not None:  # an upload in use is not idle
+        SERVER_UPLOADS.touch(opened.ledger_key)
     checkpoint, key = (opened := _choose_languages(language_slot, opened)).checkpoint, opened.key
     for problem in checkpoint.problems:
         st.sidebar.warning(literal(f"{problem}: its outputs cannot be trusted."))

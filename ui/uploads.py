@@ -5,12 +5,15 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 import warnings
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 import torch
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from transformer.io.checkpoint import (
@@ -41,34 +44,105 @@ SERVER_UPLOAD_LIMIT_ELEMENTS = int(os.environ.get("TRANSFORMER_EXPLORER_SERVER_U
 UPLOAD_MAX_ATTENTION_MAPS = 1024
 
 
-class UploadLedger:
-    """The elements of every uploaded model alive in this process, whichever session holds it.
+# What one visitor's uploads may hold together, across all their tabs (a visitor is a browser: its XSRF cookie).
+# Five tabs of one visitor held 123.8M of the server's 128M, refusing everyone else's uploads while they stayed open.
+VISITOR_UPLOAD_LIMIT_ELEMENTS = int(
+    os.environ.get("TRANSFORMER_EXPLORER_VISITOR_UPLOAD_PARAMETERS", str(UPLOAD_LIMIT_ELEMENTS))
+)
+# An upload its session has not used for this long gives its place to a visitor whose upload does not fit.
+UPLOAD_IDLE_SECONDS = float(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_IDLE_SECONDS", "900"))
 
-    An entry leaves when its model is freed: when its session replaces it, or when Streamlit drops the session
-    (a closed tab, after Streamlit's window for reconnecting).
+
+class Uploads(dict):
+    """A session's uploaded checkpoints by name (KeyedCheckpoint values), and the names of those the server freed
+    after they sat unused while another visitor needed the room (the page says so)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expired: list[str] = []
+
+
+@dataclass
+class _Held:
+    """One uploaded model alive in this process: what it holds, whose it is, and when its session last used it."""
+
+    elements: int
+    visitor: str
+    uploads: weakref.ref  # the session's Uploads
+    name: str
+    used: float
+
+
+class UploadLedger:
+    """The elements of every uploaded model alive in this process, whichever session holds it, by visitor.
+
+    An entry leaves when its model is freed (its session replaces it, or Streamlit drops the session after its
+    window for reconnecting), or when it sat unused for UPLOAD_IDLE_SECONDS and another upload needs its room.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[int, int] = {}
+        self._held: dict[int, _Held] = {}
         self._next = 0
 
-    def held(self) -> int:
+    def held(self, visitor: str | None = None) -> int:
         with self._lock:
-            return sum(self._held.values())
+            return sum(e.elements for e in self._held.values() if visitor in (None, e.visitor))
 
-    def reserve(self, elements: int, limit: int) -> int | None:
-        """A key for `elements` more, or None if they do not fit under `limit` beside what is held."""
+    def reserve(
+        self, elements: int, limit: int, visitor: str, visitor_limit: int, uploads: Uploads, name: str
+    ) -> int | None:
+        """A key for `elements` more of this visitor's, or None if they do not fit under `limit` beside what is held
+        (idle uploads of others give way first) or under `visitor_limit` beside the visitor's own."""
         with self._lock:
-            if sum(self._held.values()) + elements > limit:
+            if sum(e.elements for e in self._held.values() if e.visitor == visitor) + elements > visitor_limit:
+                return None
+            evicted = self._make_room(elements, limit)
+            if evicted is None:
                 return None
             self._next += 1
-            self._held[self._next] = elements
-            return self._next
+            self._held[self._next] = _Held(elements, visitor, weakref.ref(uploads), name, time.monotonic())
+            key = self._next
+        for entry in evicted:  # outside the lock: freeing a model releases its entry (already gone)
+            session_uploads = entry.uploads()
+            if session_uploads is not None and session_uploads.pop(entry.name, None) is not None:
+                session_uploads.expired.append(entry.name)
+        return key
+
+    def _make_room(self, elements: int, limit: int) -> list[_Held] | None:
+        """The idle entries, oldest first, that must go for `elements` to fit under limit (removed here), or None
+        (nothing removed) if even their going would not make room."""
+        total = sum(e.elements for e in self._held.values())
+        idle_before = time.monotonic() - UPLOAD_IDLE_SECONDS
+        idle = sorted((e.used, key) for key, e in self._held.items() if e.used < idle_before)
+        chosen = []
+        for _, key in idle:
+            if total + elements <= limit:
+                break
+            total -= self._held[key].elements
+            chosen.append(key)
+        if total + elements > limit:
+            return None
+        return [self._held.pop(key) for key in chosen]
+
+    def touch(self, key: int) -> None:
+        """The upload was used now (its session chose it, or read it): not idle."""
+        with self._lock:
+            if key in self._held:
+                self._held[key].used = time.monotonic()
 
     def release(self, key: int) -> None:
         with self._lock:
             self._held.pop(key, None)
+
+
+def visitor_id() -> str:
+    """Who is uploading: a hash of the browser's XSRF cookie (the same in all its tabs), else of this session."""
+    cookie = st.context.cookies.get("_streamlit_xsrf")
+    if isinstance(cookie, str) and cookie:
+        return "browser:" + hashlib.sha256(cookie.encode()).hexdigest()[:16]
+    context = get_script_run_ctx()
+    return "session:" + (context.session_id if context else "")
 
 
 SERVER_UPLOADS = UploadLedger()
@@ -99,7 +173,7 @@ def add_upload(filename: str, data: bytes) -> str:
         raise CheckpointError(
             f"{filename} is {len(data) / 2**20:.1f} MB, over the upload limit of {UPLOAD_LIMIT_MB} MB"
         )
-    uploads = st.session_state.setdefault("uploads", {})
+    uploads = st.session_state.setdefault("uploads", Uploads())
     digest = hashlib.sha256(data).hexdigest()[:16]
     name = f"{Path(filename).stem} (uploaded)"
     if name not in uploads and len(uploads) >= UPLOADS_PER_SESSION:
@@ -115,9 +189,12 @@ def add_upload(filename: str, data: bytes) -> str:
         raise CheckpointTooLarge(f"the model is too large here: it holds {cost:,} numbers (parameters, position "
                                  f"tables and tokenizer), over the limit of {UPLOAD_LIMIT_ELEMENTS - held:,} for "
                                  f"uploads in one session{others}")  # fmt: skip
-    key = SERVER_UPLOADS.reserve(cost, SERVER_UPLOAD_LIMIT_ELEMENTS)
+    visitor = visitor_id()
+    key = SERVER_UPLOADS.reserve(
+        cost, SERVER_UPLOAD_LIMIT_ELEMENTS, visitor, VISITOR_UPLOAD_LIMIT_ELEMENTS, uploads, name
+    )
     if key is None:
-        raise _server_full(CheckpointTooLarge(f"{filename} does not fit"))
+        raise _no_room(CheckpointTooLarge(f"{filename} does not fit"), visitor, held)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", CheckpointWarning)  # kept as checkpoint.problems, shown with it
@@ -129,7 +206,7 @@ def add_upload(filename: str, data: bytes) -> str:
         SERVER_UPLOADS.release(key)
         raise
     weakref.finalize(checkpoint.model, _freed, key)
-    uploads[name] = KeyedCheckpoint(checkpoint, f"{UPLOAD_KEY}{digest}", cost)
+    uploads[name] = KeyedCheckpoint(checkpoint, f"{UPLOAD_KEY}{digest}", cost, key)
     return name
 
 
@@ -139,9 +216,16 @@ def _freed(key: int) -> None:
     return_memory()
 
 
-def _server_full(error: CheckpointError) -> CheckpointTooLarge:
+def _no_room(error: CheckpointError, visitor: str, held_here: int) -> CheckpointTooLarge:
+    """Why an upload did not fit: this visitor's other tabs hold their share, or other visitors hold the server's."""
+    yours = SERVER_UPLOADS.held(visitor) - held_here
+    if yours and yours + held_here >= VISITOR_UPLOAD_LIMIT_ELEMENTS // 2:
+        return CheckpointTooLarge(
+            f"{error}: your uploads in other tabs hold {yours:,} of the {VISITOR_UPLOAD_LIMIT_ELEMENTS:,} parameters "
+            "one visitor may upload; close those tabs (or upload a smaller model) and try again"
+        )
     return CheckpointTooLarge(
         f"{error}: other visitors' uploads hold {SERVER_UPLOADS.held():,} of the {SERVER_UPLOAD_LIMIT_ELEMENTS:,} "
         "parameters this server keeps for uploads; try again in a few minutes (uploads are freed when their "
-        "session ends), or use a smaller model"
+        "session ends, or after sitting unused), or use a smaller model"
     )
