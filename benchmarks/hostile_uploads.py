@@ -9,6 +9,7 @@ Loopback only. Each attack must end with its refusal (or its bounded result) on 
 from __future__ import annotations
 
 import argparse
+import base64
 import gzip
 import json
 import tempfile
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from playwright.sync_api import Page
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.header import read_header
@@ -28,6 +31,7 @@ from .browser import ARTIFACTS, LAUNCH, app_server, chromium, wait_idle
 from .crafted import with_header, with_metadata
 
 UPLOAD_INPUT = '[data-testid="stFileUploaderDropzoneInput"]'
+PANICKING_CHARSMAP = bytes.fromhex("080000004a58b791df6af1d8")  # loads, then panics in the library on any text
 
 
 @dataclass(frozen=True)
@@ -39,11 +43,21 @@ class Attack:
     expected: str  # text the page shows when the attack has been answered
 
 
+def word_level(**pipeline: dict) -> str:
+    """A loadable word-level tokenizer.json with the special tokens every layout needs and these pipeline steps."""
+    backend = Tokenizer(WordLevel({t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "a"])}, "<unk>"))
+    return json.dumps(json.loads(backend.to_str()) | pipeline)
+
+
 def attacks(shipped: bytes) -> list[Attack]:
     backtracking = json.loads(read_header(shipped)["__metadata__"].get("tokenizer_json", "{}") or "{}") | {
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?:a|a){1,22}!"}, "behavior": "Isolated",
                           "invert": False},
     }  # fmt: skip
+    # Its Translate of 2,000 "a" took 3.2 GB in the tokenizer library and aborted the process.
+    multiplying = word_level(normalizer={"type": "Replace", "pattern": {"String": "a"}, "content": "a" * 100_000})
+    charsmap = base64.b64encode(PANICKING_CHARSMAP).decode()
+    panicking = word_level(normalizer={"type": "Precompiled", "precompiled_charsmap": charsmap})
     header = read_header(shipped)
     many_names = {f"extra.{i}": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]} for i in range(40_000)}
     tokenizer = header["__metadata__"]["tokenizer"]
@@ -51,6 +65,12 @@ def attacks(shipped: bytes) -> list[Attack]:
     return [
         Attack("tokenizer.json with a backtracking Split", "checkpoints",
                {"regex.safetensors": with_metadata(shipped, tokenizer_json=json.dumps(backtracking))}, None,
+               "was refused"),
+        Attack("tokenizer.json whose normalizer makes 100,000 characters of one", "checkpoints",
+               {"grows.safetensors": with_metadata(shipped, tokenizer_json=multiplying)}, None,
+               "was refused"),
+        Attack("tokenizer.json whose charsmap panics on every text", "checkpoints",
+               {"panics.safetensors": with_metadata(shipped, tokenizer_json=panicking)}, None,
                "was refused"),
         Attack("header of 40,000 tensor names", "checkpoints",
                {"names.safetensors": with_header(shipped, json.dumps(header | many_names).encode())}, None,

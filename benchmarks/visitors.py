@@ -7,7 +7,10 @@ browser's own work, no message), then opens Attention maps at a step, as the pag
 messages (streamlit's BackMsg and ForwardMsg protobufs) ask. A visitor costs a websocket and a few
 parsed messages, so a hundred fit beside the servers on one machine. Prints sessions served,
 errors (wrong or missing translation, an exception on the page, a dropped connection, a
-timeout), p50 and p95 of a translate and of opening a step's maps, and each replica's peak memory.
+timeout), p50 and p95 of a translate and of opening a step's maps, each replica's peak memory, and
+how fast `/_stcore/health` answered through nginx meanwhile (asked every 0.1 s: p50, p99, the
+slowest, and how many failed). `--kill-after S` kills the first replica S seconds into the run,
+as a crash would (serve.sh restarts it; its visitors move to another).
 """
 
 from __future__ import annotations
@@ -15,9 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import signal
 import statistics
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 import websockets
@@ -147,12 +154,50 @@ async def classroom(url: str, visitors: int, ramp_seconds: float, seed: int = 0)
     return await asyncio.gather(*(visit(url, s, expected[s], arrivals.uniform(0, ramp_seconds)) for s in chosen))
 
 
+class HealthProbe:
+    """Asks `/_stcore/health` every `every` seconds in its own thread while the block runs; each answer's time."""
+
+    def __init__(self, url: str, every: float = 0.1, timeout: float = 30.0) -> None:
+        self.url, self.every, self.timeout = f"{url}/_stcore/health", every, timeout
+        self.seconds: list[float] = []
+        self.failures = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._ask, daemon=True)
+
+    def _ask(self) -> None:
+        while not self._done.wait(self.every):
+            started = time.perf_counter()
+            try:
+                urllib.request.urlopen(self.url, timeout=self.timeout).read()
+                self.seconds.append(time.perf_counter() - started)
+            except OSError:
+                self.failures += 1
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def line(self) -> str:
+        if not self.seconds:
+            return f"health: no answer ({self.failures} failed)"
+        ordered = sorted(self.seconds)
+        return (
+            f"health p50 {statistics.median(ordered):.2f} s, p99 {percentile(ordered, 0.99):.2f} s, slowest "
+            f"{ordered[-1]:.2f} s, {self.failures} failed of {len(ordered) + self.failures}"
+        )
+
+
 @dataclass(frozen=True)
 class Report:
     replicas: int
     visits: list[Visit]
     memory_mb: list[float]
     seconds: float
+    health: str = ""
 
     def line(self) -> str:
         served = [v for v in self.visits if v.error is None]
@@ -166,16 +211,30 @@ class Report:
         )
         memory = ", ".join(f"{mb:.0f}" for mb in self.memory_mb)
         return (f"| {self.replicas} | {len(served)}/{len(self.visits)} | {len(self.visits) - len(served)} | "
-                f"{figures} | {memory} | {self.seconds:.0f} s |")  # fmt: skip
+                f"{figures} | {memory} | {self.seconds:.0f} s | {self.health} |")  # fmt: skip
 
 
-def run(replicas: int, visitors: int, ramp_seconds: float) -> Report:
+def kill_later(pid: int | None, seconds: float) -> threading.Timer | None:
+    """Kills a replica's process after `seconds`, as a crash would (SIGKILL: nothing of it is cleaned up)."""
+    if pid is None:
+        return None
+    timer = threading.Timer(seconds, lambda: os.kill(pid, signal.SIGKILL))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def run(replicas: int, visitors: int, ramp_seconds: float, kill_after: float | None = None) -> Report:
     with proxy_server(replicas, ARTIFACTS / f"visitors-{replicas}") as proxy:
         started = time.perf_counter()
-        visits = asyncio.run(classroom(proxy.url, visitors, ramp_seconds))
+        killer = None if kill_after is None else kill_later(proxy.replica_pid(proxy.replica_ports[0]), kill_after)
+        with HealthProbe(proxy.url) as health:
+            visits = asyncio.run(classroom(proxy.url, visitors, ramp_seconds))
+        if killer is not None:
+            killer.cancel()
         seconds = time.perf_counter() - started
         memory = proxy.peak_memory_mb()
-    return Report(replicas, visits, memory, seconds)
+    return Report(replicas, visits, memory, seconds, health.line())
 
 
 def main() -> None:
@@ -184,11 +243,12 @@ def main() -> None:
     parser.add_argument("--visitors", type=int, default=100)
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--ramp", type=float, default=20.0, help="seconds over which the visitors arrive")
+    parser.add_argument("--kill-after", type=float, help="kill the first replica this many seconds into each run")
     args = parser.parse_args()
-    print("| replicas | sessions served | errors | latency | peak MiB per replica | wall time |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| replicas | sessions served | errors | latency | peak MiB per replica | wall time | health |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for replicas in args.replicas:
-        report = run(replicas, args.visitors, args.ramp)
+        report = run(replicas, args.visitors, args.ramp, args.kill_after)
         print(report.line(), flush=True)
         for error in sorted({v.error for v in report.visits if v.error})[:5]:
             print(f"  error: {error}")
