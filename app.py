@@ -7,25 +7,28 @@ decoding) itself; this script only lists the pages. Pages have no icon: Streamli
 
 import streamlit as st
 
-st.navigation(
-    {
-        "Explore": [
-            st.Page("pages/explorer.py", title="Decode explorer", default=True),
-            st.Page("pages/attention.py", title="Attention maps"),
-            st.Page("pages/attribution.py", title="Attribution"),
-        ],
-        "Learn": [
-            st.Page("pages/positional.py", title="Positional encoding"),
-            st.Page("pages/masks.py", title="Masks"),
-            st.Page("pages/computation.py", title="Attention, step by step"),
-            st.Page("pages/learned.py", title="How it learned"),
-        ],
-        "Research": [
-            st.Page("pages/checkpoints.py", title="Checkpoints"),
-            st.Page("pages/compare.py", title="Compare checkpoints"),
-            st.Page("pages/heads.py", title="Head statistics"),
-            st.Page("pages/corpus.py", title="Corpus"),
-            st.Page("pages/alignment.py", title="Alignment"),
-        ],
-    }
-).run()
+from ui.work import page_run
+
+with page_run():  # at most a few page runs compute at once (ui/work.py says why)
+    st.navigation(
+        {
+            "Explore": [
+                st.Page("pages/explorer.py", title="Decode explorer", default=True),
+                st.Page("pages/attention.py", title="Attention maps"),
+                st.Page("pages/attribution.py", title="Attribution"),
+            ],
+            "Learn": [
+                st.Page("pages/positional.py", title="Positional encoding"),
+                st.Page("pages/masks.py", title="Masks"),
+                st.Page("pages/computation.py", title="Attention, step by step"),
+                st.Page("pages/learned.py", title="How it learned"),
+            ],
+            "Research": [
+                st.Page("pages/checkpoints.py", title="Checkpoints"),
+                st.Page("pages/compare.py", title="Compare checkpoints"),
+                st.Page("pages/heads.py", title="Head statistics"),
+                st.Page("pages/corpus.py", title="Corpus"),
+                st.Page("pages/alignment.py", title="Alignment"),
+            ],
+        }
+    ).run()

@@ -82,6 +82,54 @@ class Slots:
 
 SLOTS = Slots(HEAVY_JOBS)
 _THIS_THREAD = threading.local()  # whether this thread's script run holds a slot already, and its seconds in line
+
+# Page runs computing at once in this process; the others wait in line on a lock, without the interpreter. Every
+# page run is Python work holding the interpreter's lock, which goes to whichever waiting thread the system wakes:
+# with 30 runs at once, the server's own thread (it answers /_stcore/health and every websocket) waited its turn
+# among 30, and health took up to 2.8 s on one server (5-22 s through nginx with 60 visitors).
+PAGE_RUNS = int(os.environ.get("TRANSFORMER_EXPLORER_PAGE_RUNS", str(os.cpu_count() or 2)))
+PAGE_SLOTS = Slots(PAGE_RUNS)
+
+
+@contextmanager
+def page_run() -> Iterator[None]:
+    """Holds one of the PAGE_RUNS slots while the page draws, waiting in line for it first."""
+    _take_page_slot()
+    try:
+        yield
+    finally:
+        if getattr(_THIS_THREAD, "page_slot", False):
+            _THIS_THREAD.page_slot = False
+            PAGE_SLOTS.release()
+
+
+def _take_page_slot() -> None:
+    ticket = PAGE_SLOTS.ask()
+    try:
+        while not PAGE_SLOTS.take(ticket, timeout=0.25):
+            if visitor_left():
+                raise StopException()
+    except BaseException:
+        PAGE_SLOTS.leave(ticket)
+        raise
+    _THIS_THREAD.page_slot = True
+
+
+@contextmanager
+def page_slot_given_up() -> Iterator[None]:
+    """While the block waits (a heavy job in line for its own slot), this run's page slot serves the next page run
+    in line; it is taken back after."""
+    if not getattr(_THIS_THREAD, "page_slot", False):
+        yield
+        return
+    _THIS_THREAD.page_slot = False
+    PAGE_SLOTS.release()
+    try:
+        yield
+    finally:
+        _take_page_slot()
+
+
 # Token-steps of integrated gradients one request may ask (output steps x interpolation steps x tokens):
 # about 25 s on a 2-core CPU. A 20-token output of a 25-token sentence takes 32 steps, 29,000.
 ATTRIBUTION_BUDGET = int(os.environ.get("TRANSFORMER_EXPLORER_ATTRIBUTION_BUDGET", "100000"))
@@ -154,17 +202,25 @@ def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
     caller, holding the slot on return, clears the notice (a page call) where it gives the slot back on failure."""
     ticket, began = SLOTS.ask(), time.monotonic()
     try:
-        while not SLOTS.take(ticket, timeout=0.25):
-            state = "Paused for another visitor's turn" if paused else f"Waiting for other visitors' {what} to finish"
-            notice.info(f"{state}: this server computes {HEAVY_JOBS} at a time, in turns of {TURN_SECONDS:g} s; "
-                        f"you are number {SLOTS.position(ticket)} in line.")  # fmt: skip
-            if visitor_left():
-                raise StopException()
+        if not SLOTS.take(ticket, timeout=0):
+            with page_slot_given_up():  # a job in line computes nothing: its page slot serves other pages meanwhile
+                _wait_in_line(ticket, what, notice, paused)
     except BaseException:
         SLOTS.leave(ticket)
         raise
     finally:
         _THIS_THREAD.waited = getattr(_THIS_THREAD, "waited", 0.0) + time.monotonic() - began
+
+
+def _wait_in_line(ticket: object, what: str, notice, paused: bool) -> None:
+    while not SLOTS.take(ticket, timeout=0.25):
+        state = "Paused for another visitor's turn" if paused else f"Waiting for other visitors' {what} to finish"
+        notice.info(
+            f"{state}: this server computes {HEAVY_JOBS} at a time, in turns of {TURN_SECONDS:g} s; "
+            f"you are number {SLOTS.position(ticket)} in line."
+        )
+        if visitor_left():
+            raise StopException()
 
 
 def computing_clock() -> float:
