@@ -220,3 +220,10 @@ def test_the_run_keeps_its_start_and_the_untrained_seed_rebuilds_it(run):
     saved = load_checkpoint(start).model.state_dict()
     rebuilt = untrained_like(load_checkpoint(files[-1]), settings.seed).state_dict()
     assert saved.keys() == rebuilt.keys() and all(torch.equal(saved[name], rebuilt[name]) for name in saved)
+
+
+def test_a_probe_longer_than_the_model_reads_is_named_shortened(run):
+    """A 100 KB probe was repeated back in full."""
+    with pytest.raises(ValueError, match="longer than the model reads") as refused:
+        timeline_of_run([run[1][0]], [("the dog runs " * 3000, "le chien")])
+    assert len(str(refused.value)) < 200
