@@ -21,8 +21,10 @@ BEAM_SENTENCES = 200
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| what | baseline (same run) | baseline ms | ours ms | ours / baseline | target | note |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "| what | baseline (same run) | baseline ms | ours ms | ours / baseline | target | note |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for row in rows:
         baseline = "" if row.baseline_ms is None else f"{row.baseline_ms:.1f}"
         ratio = "" if row.ratio is None else f"{row.ratio:.3f}"
@@ -36,8 +38,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium timings")
-    parser.add_argument("--sentences", type=Path, default=MULTI30K_VALIDATION,
-                        help="English sentences, one a line (plain or gzip), for the batched beam row")  # fmt: skip
+    parser.add_argument(
+        "--sentences",
+        type=Path,
+        default=MULTI30K_VALIDATION,
+        help="English sentences, one a line (plain or gzip), for the batched beam row",
+    )
     args = parser.parse_args()
     repeats = 3 if args.quick else 9
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)

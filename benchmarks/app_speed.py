@@ -104,8 +104,10 @@ def candidate_words_row(checkpoint: Checkpoint, repeats: int) -> Row:
     words_ms = median_ms(lambda: candidate_words(model, tokenizer, result), repeats)
     words = candidate_words(model, tokenizer, result)
     made = sum(word is not None for row in words for word in row)
-    note = (f"{made} of {result.topk_ids.numel()} candidates grow into a longer word; "
-            f"JSON {len(json.dumps(words)) / 1024:.1f} KiB")  # fmt: skip
+    note = (
+        f"{made} of {result.topk_ids.numel()} candidates grow into a longer word; "
+        f"JSON {len(json.dumps(words)) / 1024:.1f} KiB"
+    )
     return Row(f"candidates' words of a {result.steps}-step decode", "the decode", decode_ms, words_ms, "≤ 1.5", note)
 
 
@@ -206,7 +208,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
             f"python -m ui.launch to the step view drawn, median of 3 each; server answers at "
             f"{launched.answered_ms:.0f} ms, sidebar drawn at {launched.sidebar_ms:.0f} ms; a trivial Streamlit + "
             f"Plotly page (benchmarks/apps/trivial_page.py) to its figure drawn: {trivial.drawn_ms:.0f} ms",
-        ),  # fmt: skip
+        ),
         Row(
             "Translate click to the step view drawn, 20 words",
             "—",
@@ -214,7 +216,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
             statistics.median(translate_ms),
             "≤ 1500 ms",
             f"max {max(translate_ms):.0f} ms over {len(translate_ms)}",
-        ),  # fmt: skip
+        ),
         Row(
             "step click to the step's view redrawn (in the browser)",
             "—",
@@ -223,7 +225,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
             "p95 ≤ 50 ms",
             f"p50 {statistics.median(step_ms):.1f} ms over {len(step_ms)} clicks; {frames} websocket frames sent "
             "while stepping and playing",
-        ),  # fmt: skip
+        ),
         Row(
             f"Play at {max(PLAY_RATES)} a second: steps a second achieved",
             "—",
@@ -231,7 +233,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
             (last - 1) * 1000 / play_ms,
             "≥ 5 steps/s",
             f"{last - 1} steps in {play_ms:.0f} ms; a rate, not ms",
-        ),  # fmt: skip
+        ),
         Row("peak memory of the app process", "—", None, memory, "report", "MiB (VmHWM), not ms"),
     ]
 

@@ -25,9 +25,14 @@ def attribution_row(checkpoint: Checkpoint, repeats: int) -> Row:
     result = decode(model, tokenizer, SENTENCE)
     plain = median_ms(lambda: decode(model, tokenizer, SENTENCE), repeats)
     ours = median_ms(lambda: attribution.attribute(model, result), max(1, repeats // 3))
-    return Row(f"attribution, {result.steps}-token output, {attribution.DEFAULT_STEPS}-step integrated gradients",
-               "greedy decode of the same sentence", plain, ours, "≤ 10x",
-               "also gradient x input and value-weighted maps")  # fmt: skip
+    return Row(
+        f"attribution, {result.steps}-token output, {attribution.DEFAULT_STEPS}-step integrated gradients",
+        "greedy decode of the same sentence",
+        plain,
+        ours,
+        "≤ 10x",
+        "also gradient x input and value-weighted maps",
+    )
 
 
 def completeness_by_method(checkpoint: Checkpoint, n_steps: int = attribution.DEFAULT_STEPS) -> dict[str, float]:
@@ -44,9 +49,14 @@ def completeness_by_method(checkpoint: Checkpoint, n_steps: int = attribution.DE
             gap = (score(*embedded, steps, tokens) - score(*baselines, steps, tokens)).abs()
         for method in ("riemann_middle", "gausslegendre", "riemann_trapezoid"):
             with torch.enable_grad():
-                _, delta = IntegratedGradients(score).attribute(embedded, baselines, additional_forward_args=(steps, tokens),
-                                                                n_steps=n_steps, method=method,
-                                                                return_convergence_delta=True)  # fmt: skip
+                _, delta = IntegratedGradients(score).attribute(
+                    embedded,
+                    baselines,
+                    additional_forward_args=(steps, tokens),
+                    n_steps=n_steps,
+                    method=method,
+                    return_convergence_delta=True,
+                )
             worst[method] = max(worst.get(method, 0.0), float((delta.abs() / gap).max()))
     return worst
 

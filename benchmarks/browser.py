@@ -123,8 +123,18 @@ def _peak_mb(pid: int) -> float:
 def proxy_server(replicas: int, run_dir: Path, timeout: float = 240.0) -> Iterator[Proxy]:
     """`bash scripts/serve.sh --replicas N` on loopback, as docs/classroom.md starts a classroom; stopped after."""
     port = free_port_block(replicas + 1)
-    command = ["bash", str(REPO / "scripts" / "serve.sh"), "--replicas", str(replicas), "--port", str(port),
-               "--address", "127.0.0.1", "--run-dir", str(run_dir)]  # fmt: skip
+    command = [
+        "bash",
+        str(REPO / "scripts" / "serve.sh"),
+        "--replicas",
+        str(replicas),
+        "--port",
+        str(port),
+        "--address",
+        "127.0.0.1",
+        "--run-dir",
+        str(run_dir),
+    ]
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / "serve.log", "w") as log:
         serve = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -209,8 +219,10 @@ def step_view_drawn(step: int | None = None) -> str:
     """A JavaScript test of whether the explorer's step view has drawn its two maps (those of `step`, 1-based,
     when given), for Playwright's wait_for_function, sync or async."""
     title = f"of step {step} over" if step else "of step "
-    return (f"[...({PLAYER})?.querySelectorAll('.map-title') ?? []]"
-            f".filter(t => t.textContent.includes('{title}')).length >= 2")  # fmt: skip
+    return (
+        f"[...({PLAYER})?.querySelectorAll('.map-title') ?? []]"
+        f".filter(t => t.textContent.includes('{title}')).length >= 2"
+    )
 
 
 def wait_for_step_view(page: Page, step: int | None = None, timeout: float = 60_000) -> None:

@@ -53,9 +53,14 @@ def family_builders() -> dict:
 
 def t5_sizes(sizes: dict) -> dict:
     """The same sizes in T5Config's names."""
-    return dict(d_model=sizes["d_model"], d_kv=sizes["d_model"] // sizes["encoder_attention_heads"],
-                d_ff=sizes["encoder_ffn_dim"], num_layers=sizes["encoder_layers"],
-                num_decoder_layers=sizes["decoder_layers"], num_heads=sizes["encoder_attention_heads"])  # fmt: skip
+    return dict(
+        d_model=sizes["d_model"],
+        d_kv=sizes["d_model"] // sizes["encoder_attention_heads"],
+        d_ff=sizes["encoder_ffn_dim"],
+        num_layers=sizes["encoder_layers"],
+        num_decoder_layers=sizes["decoder_layers"],
+        num_heads=sizes["encoder_attention_heads"],
+    )
 
 
 def decode_row(family: str, size: str, directory: Path, repeats: int) -> Row:
@@ -71,8 +76,15 @@ def decode_row(family: str, size: str, directory: Path, repeats: int) -> Row:
 
     def hugging_face() -> None:
         with torch.no_grad():
-            theirs.generate(src, num_beams=1, do_sample=False, max_new_tokens=TOKENS, min_new_tokens=TOKENS,
-                            forced_bos_token_id=forced, forced_eos_token_id=None)  # fmt: skip
+            theirs.generate(
+                src,
+                num_beams=1,
+                do_sample=False,
+                max_new_tokens=TOKENS,
+                min_new_tokens=TOKENS,
+                forced_bos_token_id=forced,
+                forced_eos_token_id=None,
+            )
 
     with torch.no_grad():
         theirs_ms = median_ms(hugging_face, repeats)
@@ -80,9 +92,14 @@ def decode_row(family: str, size: str, directory: Path, repeats: int) -> Row:
             lambda: generate(ours.model, src, TOKENS, choose, need_weights=True, prefix=prefix), repeats
         )
         silent_ms = median_ms(lambda: generate(ours.model, src, TOKENS, choose, prefix=prefix), repeats)
-    return Row(f"{family}, {size}: greedy, per token, every map recorded", "transformers generate, per token",
-               theirs_ms / TOKENS, ours_ms / TOKENS, "report",
-               f"recording nothing: {silent_ms / TOKENS:.2f} ms ({silent_ms / theirs_ms:.2f} of theirs)")  # fmt: skip
+    return Row(
+        f"{family}, {size}: greedy, per token, every map recorded",
+        "transformers generate, per token",
+        theirs_ms / TOKENS,
+        ours_ms / TOKENS,
+        "report",
+        f"recording nothing: {silent_ms / TOKENS:.2f} ms ({silent_ms / theirs_ms:.2f} of theirs)",
+    )
 
 
 def save_nllb_600m(directory: Path) -> None:
@@ -159,8 +176,11 @@ def main() -> None:
         for family, build in family_builders().items():
             with tempfile.TemporaryDirectory() as folder:
                 rows.append(decode_row(family, size, build(Path(folder), sizes), repeats))
-                print(f"{rows[-1].what}: ours {rows[-1].ours_ms:.2f} ms, theirs {rows[-1].baseline_ms:.2f} ms, "
-                      f"ratio {rows[-1].ratio:.2f}; {rows[-1].note}", flush=True)  # fmt: skip
+                print(
+                    f"{rows[-1].what}: ours {rows[-1].ours_ms:.2f} ms, theirs {rows[-1].baseline_ms:.2f} ms, "
+                    f"ratio {rows[-1].ratio:.2f}; {rows[-1].note}",
+                    flush=True,
+                )
     from benchmarks.__main__ import table
 
     print("\n" + table(rows), flush=True)

@@ -61,9 +61,16 @@ def save_random(
 
 def spm_model(sentences: list[str], vocab_size: int, model_type: str = "unigram", **special_ids: int) -> bytes:
     buffer = io.BytesIO()
-    spm.SentencePieceTrainer.Train(sentence_iterator=iter(sentences), model_writer=buffer, vocab_size=vocab_size,
-                                   character_coverage=1.0, hard_vocab_limit=False, minloglevel=2,
-                                   model_type=model_type, **special_ids)  # fmt: skip
+    spm.SentencePieceTrainer.Train(
+        sentence_iterator=iter(sentences),
+        model_writer=buffer,
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+        model_type=model_type,
+        **special_ids,
+    )
     return buffer.getvalue()
 
 
@@ -71,8 +78,11 @@ def spm_pieces(proto: bytes) -> list[str]:
     """A SentencePiece model's pieces but its control and unknown ones (what fairseq's vocabularies list)."""
     processor = spm.SentencePieceProcessor()
     processor.LoadFromSerializedProto(proto)
-    return [processor.IdToPiece(i) for i in range(processor.GetPieceSize())
-            if not processor.IsControl(i) and not processor.IsUnknown(i)]  # fmt: skip
+    return [
+        processor.IdToPiece(i)
+        for i in range(processor.GetPieceSize())
+        if not processor.IsControl(i) and not processor.IsUnknown(i)
+    ]
 
 
 def save_marian(directory: Path, source: list[str], target: list[str], sizes: dict = TINY) -> Path:
@@ -85,9 +95,16 @@ def save_marian(directory: Path, source: list[str], target: list[str], sizes: di
     files = [str(directory / name) for name in ("source.spm", "target.spm", "vocab.json")]
     MarianTokenizer(*files, source_lang="en", target_lang="fr").save_pretrained(directory)
     pad = len(vocabulary) - 1
-    config = MarianConfig(vocab_size=len(vocabulary), activation_function="swish", scale_embedding=True,
-                          pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, forced_eos_token_id=None,
-                          **sizes)  # fmt: skip
+    config = MarianConfig(
+        vocab_size=len(vocabulary),
+        activation_function="swish",
+        scale_embedding=True,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=None,
+        **sizes,
+    )
     torch.manual_seed(0)
     model = MarianMTModel(config)
     with torch.no_grad():
@@ -113,8 +130,9 @@ def save_nllb(directory: Path, sentences: list[str], sizes: dict = TINY) -> Path
     codes, eng_Latn→fra_Latn."""
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.Metaspace()
-    bpe.train_from_iterator(sentences, trainers.BpeTrainer(vocab_size=120, special_tokens=["<s>", "<pad>", "</s>",
-                                                                                         "<unk>"]))  # fmt: skip
+    bpe.train_from_iterator(
+        sentences, trainers.BpeTrainer(vocab_size=120, special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+    )
     vocabulary = bpe.get_vocab()
     merges = [tuple(merge) for merge in json.loads(bpe.to_str())["model"]["merges"]]
     tokenizer = NllbTokenizer(vocab=vocabulary, merges=merges, src_lang="eng_Latn", tgt_lang="fra_Latn")
@@ -130,8 +148,9 @@ def save_mbart50(directory: Path, sentences: list[str], sizes: dict = TINY) -> P
     tokenizer = MBart50Tokenizer.from_pretrained(directory, src_lang="en_XX", tgt_lang="fr_XX")
     (directory / "sentencepiece.bpe.model").unlink()  # transformers 5 saves a tokenizer.json alone
     tokenizer.save_pretrained(directory)
-    config = MBartConfig(vocab_size=len(tokenizer), activation_function="gelu", scale_embedding=True,
-                         **FAIRSEQ_IDS, **sizes)  # fmt: skip
+    config = MBartConfig(
+        vocab_size=len(tokenizer), activation_function="gelu", scale_embedding=True, **FAIRSEQ_IDS, **sizes
+    )
     torch.manual_seed(0)
     return save_random(MBartForConditionalGeneration(config), directory, tokenizer.convert_tokens_to_ids("ar_AR"))
 
@@ -159,12 +178,25 @@ def save_t5(
     tokenizer = T5Tokenizer.from_pretrained(directory, extra_ids=4)
     (directory / "spiece.model").unlink()  # transformers 5 saves a tokenizer.json alone
     tokenizer.save_pretrained(directory)
-    sizes = sizes or dict(d_model=16, d_kv=4, d_ff=32, num_layers=2, num_decoder_layers=2, num_heads=4,
-                          relative_attention_num_buckets=8, relative_attention_max_distance=20)  # fmt: skip
+    sizes = sizes or dict(
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=20,
+    )
     config_class, model_class = (
         (MT5Config, MT5ForConditionalGeneration) if multilingual else (T5Config, T5ForConditionalGeneration)
     )
-    config = config_class(vocab_size=len(tokenizer) + 12, feed_forward_proj="gated-gelu" if flan or multilingual else "relu",
-                          tie_word_embeddings=not (flan or multilingual), decoder_start_token_id=0, **sizes)  # fmt: skip
+    config = config_class(
+        vocab_size=len(tokenizer) + 12,
+        feed_forward_proj="gated-gelu" if flan or multilingual else "relu",
+        tie_word_embeddings=not (flan or multilingual),
+        decoder_start_token_id=0,
+        **sizes,
+    )
     torch.manual_seed(0)
     return save_random(model_class(config), directory, rare_from=len(tokenizer), rare=(0, 2))

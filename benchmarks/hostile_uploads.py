@@ -51,9 +51,13 @@ def word_level(**pipeline: dict) -> str:
 
 def attacks(shipped: bytes) -> list[Attack]:
     backtracking = json.loads(read_header(shipped)["__metadata__"].get("tokenizer_json", "{}") or "{}") | {
-        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(?:a|a){1,22}!"}, "behavior": "Isolated",
-                          "invert": False},
-    }  # fmt: skip
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": {"Regex": "(?:a|a){1,22}!"},
+            "behavior": "Isolated",
+            "invert": False,
+        },
+    }
     # Its Translate of 2,000 "a" took 3.2 GB in the tokenizer library and aborted the process.
     multiplying = word_level(normalizer={"type": "Replace", "pattern": {"String": "a"}, "content": "a" * 100_000})
     charsmap = base64.b64encode(PANICKING_CHARSMAP).decode()
@@ -63,30 +67,63 @@ def attacks(shipped: bytes) -> list[Attack]:
     tokenizer = header["__metadata__"]["tokenizer"]
     short_lines = gzip.compress(b"a\n" * (4 << 20), compresslevel=9) * 12  # 48 million lines in 100 KB
     return [
-        Attack("tokenizer.json with a backtracking Split", "checkpoints",
-               {"regex.safetensors": with_metadata(shipped, tokenizer_json=json.dumps(backtracking))}, None,
-               "was refused"),
-        Attack("tokenizer.json whose normalizer makes 100,000 characters of one", "checkpoints",
-               {"grows.safetensors": with_metadata(shipped, tokenizer_json=multiplying)}, None,
-               "was refused"),
-        Attack("tokenizer.json whose charsmap panics on every text", "checkpoints",
-               {"panics.safetensors": with_metadata(shipped, tokenizer_json=panicking)}, None,
-               "was refused"),
-        Attack("header of 40,000 tensor names", "checkpoints",
-               {"names.safetensors": with_header(shipped, json.dumps(header | many_names).encode())}, None,
-               "was refused"),
-        Attack("tokenizer text of 8 MB (what 1M tokens hold)", "checkpoints",
-               {"words.safetensors": with_metadata(shipped, tokenizer=tokenizer + "A" * 8_000_000)}, None,
-               "was refused"),
-        Attack("metadata number of 5,000 digits", "checkpoints",
-               {"digits.safetensors": with_metadata(shipped, metadata='{"n": ' + "9" * 5000 + "}")}, None,
-               "was refused"),
-        Attack("48 million short lines (100 KB gzip) on Corpus", "corpus", {"lines.txt.gz": short_lines},
-               "Translate the file", "Click a column header to sort"),
-        Attack("a 40 MB gold line on Alignment", "alignment",
-               {"src.txt": b"a dog\n", "tgt.txt": b"un chien\n", "gold.txt": b"0-0 " * 10_000_000},
-               "Align and score", "longer than 20,000 bytes"),
-    ]  # fmt: skip
+        Attack(
+            "tokenizer.json with a backtracking Split",
+            "checkpoints",
+            {"regex.safetensors": with_metadata(shipped, tokenizer_json=json.dumps(backtracking))},
+            None,
+            "was refused",
+        ),
+        Attack(
+            "tokenizer.json whose normalizer makes 100,000 characters of one",
+            "checkpoints",
+            {"grows.safetensors": with_metadata(shipped, tokenizer_json=multiplying)},
+            None,
+            "was refused",
+        ),
+        Attack(
+            "tokenizer.json whose charsmap panics on every text",
+            "checkpoints",
+            {"panics.safetensors": with_metadata(shipped, tokenizer_json=panicking)},
+            None,
+            "was refused",
+        ),
+        Attack(
+            "header of 40,000 tensor names",
+            "checkpoints",
+            {"names.safetensors": with_header(shipped, json.dumps(header | many_names).encode())},
+            None,
+            "was refused",
+        ),
+        Attack(
+            "tokenizer text of 8 MB (what 1M tokens hold)",
+            "checkpoints",
+            {"words.safetensors": with_metadata(shipped, tokenizer=tokenizer + "A" * 8_000_000)},
+            None,
+            "was refused",
+        ),
+        Attack(
+            "metadata number of 5,000 digits",
+            "checkpoints",
+            {"digits.safetensors": with_metadata(shipped, metadata='{"n": ' + "9" * 5000 + "}")},
+            None,
+            "was refused",
+        ),
+        Attack(
+            "48 million short lines (100 KB gzip) on Corpus",
+            "corpus",
+            {"lines.txt.gz": short_lines},
+            "Translate the file",
+            "Click a column header to sort",
+        ),
+        Attack(
+            "a 40 MB gold line on Alignment",
+            "alignment",
+            {"src.txt": b"a dog\n", "tgt.txt": b"un chien\n", "gold.txt": b"0-0 " * 10_000_000},
+            "Align and score",
+            "longer than 20,000 bytes",
+        ),
+    ]
 
 
 class HealthWatch:
@@ -139,8 +176,11 @@ def main() -> None:
     capped = ["prlimit", f"--as={int(args.memory_gb * 2**30)}", *LAUNCH]
     print("| attack | answered in s | slowest /_stcore/health in s | health failures |")
     print("| --- | --- | --- | --- |")
-    with (tempfile.TemporaryDirectory() as folder, app_server(ARTIFACTS / "hostile.log", launcher=capped) as server,
-          chromium() as browser):  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        app_server(ARTIFACTS / "hostile.log", launcher=capped) as server,
+        chromium() as browser,
+    ):
         watch = HealthWatch(server.url)
         try:
             for attack in attacks(shipped):

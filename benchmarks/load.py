@@ -119,8 +119,10 @@ def main() -> None:
     reports, log, memory = load_test(args.sessions, args.replicas)
     translate = [r.translate_ms for r in reports]
     steps = [ms for r in reports for ms in r.step_ms]
-    print(f"sessions: {len(reports)}, correct translations: {sum(r.correct for r in reports)}, "
-          f"own attention: {sum(r.own_attention for r in reports)}, server errors: {log.count('Traceback')}")  # fmt: skip
+    print(
+        f"sessions: {len(reports)}, correct translations: {sum(r.correct for r in reports)}, "
+        f"own attention: {sum(r.own_attention for r in reports)}, server errors: {log.count('Traceback')}"
+    )
     print(f"translate ms: p50 {statistics.median(translate):.0f}, p95 {percentile(translate, 0.95):.0f}")
     print(f"step ms: p50 {statistics.median(steps):.0f}, p95 {percentile(steps, 0.95):.0f} ({len(steps)} clicks)")
     print(f"peak memory per server: {', '.join(f'{mb:.0f}' for mb in memory)} MiB")

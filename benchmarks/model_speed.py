@@ -93,8 +93,14 @@ def batched_beam_row(checkpoint: Checkpoint, sentences: list[str]) -> Row:
     batched = translate_texts(model, tokenizer, sentences, settings)
     batched_ms = (time.perf_counter() - started) * 1000
     same = sum(a == b for a, b in zip(alone, batched))
-    return Row(f"beam 5 over {len(sentences)} sentences, batched", "one beam search per sentence", alone_ms,
-               batched_ms, "≤ 1/3", f"same output for {same}/{len(sentences)}")  # fmt: skip
+    return Row(
+        f"beam 5 over {len(sentences)} sentences, batched",
+        "one beam search per sentence",
+        alone_ms,
+        batched_ms,
+        "≤ 1/3",
+        f"same output for {same}/{len(sentences)}",
+    )
 
 
 def corpus_batch_row(checkpoint: Checkpoint, sentences: list[str], batch_size: int) -> Row:
@@ -106,8 +112,14 @@ def corpus_batch_row(checkpoint: Checkpoint, sentences: list[str], batch_size: i
         started = time.perf_counter()
         translate_texts(model, tokenizer, sentences, batch_size=size)
         timings.setdefault(size, []).append((time.perf_counter() - started) * 1000)
-    return Row(f"greedy over {len(sentences)} sentences, batches of {batch_size} (Corpus page)", "batches of 64",
-               min(timings[64]), min(timings[batch_size]), "≤ 1.5", "best of two each")  # fmt: skip
+    return Row(
+        f"greedy over {len(sentences)} sentences, batches of {batch_size} (Corpus page)",
+        "batches of 64",
+        min(timings[64]),
+        min(timings[batch_size]),
+        "≤ 1.5",
+        "best of two each",
+    )
 
 
 def step_products(model: Transformer) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -160,10 +172,12 @@ def lower_bound_row(checkpoint: Checkpoint, repeats: int) -> Row:
     products = step_products(model)
     alone_ms = products_alone_ms(products, steps, repeats)
     weight_bytes = sum(weight.numel() + bias.numel() for weight, bias in products) * 4
-    note = (f"{flops / 1e6:.1f} MFLOP/step at {rate / 1e9:.0f} GFLOP/s matmul (1024², fp32); 10x that bound is "
-            f"{10 * bound_ms:.2f} ms, but the step's {len(products)} weight products alone (the same "
-            f"{weight_bytes / 1e6:.1f} MB of weights, nothing else) take {alone_ms:.2f} ms here "
-            f"({weight_bytes / alone_ms / 1e6:.0f} GB/s): the step is {step_ms / alone_ms:.2f}x that floor")  # fmt: skip
+    note = (
+        f"{flops / 1e6:.1f} MFLOP/step at {rate / 1e9:.0f} GFLOP/s matmul (1024², fp32); 10x that bound is "
+        f"{10 * bound_ms:.2f} ms, but the step's {len(products)} weight products alone (the same "
+        f"{weight_bytes / 1e6:.1f} MB of weights, nothing else) take {alone_ms:.2f} ms here "
+        f"({weight_bytes / alone_ms / 1e6:.0f} GB/s): the step is {step_ms / alone_ms:.2f}x that floor"
+    )
     return Row(
         "one decode step vs its FLOP lower bound", "FLOPs / measured matmul rate", bound_ms, step_ms, "report", note
     )
@@ -178,8 +192,9 @@ class ReferenceTransformer(nn.Module):
         self.scale = math.sqrt(c.d_model)
         self.embed = nn.Embedding(c.src_vocab_size, c.d_model)
         self.register_buffer("table", sinusoidal_table(c.max_len, c.d_model))
-        self.core = nn.Transformer(c.d_model, c.n_heads, c.n_encoder_layers, c.n_decoder_layers, c.d_ff, c.dropout,
-                                   batch_first=True)  # fmt: skip
+        self.core = nn.Transformer(
+            c.d_model, c.n_heads, c.n_encoder_layers, c.n_decoder_layers, c.d_ff, c.dropout, batch_first=True
+        )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         self.generator.weight = self.embed.weight
         self.pad_id = c.pad_id
@@ -189,9 +204,15 @@ class ReferenceTransformer(nn.Module):
             return self.embed(ids) * self.scale + self.table[: ids.size(1)]
 
         causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1))
-        hidden = self.core(inputs(src), inputs(tgt), tgt_mask=causal, src_key_padding_mask=src == self.pad_id,
-                           tgt_key_padding_mask=tgt == self.pad_id, memory_key_padding_mask=src == self.pad_id,
-                           tgt_is_causal=True)  # fmt: skip
+        hidden = self.core(
+            inputs(src),
+            inputs(tgt),
+            tgt_mask=causal,
+            src_key_padding_mask=src == self.pad_id,
+            tgt_key_padding_mask=tgt == self.pad_id,
+            memory_key_padding_mask=src == self.pad_id,
+            tgt_is_causal=True,
+        )
         return self.generator(hidden)
 
 

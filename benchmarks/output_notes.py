@@ -57,8 +57,11 @@ def calibrated(rows: np.ndarray) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.output_notes", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.output_notes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--checkpoint", type=Path, action="append", required=True, help="repeat for several")
     parser.add_argument("--pairs", type=Path, nargs=2, action="append", required=True, metavar=("SRC", "REF"))
     parser.add_argument("--per-set", type=int, default=150)
@@ -72,8 +75,10 @@ def main() -> None:
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for name, rows in [*found.items(), ("all", np.concatenate(list(found.values())))]:
             poor_noted, good_noted = noted(rows, below)
-            print(f"| {name} | {len(rows)} | {rows[:, 0].mean():.1f} | {np.mean(rows[:, 0] < POOR):.0%} | "
-                  f"{percent(poor_noted)} | {np.mean(rows[:, 0] > GOOD):.0%} | {percent(good_noted)} |")  # fmt: skip
+            print(
+                f"| {name} | {len(rows)} | {rows[:, 0].mean():.1f} | {np.mean(rows[:, 0] < POOR):.0%} | "
+                f"{percent(poor_noted)} | {np.mean(rows[:, 0] > GOOD):.0%} | {percent(good_noted)} |"
+            )
         everything = np.concatenate(list(found.values()))
         best = calibrated(everything)
         if best is not None:

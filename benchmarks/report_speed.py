@@ -35,8 +35,10 @@ def drawn_at_once(result: DecodeResult, source_text: str) -> str:
         f"<h2>{html.escape(title)}</h2>{figure.to_html(full_html=False, include_plotlyjs=False)}"
         for title, figure in report_figures(result)
     )
-    return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><script>{get_plotlyjs()}</script></head><body>'
-            f"<p>{html.escape(source_text)}</p>{sections}</body></html>")  # fmt: skip
+    return (
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><script>{get_plotlyjs()}</script></head><body>'
+        f"<p>{html.escape(source_text)}</p>{sections}</body></html>"
+    )
 
 
 def report_rows(checkpoint: Checkpoint) -> list[Row]:
@@ -45,9 +47,11 @@ def report_rows(checkpoint: Checkpoint) -> list[Row]:
         for tokens, sentence in SENTENCES.items():
             result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
             report = html_report(result, sentence, "benchmark")
-            pages = {"at once": (drawn_at_once(result, sentence), EVERY_PLOT_DRAWN),
-                     "near screen": (report, REPORT_SCREEN_DRAWN),
-                     "whole plotly.js": (report.replace(plotly_js(), get_plotlyjs()), REPORT_SCREEN_DRAWN)}  # fmt: skip
+            pages = {
+                "at once": (drawn_at_once(result, sentence), EVERY_PLOT_DRAWN),
+                "near screen": (report, REPORT_SCREEN_DRAWN),
+                "whole plotly.js": (report.replace(plotly_js(), get_plotlyjs()), REPORT_SCREEN_DRAWN),
+            }
             times, parsed = {name: [] for name in pages}, []
             for _ in range(REPEATS):  # interleaved: a noisy machine slows each page alike
                 for name, (text, drawn) in pages.items():
@@ -61,11 +65,16 @@ def report_rows(checkpoint: Checkpoint) -> list[Row]:
                         parsed.append(page.evaluate(PARSED))
                     page.close()
             ms = {name: statistics.median(values) for name, values in times.items()}
-            rows.append(Row(
-                f"HTML report, {len(result.src_ids)} + {result.steps} tokens: opening to its first screen drawn (Chromium)",
-                "every figure drawn on opening", ms["at once"], ms["near screen"], TARGETS[tokens],
-                f"the rest drawn as they near the screen; the page parsed (plotly.js's cartesian bundle inlined, before "
-                f"any figure) at {statistics.median(parsed):.0f} ms; with the whole of plotly.js: "
-                f"{ms['whole plotly.js']:.0f} ms; medians of {REPEATS}",
-            ))  # fmt: skip
+            rows.append(
+                Row(
+                    f"HTML report, {len(result.src_ids)} + {result.steps} tokens: opening to its first screen drawn (Chromium)",
+                    "every figure drawn on opening",
+                    ms["at once"],
+                    ms["near screen"],
+                    TARGETS[tokens],
+                    f"the rest drawn as they near the screen; the page parsed (plotly.js's cartesian bundle inlined, before "
+                    f"any figure) at {statistics.median(parsed):.0f} ms; with the whole of plotly.js: "
+                    f"{ms['whole plotly.js']:.0f} ms; medians of {REPEATS}",
+                )
+            )
     return rows

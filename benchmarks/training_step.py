@@ -54,8 +54,9 @@ def _steps_ms(config: TransformerConfig, repeats: int, autocast, threads: int, t
     try:
         for index in range(repeats + 2):
             started = time.perf_counter()
-            loss = training_step(model.logits, model, optimizer, used_loss, [src, decoder_input, gold], 3e-4, 1.0, 1,
-                                 autocast)[0].item()  # fmt: skip
+            loss = training_step(
+                model.logits, model, optimizer, used_loss, [src, decoder_input, gold], 3e-4, 1.0, 1, autocast
+            )[0].item()
             if index >= 2:
                 times.append((time.perf_counter() - started) * 1000)
     finally:
@@ -77,8 +78,16 @@ def training_step_rows(config: TransformerConfig = GENERAL, repeats: int = 5) ->
     for what, autocast, count, transposed in variants:
         ours_ms, loss = _steps_ms(config, repeats, autocast, count, transposed)
         tokens = BATCH * LENGTH / ours_ms * 1000
-        rows.append(Row(f"training step, {what}", f"float32 eager, transposed loss, {threads} threads", baseline_ms,
-                        ours_ms, "< 1", f"{tokens:,.0f} target tokens/s; loss {loss:.4f} (baseline {baseline_loss:.4f})"))  # fmt: skip
+        rows.append(
+            Row(
+                f"training step, {what}",
+                f"float32 eager, transposed loss, {threads} threads",
+                baseline_ms,
+                ours_ms,
+                "< 1",
+                f"{tokens:,.0f} target tokens/s; loss {loss:.4f} (baseline {baseline_loss:.4f})",
+            )
+        )
     return rows
 
 

@@ -120,8 +120,12 @@ async def visit(url: str, sentence: str, expected: str, delay: float) -> Visit:
     await asyncio.sleep(delay)
     result = Visit(sentence)
     try:
-        async with websockets.connect(f"{url.replace('http', 'ws', 1)}/_stcore/stream", subprotocols=["streamlit"],
-                                      max_size=None, open_timeout=RUN_TIMEOUT) as connection:  # fmt: skip
+        async with websockets.connect(
+            f"{url.replace('http', 'ws', 1)}/_stcore/stream",
+            subprotocols=["streamlit"],
+            max_size=None,
+            open_timeout=RUN_TIMEOUT,
+        ) as connection:
             visitor = Visitor(connection)
             await visitor.run([])  # the first page, as the browser asks for it on opening
             text_id, _ = visitor.widget(SENTENCE_LABEL)
@@ -210,8 +214,10 @@ class Report:
             else "nothing served"
         )
         memory = ", ".join(f"{mb:.0f}" for mb in self.memory_mb)
-        return (f"| {self.replicas} | {len(served)}/{len(self.visits)} | {len(self.visits) - len(served)} | "
-                f"{figures} | {memory} | {self.seconds:.0f} s | {self.health} |")  # fmt: skip
+        return (
+            f"| {self.replicas} | {len(served)}/{len(self.visits)} | {len(self.visits) - len(served)} | "
+            f"{figures} | {memory} | {self.seconds:.0f} s | {self.health} |"
+        )
 
 
 def kill_later(pid: int | None, seconds: float) -> threading.Timer | None:
@@ -238,8 +244,9 @@ def run(replicas: int, visitors: int, ramp_seconds: float, kill_after: float | N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.visitors", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.visitors", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--visitors", type=int, default=100)
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--ramp", type=float, default=20.0, help="seconds over which the visitors arrive")

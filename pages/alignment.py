@@ -37,7 +37,7 @@ st.markdown(
     "(sure), `i?j` or `ipj` a possible link. Every pair is run teacher forced; every cross-attention head, each "
     "layer's mean and value-weighted attention give a target × source word matrix, read two ways: row t as the "
     "query that **produces** target word t (*output*), or the one that was **fed** it, row t + 1 (*input*)."
-)  # fmt: skip
+)
 with st.form("alignment"):
     source_file = st.file_uploader("Source sentences, one a line", key="align_src")
     target_file = st.file_uploader("Their translations, line by line", key="align_tgt")
@@ -45,8 +45,9 @@ with st.form("alignment"):
     example = st.checkbox("Use the example instead: 24 caption pairs aligned by hand", key="align_example")
     left, middle, right = st.columns(3)
     counted = left.radio("Gold words counted from", list(COUNTED_FROM), horizontal=True, key="align_counted")
-    threshold = middle.slider("Threshold links: weight at least", 0.05, 0.95, DEFAULT_THRESHOLD, 0.05,
-                              key="align_threshold")  # fmt: skip
+    threshold = middle.slider(
+        "Threshold links: weight at least", 0.05, 0.95, DEFAULT_THRESHOLD, 0.05, key="align_threshold"
+    )
     limit = right.number_input("Pairs (from the top)", 1, MAX_PAIRS, 200, key="align_limit")
     gradients = st.checkbox("Also integrated gradients (about 15 times as long)", key="align_gradients")
     run = st.form_submit_button("Align and score")
@@ -73,8 +74,9 @@ if run and (files := read_files()) is not None:
         st.error(f"The source file has {len(sources)} lines and the target file {len(targets)}: not a parallel pair.")
     else:
         try:
-            golds, one_based = parse_pharaoh(gold_lines, [len(s.split()) for s in sources],
-                                             [len(t.split()) for t in targets], COUNTED_FROM[counted])  # fmt: skip
+            golds, one_based = parse_pharaoh(
+                gold_lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets], COUNTED_FROM[counted]
+            )
         except GoldError as error:
             st.error(literal(f"The gold file: {error}"))
         else:
@@ -83,8 +85,17 @@ if run and (files := read_files()) is not None:
             costs = [len(s) * len(t) + 1 for s, t in zip(sources, targets)]
             progress = Progress("Aligning", count, "pairs", costs, stop_key="align_stop")
             with heavy_job("alignments") as should_stop:
-                report = align_corpus(checkpoint.model, checkpoint.tokenizer, sources, targets, golds, threshold,
-                                      gradients, progress=lambda done, _: progress(done), should_stop=should_stop)  # fmt: skip
+                report = align_corpus(
+                    checkpoint.model,
+                    checkpoint.tokenizer,
+                    sources,
+                    targets,
+                    golds,
+                    threshold,
+                    gradients,
+                    progress=lambda done, _: progress(done),
+                    should_stop=should_stop,
+                )
             progress.close()
             session.alignment_run = keys.AlignmentRun(explored.checkpoint_key, name, sources, targets, golds, report)
             st.caption(f"Gold words counted from {int(one_based)}" + (" (detected)." if counted == "detect" else "."))
@@ -96,10 +107,15 @@ if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report
     st.subheader("Every method, best first")
     st.caption(literal(f"{stored.name}: {len(report.aligned)} pairs aligned.{note} Click a column to sort."))
     frame = pd.DataFrame(report.table()).set_index("rank")
-    table(frame.style.format({"aer": "{:.3f}", "precision": "{:.3f}", "recall": "{:.3f}"}), width="stretch",
-          height=360, key="align_table")  # fmt: skip
-    st.download_button("Table as CSV", csv_text(frame), file_name="alignment.csv", mime="text/csv", on_click="ignore",
-                       key="align_csv")  # fmt: skip
+    table(
+        frame.style.format({"aer": "{:.3f}", "precision": "{:.3f}", "recall": "{:.3f}"}),
+        width="stretch",
+        height=360,
+        key="align_table",
+    )
+    st.download_button(
+        "Table as CSV", csv_text(frame), file_name="alignment.csv", mime="text/csv", on_click="ignore", key="align_csv"
+    )
 
     st.subheader("AER of every layer and head")
     measures = sorted({s.method.measure for s in report.scores if s.method.layer is not None})
@@ -111,10 +127,16 @@ if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report
         grid = aer_grid(report, measure, convention, extraction)
         layers, heads = grid.shape[0], grid.shape[1] - 1
         with column:
-            show(matrix_heatmap(grid, f"AER, {convention} convention (lower aligns better)",
-                                [f"layer {i + 1}" for i in range(layers)],
-                                [*(f"head {h + 1}" for h in range(heads)), "heads' mean"], value_range=(0.0, 1.0)),
-                 key=f"align_grid_{convention}")  # fmt: skip
+            show(
+                matrix_heatmap(
+                    grid,
+                    f"AER, {convention} convention (lower aligns better)",
+                    [f"layer {i + 1}" for i in range(layers)],
+                    [*(f"head {h + 1}" for h in range(heads)), "heads' mean"],
+                    value_range=(0.0, 1.0),
+                ),
+                key=f"align_grid_{convention}",
+            )
 
     st.subheader("One pair, with its gold links")
     methods = [score.method for score in report.scores]
@@ -125,7 +147,11 @@ if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report
     source, target = stored.sources[line], stored.targets[line]
     st.markdown(f"**Line {line + 1}** · {literal(source)} → {literal(target)}")
     matrix = models.pair_matrix_cached(checkpoint, explored.checkpoint_key, source, target, method)
-    show(alignment_heatmap(matrix, source.split(), target.split(), stored.golds[line], report.links[method][pair],
-                           method.label), key="align_pair_map")  # fmt: skip
+    show(
+        alignment_heatmap(
+            matrix, source.split(), target.split(), stored.golds[line], report.links[method][pair], method.label
+        ),
+        key="align_pair_map",
+    )
     st.caption("Squares: sure gold links; circles: possible ones; crosses: the links this method extracted.")
 url.write_url()

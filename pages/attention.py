@@ -47,8 +47,15 @@ if view_name == "head":
         view.maps[layer, head], view.query_pieces, view.key_pieces, f"{title}, head {head + 1}", view.mask
     )
 elif view_name == "mean":
-    figure = attention_grid(view.mean_over_heads()[:, None], view.query_pieces, view.key_pieces, layer_names,
-                            ["mean over heads"], kind.title, view.mask)  # fmt: skip
+    figure = attention_grid(
+        view.mean_over_heads()[:, None],
+        view.query_pieces,
+        view.key_pieces,
+        layer_names,
+        ["mean over heads"],
+        kind.title,
+        view.mask,
+    )
     map_for_export, exported = view.mean_over_heads()[layer], f"layer {layer + 1}, mean over heads"
 elif view_name in ("layer", "model"):
     maps, rows, name = (
@@ -65,8 +72,11 @@ else:
     flow = rollout(view.maps)
     figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")
     map_for_export, exported = flow, "rollout"
-fitted = toggles[1].toggle("Fit the colours to these weights", **keys.shared("attention_fit"),
-                   help="Near-uniform attention is one pale colour on the 0-1 scale; fitted, its differences show.")  # fmt: skip
+fitted = toggles[1].toggle(
+    "Fit the colours to these weights",
+    **keys.shared("attention_fit"),
+    help="Near-uniform attention is one pale colour on the 0-1 scale; fitted, its differences show.",
+)
 if fitted:
     low, high = fit_colour_scale(figure)
     scale = f"Colour: weight from {low:.4f} (white) to {high:.4f} (dark blue), fitted to the weights drawn: read it off the bar"
@@ -100,7 +110,12 @@ if session.get("report_built") != report and downloads[2].button("Build the HTML
     progress.close()
     session.report_built = report
 if session.get("report_built") == report:  # built: the download takes it from the shared cache (or builds it again)
-    downloads[2].download_button("HTML report (offline)", lambda: models.report_cached(explored.checkpoint, *report,
-                                 _result=result), file_name="attention-report.html", mime="text/html",
-                                 on_click="ignore", key="report_download")  # fmt: skip
+    downloads[2].download_button(
+        "HTML report (offline)",
+        lambda: models.report_cached(explored.checkpoint, *report, _result=result),
+        file_name="attention-report.html",
+        mime="text/html",
+        on_click="ignore",
+        key="report_download",
+    )
 url.write_url()

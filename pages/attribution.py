@@ -37,21 +37,27 @@ EXPLANATIONS = {
 explored = page_frame()
 result, checkpoint, session = explored.result, explored.checkpoint, st.session_state
 st.title("Attribution")
-st.markdown("For each output token: where cross-attention looked, and what the token really drew on by gradients, "
-            "on the same source tokens. Follows the decode explorer's step.")  # fmt: skip
+st.markdown(
+    "For each output token: where cross-attention looked, and what the token really drew on by gradients, "
+    "on the same source tokens. Follows the decode explorer's step."
+)
 
 tokens = len(result.src_ids) + result.steps
 n_steps = interpolation_steps(result.steps, tokens, ATTRIBUTION_BUDGET)
 work = f"{result.steps} output tokens × {tokens} tokens × the interpolation steps"
 if n_steps is None:
-    st.warning(f"This decode is too long for attribution on this server: {work} would exceed the "
-               f"{ATTRIBUTION_BUDGET:,} token-steps a request may take here, even at {MIN_STEPS} steps. Shorten "
-               "the sentence, or run `python -m transformer attribute --text ...` on your own machine.")  # fmt: skip
+    st.warning(
+        f"This decode is too long for attribution on this server: {work} would exceed the "
+        f"{ATTRIBUTION_BUDGET:,} token-steps a request may take here, even at {MIN_STEPS} steps. Shorten "
+        "the sentence, or run `python -m transformer attribute --text ...` on your own machine."
+    )
     st.stop()
 if n_steps < DEFAULT_STEPS:
-    st.info(f"This decode is long ({work}): integrated gradients take {n_steps} interpolation steps instead of "
-            f"{DEFAULT_STEPS}, to stay within the {ATTRIBUTION_BUDGET:,} token-steps a request may take here "
-            "(the convergence delta below says how exact they are).")  # fmt: skip
+    st.info(
+        f"This decode is long ({work}): integrated gradients take {n_steps} interpolation steps instead of "
+        f"{DEFAULT_STEPS}, to stay within the {ATTRIBUTION_BUDGET:,} token-steps a request may take here "
+        "(the convergence delta below says how exact they are)."
+    )
 request = (explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids))
 stop = st.empty()  # Stop while computing; once stopped, the way to start again (the page computes on opening)
 if session.get("attribution_stopped") == request:
@@ -66,9 +72,16 @@ if stop_button("attribution_stop", stop):  # pressed: this rerun ended the compu
 with heavy_job("attributions") as should_stop:
     costs = [len(result.src_ids) + step + 1 for step in range(result.steps)]  # a later step reads a longer input
     progress = Progress("Integrated gradients", result.steps, "output tokens", costs)
-    found = models.attribution_cached(checkpoint, explored.checkpoint_key, tuple(result.src_ids),
-                                      tuple(result.tgt_ids), n_steps, _result=result, _should_stop=should_stop,
-                                      _progress=progress)  # fmt: skip
+    found = models.attribution_cached(
+        checkpoint,
+        explored.checkpoint_key,
+        tuple(result.src_ids),
+        tuple(result.tgt_ids),
+        n_steps,
+        _result=result,
+        _should_stop=should_stop,
+        _progress=progress,
+    )
     progress.close()
 stop.empty()
 
@@ -96,10 +109,19 @@ measures = {
 }
 measures = {name: over_words(values, result.src_pieces, words)[0] for name, values in measures.items()}
 _, source_labels = over_words(cross_rows, result.src_pieces, words)
-show(measures_over_tokens(measures, source_labels, f"what produced '{plotly_text(piece)}': four measures over the source",
-                          signed=GRADIENTS), key="attribution_step")  # fmt: skip
-st.caption("Each row as shares of its total |value|. Attention (blue) is never negative; the gradients' rows keep "
-           "their sign: red raised the token's probability, blue lowered it, as in the tabs below.")  # fmt: skip
+show(
+    measures_over_tokens(
+        measures,
+        source_labels,
+        f"what produced '{plotly_text(piece)}': four measures over the source",
+        signed=GRADIENTS,
+    ),
+    key="attribution_step",
+)
+st.caption(
+    "Each row as shares of its total |value|. Attention (blue) is never negative; the gradients' rows keep "
+    "their sign: red raised the token's probability, blue lowered it, as in the tabs below."
+)
 share = float(found.source_share[step])
 difference = float(found.log_probs[step] - found.baseline_log_probs[step])
 delta = float(found.convergence_delta[step])
@@ -109,79 +131,173 @@ st.markdown(
     f"with zero embeddings to {found.log_probs[step]:.2f}), to within {abs(delta):.3f} (captum's convergence delta)."
 )
 if abs(delta) > 0.1 * max(abs(difference), 1e-6):
-    st.warning("At this step the path integral is coarse (the delta is over a tenth of the change): read the "
-               "integrated gradients as approximate.")  # fmt: skip
-prefix, prefix_labels = over_words(found.integrated_gradients_target[step, : step + 1],
-                                   found.decoder_input_pieces[: step + 1], words)  # fmt: skip
-show(measures_over_tokens({"integrated gradients": prefix}, prefix_labels,
-                          "...and over the output so far (the decoder's input)", signed=GRADIENTS),
-     key="attribution_prefix")  # fmt: skip
+    st.warning(
+        "At this step the path integral is coarse (the delta is over a tenth of the change): read the "
+        "integrated gradients as approximate."
+    )
+prefix, prefix_labels = over_words(
+    found.integrated_gradients_target[step, : step + 1], found.decoder_input_pieces[: step + 1], words
+)
+show(
+    measures_over_tokens(
+        {"integrated gradients": prefix},
+        prefix_labels,
+        "...and over the output so far (the decoder's input)",
+        signed=GRADIENTS,
+    ),
+    key="attribution_prefix",
+)
 
 st.subheader("Over every step")
-tabs = st.tabs(["cross-attention", "value-weighted", "gradient × input", "integrated gradients", "output so far",
-                "source share"])  # fmt: skip
-source_axes = dict(row_pieces=result.tgt_pieces, column_pieces=source_labels, highlight_row=step,
-                   x_title="source token", y_title="output token")  # fmt: skip
+tabs = st.tabs(
+    ["cross-attention", "value-weighted", "gradient × input", "integrated gradients", "output so far", "source share"]
+)
+source_axes = dict(
+    row_pieces=result.tgt_pieces,
+    column_pieces=source_labels,
+    highlight_row=step,
+    x_title="source token",
+    y_title="output token",
+)
 with tabs[0]:
-    show(matrix_heatmap(over_words(cross_rows, result.src_pieces, words)[0], f"cross-attention, {which}", probabilities=True,
-                        **source_axes), key="all_cross")  # fmt: skip
+    show(
+        matrix_heatmap(
+            over_words(cross_rows, result.src_pieces, words)[0],
+            f"cross-attention, {which}",
+            probabilities=True,
+            **source_axes,
+        ),
+        key="all_cross",
+    )
 with tabs[1]:
-    show(matrix_heatmap(over_words(weighted_rows, result.src_pieces, words)[0], f"value-weighted cross-attention, {which}",
-                        probabilities=True, **source_axes), key="all_weighted")  # fmt: skip
+    show(
+        matrix_heatmap(
+            over_words(weighted_rows, result.src_pieces, words)[0],
+            f"value-weighted cross-attention, {which}",
+            probabilities=True,
+            **source_axes,
+        ),
+        key="all_weighted",
+    )
 with tabs[2]:
-    show(matrix_heatmap(over_words(found.gradient_x_input, result.src_pieces, words)[0],
-                        "gradient × input (red raises the token's probability)", **source_axes), key="all_gradient")  # fmt: skip
+    show(
+        matrix_heatmap(
+            over_words(found.gradient_x_input, result.src_pieces, words)[0],
+            "gradient × input (red raises the token's probability)",
+            **source_axes,
+        ),
+        key="all_gradient",
+    )
 with tabs[3]:
-    show(matrix_heatmap(over_words(found.integrated_gradients, result.src_pieces, words)[0],
-                        "integrated gradients (red raises the token's probability)", **source_axes),
-         key="all_integrated")  # fmt: skip
+    show(
+        matrix_heatmap(
+            over_words(found.integrated_gradients, result.src_pieces, words)[0],
+            "integrated gradients (red raises the token's probability)",
+            **source_axes,
+        ),
+        key="all_integrated",
+    )
 with tabs[4]:
     target_matrix, target_labels = over_words(found.integrated_gradients_target, found.decoder_input_pieces, words)
-    show(matrix_heatmap(target_matrix, "integrated gradients over the output so far", result.tgt_pieces,
-                        target_labels, step, "decoder input token", "output token"), key="all_prefix")  # fmt: skip
+    show(
+        matrix_heatmap(
+            target_matrix,
+            "integrated gradients over the output so far",
+            result.tgt_pieces,
+            target_labels,
+            step,
+            "decoder input token",
+            "output token",
+        ),
+        key="all_prefix",
+    )
 with tabs[5]:
-    show(lines({"source share": (list(range(1, result.steps + 1)), found.source_share.tolist())},
-               "share of integrated gradients on the source, per step", "step", "share"), key="all_share")  # fmt: skip
+    show(
+        lines(
+            {"source share": (list(range(1, result.steps + 1)), found.source_share.tolist())},
+            "share of integrated gradients on the source, per step",
+            "step",
+            "share",
+        ),
+        key="all_share",
+    )
 
 st.subheader("Which heads agree with the gradients")
-st.caption("Spearman's rank correlation between each head's cross-attention row and |integrated gradients| over the "
-           "source: 1 ranks the tokens alike, 0 unrelated, −1 reversed. Click a column to sort.")  # fmt: skip
+st.caption(
+    "Spearman's rank correlation between each head's cross-attention row and |integrated gradients| over the "
+    "source: 1 ranks the tokens alike, 0 unrelated, −1 reversed. Click a column to sort."
+)
 names = [f"layer {i + 1} · head {h + 1}" for i in range(layers) for h in range(heads)]
 agreement = pd.DataFrame(
-    {"mean over steps": found.agreement.reshape(-1), f"at step {step + 1}": found.agreement_per_step[..., step].reshape(-1)},
+    {
+        "mean over steps": found.agreement.reshape(-1),
+        f"at step {step + 1}": found.agreement_per_step[..., step].reshape(-1),
+    },
     index=pd.Index(names, name="head"),
-).sort_values("mean over steps", ascending=False)  # fmt: skip
+).sort_values("mean over steps", ascending=False)
 table(agreement.style.format("{:.2f}", na_rep="—"), width="stretch", height=300, key="agreement_table")
 
 st.subheader("Contrastive: why this token rather than another")
 candidates = [int(i) for i in result.topk_ids[step].tolist() if int(i) != result.tgt_ids[step]]
-foil = st.selectbox("Rather than", candidates, format_func=lambda i: readable(checkpoint.tokenizer.id_to_piece(i)),
-                    key=f"attribution_foil_{step}")  # fmt: skip
+foil = st.selectbox(
+    "Rather than",
+    candidates,
+    format_func=lambda i: readable(checkpoint.tokenizer.id_to_piece(i)),
+    key=f"attribution_foil_{step}",
+)
 if foil is not None:
     with heavy_job("attributions") as should_stop, st.spinner("Integrated gradients of the difference ..."):
         source, prefix_rows, foil_delta = models.contrastive_cached(
-            checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), step, foil, n_steps,
-            _result=result, _should_stop=should_stop,
-        )  # fmt: skip
+            checkpoint,
+            explored.checkpoint_key,
+            tuple(result.src_ids),
+            tuple(result.tgt_ids),
+            step,
+            foil,
+            n_steps,
+            _result=result,
+            _should_stop=should_stop,
+        )
     foil_piece = readable(checkpoint.tokenizer.id_to_piece(foil))
-    show(measures_over_tokens({"source": over_words(source, result.src_pieces, words)[0]}, source_labels,
-                              f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
-                              "gradients of the difference", signed=("source",)),
-         key="attribution_contrast")  # fmt: skip
-    st.caption(f"Red: a token that favoured '{literal(piece)}'; blue: one that favoured '{literal(foil_piece)}'. "
-               f"The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total |attribution|; "
-               f"convergence delta {foil_delta:.3f}.")  # fmt: skip
+    show(
+        measures_over_tokens(
+            {"source": over_words(source, result.src_pieces, words)[0]},
+            source_labels,
+            f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
+            "gradients of the difference",
+            signed=("source",),
+        ),
+        key="attribution_contrast",
+    )
+    st.caption(
+        f"Red: a token that favoured '{literal(piece)}'; blue: one that favoured '{literal(foil_piece)}'. "
+        f"The output so far holds {float(np.abs(prefix_rows).sum()):.2f} of the total |attribution|; "
+        f"convergence delta {foil_delta:.3f}."
+    )
 
 with st.expander("What each measure says, and where it misleads"):
     for name, meaning in EXPLANATIONS.items():
         st.markdown(f"**{name}**: {meaning}")
 
 downloads = st.columns(2)
-downloads[0].download_button("Every attribution as .npz", lambda: npz_bytes(found.arrays()), file_name="attribution.npz",
-                             mime="application/octet-stream", on_click="ignore", key="attribution_npz")  # fmt: skip
-step_table = pd.DataFrame({name: values for name, values in measures.items()},
-                          index=pd.Index(position_labels(source_labels), name="source token"))  # fmt: skip
-downloads[1].download_button("This step as CSV", csv_text(step_table, float_format="%.6g"),
-                             file_name=f"attribution-step{step + 1}.csv", mime="text/csv", on_click="ignore",
-                             key="attribution_csv")  # fmt: skip
+downloads[0].download_button(
+    "Every attribution as .npz",
+    lambda: npz_bytes(found.arrays()),
+    file_name="attribution.npz",
+    mime="application/octet-stream",
+    on_click="ignore",
+    key="attribution_npz",
+)
+step_table = pd.DataFrame(
+    {name: values for name, values in measures.items()},
+    index=pd.Index(position_labels(source_labels), name="source token"),
+)
+downloads[1].download_button(
+    "This step as CSV",
+    csv_text(step_table, float_format="%.6g"),
+    file_name=f"attribution-step{step + 1}.csv",
+    mime="text/csv",
+    on_click="ignore",
+    key="attribution_csv",
+)
 url.write_url()

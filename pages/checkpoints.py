@@ -26,8 +26,9 @@ with st.expander("Upload a checkpoint (this project's .safetensors format)", exp
         "uploads together. The file is checked before use and never executed (no pickles); "
         "it stays in your session only, for nobody else to see, until you close the tab."
     )
-    uploaded = st.file_uploader("Checkpoint file", type=["safetensors"], max_upload_size=uploads.UPLOAD_LIMIT_MB,
-                                key="upload_file")  # fmt: skip
+    uploaded = st.file_uploader(
+        "Checkpoint file", type=["safetensors"], max_upload_size=uploads.UPLOAD_LIMIT_MB, key="upload_file"
+    )
     if uploaded is not None and st.session_state.get("upload_done") != uploaded.file_id:
         st.session_state.upload_done = uploaded.file_id
         try:
@@ -74,21 +75,49 @@ st.subheader("Training curves")
 if training.loss_curve:
     columns = st.columns(2)
     with columns[0]:
-        show(lines({"training loss": (training.steps_of(training.loss_curve), training.loss_curve)}, "loss per step",
-                   "step", "loss"), key="loss")  # fmt: skip
+        show(
+            lines(
+                {"training loss": (training.steps_of(training.loss_curve), training.loss_curve)},
+                "loss per step",
+                "step",
+                "loss",
+            ),
+            key="loss",
+        )
     with columns[1]:
         if training.lr_curve:
-            show(lines({"learning rate": (training.steps_of(training.lr_curve), training.lr_curve)},
-                       "learning rate (Noam schedule)", "step", "lr"), key="lr")  # fmt: skip
+            show(
+                lines(
+                    {"learning rate": (training.steps_of(training.lr_curve), training.lr_curve)},
+                    "learning rate (Noam schedule)",
+                    "step",
+                    "lr",
+                ),
+                key="lr",
+            )
     if training.validation:
         epochs = [v.epoch for v in training.validation]
         columns = st.columns(2)
         with columns[0]:
-            show(lines({"validation BLEU": (epochs, [v.val_bleu for v in training.validation])},
-                       "validation BLEU per epoch (greedy)", "epoch", "BLEU"), key="val_bleu")  # fmt: skip
+            show(
+                lines(
+                    {"validation BLEU": (epochs, [v.val_bleu for v in training.validation])},
+                    "validation BLEU per epoch (greedy)",
+                    "epoch",
+                    "BLEU",
+                ),
+                key="val_bleu",
+            )
         with columns[1]:
-            show(lines({"validation loss": (epochs, [v.val_loss for v in training.validation])},
-                       "validation loss per epoch", "epoch", "loss"), key="val_loss")  # fmt: skip
+            show(
+                lines(
+                    {"validation loss": (epochs, [v.val_loss for v in training.validation])},
+                    "validation loss per epoch",
+                    "epoch",
+                    "loss",
+                ),
+                key="val_loss",
+            )
 else:
     st.info("This checkpoint carries no training curves (they are written by `python -m transformer train`).")
 url.write_url()

@@ -39,8 +39,10 @@ columns[0].markdown(f"**{literal(explored.checkpoint_name)}** · {literal(first.
 columns[1].markdown(f"**{literal(other_name)}** · {literal(other_free.text)}")
 
 if not other.tokenizer.same_as(explored.checkpoint.tokenizer):
-    st.warning("These checkpoints have different tokenizers: their tokens, and so their attention maps, do not "
-               "line up. Only the outputs above can be compared.")  # fmt: skip
+    st.warning(
+        "These checkpoints have different tokenizers: their tokens, and so their attention maps, do not "
+        "line up. Only the outputs above can be compared."
+    )
     st.stop()
 # The same tokens on both sides: the second model is run (teacher-forced) on the first one's output.
 second = models.teacher_force_ids_cached(other, other_key, tuple(first.src_ids), tuple(first.tgt_ids), first.truncated)
@@ -58,11 +60,27 @@ if (view_a.maps.shape[:2]) != (view_b.maps.shape[:2]):
 layer, head = min(layer, layers - 1), min(head, heads - 1)
 columns = st.columns(2)  # two to a row: three left too little width for a sentence's token labels
 with columns[0]:
-    show(attention_heatmap(view_a.maps[layer, head], view_a.query_pieces, view_a.key_pieces,
-                           f"{explored.checkpoint_name}: layer {layer + 1}, head {head + 1}", view_a.mask), key="cmp_a")  # fmt: skip
+    show(
+        attention_heatmap(
+            view_a.maps[layer, head],
+            view_a.query_pieces,
+            view_a.key_pieces,
+            f"{explored.checkpoint_name}: layer {layer + 1}, head {head + 1}",
+            view_a.mask,
+        ),
+        key="cmp_a",
+    )
 with columns[1]:
-    show(attention_heatmap(view_b.maps[layer, head], view_b.query_pieces, view_b.key_pieces,
-                           f"{other_name}: layer {layer + 1}, head {head + 1}", view_b.mask), key="cmp_b")  # fmt: skip
+    show(
+        attention_heatmap(
+            view_b.maps[layer, head],
+            view_b.query_pieces,
+            view_b.key_pieces,
+            f"{other_name}: layer {layer + 1}, head {head + 1}",
+            view_b.mask,
+        ),
+        key="cmp_b",
+    )
 columns = st.columns(2)
 with columns[0]:
     difference = view_a.maps[layer, head] - view_b.maps[layer, head]
@@ -72,9 +90,13 @@ with columns[0]:
     )
 divergence = js_divergence(view_a.maps[:layers, :heads], view_b.maps[:layers, :heads])
 # Natural log: the divergence runs from 0 (the same rows) to ln 2 (disjoint), and so does the colour scale.
-figure = matrix_heatmap(divergence, f"JS divergence per head (0 same, {np.log(2):.2f} disjoint)",
-                        [f"layer {i + 1}" for i in range(layers)], [f"head {h + 1}" for h in range(heads)],
-                        value_range=(0.0, float(np.log(2))))  # fmt: skip
+figure = matrix_heatmap(
+    divergence,
+    f"JS divergence per head (0 same, {np.log(2):.2f} disjoint)",
+    [f"layer {i + 1}" for i in range(layers)],
+    [f"head {h + 1}" for h in range(heads)],
+    value_range=(0.0, float(np.log(2))),
+)
 with columns[1]:
     show(figure, key="cmp_js")
 top = np.unravel_index(np.argmax(divergence), divergence.shape)

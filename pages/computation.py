@@ -31,19 +31,29 @@ st.markdown(
 st.latex(
     r"\mathrm{head}_i = \mathrm{Attention}(XW_i^Q, CW_i^K, CW_i^V),\quad \mathrm{MultiHead} = \mathrm{Concat}(\mathrm{head}_1,\dots,\mathrm{head}_h)\,W^O"
 )
-st.caption("X: the sublayer's input (queries); C: what keys and values come from (X itself for self-attention, "
-           "the encoder output for encoder-decoder attention).")  # fmt: skip
+st.caption(
+    "X: the sublayer's input (queries); C: what keys and values come from (X itself for self-attention, "
+    "the encoder output for encoder-decoder attention)."
+)
 
 kind, layer, head = kind_layer_head(result)
 view = attention_view(result, kind)
 queries, keys = view.query_pieces, view.key_pieces
 if kind.queries_from_source:
-    row = st.selectbox("Follow the query token", range(len(queries)), format_func=lambda i: f"{i + 1}: {readable_label(queries[i])}",
-                       key=f"query_row_{kind}")  # fmt: skip
+    row = st.selectbox(
+        "Follow the query token",
+        range(len(queries)),
+        format_func=lambda i: f"{i + 1}: {readable_label(queries[i])}",
+        key=f"query_row_{kind}",
+    )
 else:  # a decoder row is a decoding step: the shared one, so the explorer, the other pages and a link follow it
     session_keys.clamp_index("step", len(queries))
-    row = st.selectbox("Follow the query token (the decoding step)", range(len(queries)),
-                       format_func=lambda i: f"{i + 1}: {readable_label(queries[i])}", **session_keys.shared("step"))  # fmt: skip
+    row = st.selectbox(
+        "Follow the query token (the decoding step)",
+        range(len(queries)),
+        format_func=lambda i: f"{i + 1}: {readable_label(queries[i])}",
+        **session_keys.shared("step"),
+    )
 
 inputs = models.sublayer_inputs_cached(
     checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer
@@ -59,10 +69,17 @@ def scaled_title(module: MultiHeadAttention, biased: bool, d_k: int) -> str:
     return f"{title} + relative position bias" if biased else title
 
 
-def draw(matrix: torch.Tensor, name: str, rows: list[str] | None, columns: list[str] | None = None,
-         highlight: bool = True, probabilities: bool = False) -> None:  # fmt: skip
-    figure = matrix_heatmap(matrix.float().cpu().numpy(), name, rows, columns, row if highlight else None,
-                            probabilities=probabilities)  # fmt: skip
+def draw(
+    matrix: torch.Tensor,
+    name: str,
+    rows: list[str] | None,
+    columns: list[str] | None = None,
+    highlight: bool = True,
+    probabilities: bool = False,
+) -> None:
+    figure = matrix_heatmap(
+        matrix.float().cpu().numpy(), name, rows, columns, row if highlight else None, probabilities=probabilities
+    )
     show(figure, key=f"walk_{name}")
 
 

@@ -21,8 +21,10 @@ explored = page_frame()
 session = st.session_state
 checkpoint = explored.checkpoint
 st.title("Corpus")
-st.markdown("Translate a file (a test set, say), with its references to score each sentence; pick a row to "
-            "open that sentence in the decode explorer.")  # fmt: skip
+st.markdown(
+    "Translate a file (a test set, say), with its references to score each sentence; pick a row to "
+    "open that sentence in the decode explorer."
+)
 with st.form("corpus"):
     # Any name (test.en, val.fr.gz, ...): the content is checked, as text or gzipped text, when it is read.
     source_file = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="corpus_src")
@@ -56,8 +58,14 @@ if run:
             done[0] += count
             progress(done[0])
 
-        outputs = translate_texts(checkpoint.model, checkpoint.tokenizer, sources, DecodeSettings.greedy_or_beam(beam),
-                                  batch_size=TRANSLATE_BATCH, progress=advance)  # fmt: skip
+        outputs = translate_texts(
+            checkpoint.model,
+            checkpoint.tokenizer,
+            sources,
+            DecodeSettings.greedy_or_beam(beam),
+            batch_size=TRANSLATE_BATCH,
+            progress=advance,
+        )
         progress.close()
         table = pd.DataFrame({"source": sources, "translation": outputs})
         if references is not None:
@@ -77,25 +85,55 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
     if stored.score:
         st.markdown(stored.score)
     st.caption("Click a column header to sort (e.g. BLEU, to find the worst sentences); select a row to explore it.")
-    event = st.dataframe(table, width="stretch", height=420, on_select="rerun", selection_mode="single-row",
-                         key="corpus_rows", column_config={"BLEU": st.column_config.NumberColumn(format="%.1f"),
-                                                           "chrF": st.column_config.NumberColumn(format="%.1f")})  # fmt: skip
-    st.download_button("Table as CSV", csv_text(table, index=False), file_name="corpus.csv", mime="text/csv",
-                       on_click="ignore", key="corpus_csv")  # fmt: skip
+    event = st.dataframe(
+        table,
+        width="stretch",
+        height=420,
+        on_select="rerun",
+        selection_mode="single-row",
+        key="corpus_rows",
+        column_config={
+            "BLEU": st.column_config.NumberColumn(format="%.1f"),
+            "chrF": st.column_config.NumberColumn(format="%.1f"),
+        },
+    )
+    st.download_button(
+        "Table as CSV",
+        csv_text(table, index=False),
+        file_name="corpus.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="corpus_csv",
+    )
     selected = event.selection.rows
-    row = st.number_input("Row to explore (selecting a row above fills it in)", 1, len(table),
-                          selected[0] + 1 if selected else 1, key=f"corpus_row_{selected[:1]}") - 1  # fmt: skip
+    row = (
+        st.number_input(
+            "Row to explore (selecting a row above fills it in)",
+            1,
+            len(table),
+            selected[0] + 1 if selected else 1,
+            key=f"corpus_row_{selected[:1]}",
+        )
+        - 1
+    )
     if st.button(f"Explore row {row + 1} in the decode explorer", type="primary", key="corpus_open"):
         session.text = session.applied_text = table.iloc[row]["source"][: keys.MAX_CHARACTERS]
         session.step = 0
         st.switch_page("pages/explorer.py")
 
     st.subheader("Which heads agree with the gradients, over the file")
-    st.caption("For each sentence (decoded greedily): Spearman's rank correlation of each head's cross-attention row "
-               "with |integrated gradients| over the source, averaged over its steps, then over the sentences. "
-               "The bar says how long is left, from the pace of the sentences done.")  # fmt: skip
-    sample = st.number_input("Sentences (from the top)", 1, min(MAX_AGREEMENT_SENTENCES, len(table)),
-                             min(20, len(table)), key="agreement_sentences")  # fmt: skip
+    st.caption(
+        "For each sentence (decoded greedily): Spearman's rank correlation of each head's cross-attention row "
+        "with |integrated gradients| over the source, averaged over its steps, then over the sentences. "
+        "The bar says how long is left, from the pace of the sentences done."
+    )
+    sample = st.number_input(
+        "Sentences (from the top)",
+        1,
+        min(MAX_AGREEMENT_SENTENCES, len(table)),
+        min(20, len(table)),
+        key="agreement_sentences",
+    )
     if st.button("Compute the agreement", key="agreement_run"):
         sentences = table["source"].tolist()[: int(sample)]
         costs = [len(s) ** 2 for s in sentences]
@@ -113,7 +151,7 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
         ranked = pd.DataFrame(
             {"agreement (Spearman)": found.agreement.reshape(-1)},
             index=pd.Index([f"layer {i + 1} · head {h + 1}" for i in range(layers) for h in range(heads)], name="head"),
-        ).sort_values("agreement (Spearman)", ascending=False)  # fmt: skip
+        ).sort_values("agreement (Spearman)", ascending=False)
         st.caption(f"Over {found.sentences} sentences; click the column to sort.")
         st.dataframe(ranked.style.format("{:.2f}", na_rep="—"), width="stretch", height=320, key="agreement_ranked")
 url.write_url()

@@ -28,17 +28,29 @@ def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
     if lens is None:
         return None
     result = explored.result
-    rows = models.tuned_lens_cached(explored.checkpoint, explored.checkpoint_key, result.strategy,
-                                    tuple(result.src_ids), tuple(result.tgt_ids), _result=result, _tuned=lens)  # fmt: skip
+    rows = models.tuned_lens_cached(
+        explored.checkpoint,
+        explored.checkpoint_key,
+        result.strategy,
+        tuple(result.src_ids),
+        tuple(result.tgt_ids),
+        _result=result,
+        _tuned=lens,
+    )
     return rows, lens
 
 
 explored = page_frame()
 session = st.session_state
 # Computed before anything of the result is written, so that the new output and its step view appear together.
-candidate_words = models.candidate_words_cached(explored.checkpoint, explored.checkpoint_key,
-                                                explored.result.strategy, tuple(explored.result.src_ids),
-                                                tuple(explored.result.tgt_ids), _result=explored.result)  # fmt: skip
+candidate_words = models.candidate_words_cached(
+    explored.checkpoint,
+    explored.checkpoint_key,
+    explored.result.strategy,
+    tuple(explored.result.src_ids),
+    tuple(explored.result.tgt_ids),
+    _result=explored.result,
+)
 st.title("Decode explorer")
 first_steps(explored.checkpoint_name)
 for note in explored.notes:
@@ -52,13 +64,23 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 
 words = words_toggle()
 step = keys.clamp_index("step", explored.result.steps)
-action = step_player(explored.result, explored.checkpoint.tokenizer, explored.checkpoint_key, step, words,
-                     bool(session.get("presentation")), tuned_lens(explored), candidate_words)  # fmt: skip
+action = step_player(
+    explored.result,
+    explored.checkpoint.tokenizer,
+    explored.checkpoint_key,
+    step,
+    words,
+    bool(session.get("presentation")),
+    tuned_lens(explored),
+    candidate_words,
+)
 candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
 if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
-    st.caption(f"{SPACE}: the start of a word alone, its letters to come as the next pieces (the vocabulary has "
-               f"no piece that starts the word with them). {CONTINUES_WORD}: a piece that carries on the word "
-               "before it.")  # fmt: skip
+    st.caption(
+        f"{SPACE}: the start of a word alone, its letters to come as the next pieces (the vocabulary has "
+        f"no piece that starts the word with them). {CONTINUES_WORD}: a piece that carries on the word "
+        "before it."
+    )
 if action is not None:
     session.step, session.stepped = action.step, True
     if action.page is not None:
@@ -94,10 +116,15 @@ with st.expander("Teacher forcing: run the model on a translation you give", exp
                 with column:
                     st.markdown(f"**{name}** · {literal(result.text)}")
                     probabilities = result.token_probs.numpy()
-                    show(token_probabilities(result.tgt_pieces, probabilities, f"{name}: probability of each token",
-                                             result.forced),
-                         key=f"tf_probs_{name}")  # fmt: skip
+                    show(
+                        token_probabilities(
+                            result.tgt_pieces, probabilities, f"{name}: probability of each token", result.forced
+                        ),
+                        key=f"tf_probs_{name}",
+                    )
                     view = attention_view(result, "cross", words=session.get("words", False))
                     title = f"{name}: cross-attention, layer {layer + 1}, mean over heads"
-                    show(attention_heatmap(view.mean_over_heads()[layer], view.query_pieces, view.key_pieces, title),
-                         key=f"tf_cross_{name}")  # fmt: skip
+                    show(
+                        attention_heatmap(view.mean_over_heads()[layer], view.query_pieces, view.key_pieces, title),
+                        key=f"tf_cross_{name}",
+                    )

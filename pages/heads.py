@@ -36,13 +36,24 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
     left, right = st.columns([3, 2])
     with left:
         table(frame.style.format("{:.3f}"), width="stretch", height=320)
-        st.download_button("Table as CSV", csv_text(frame), file_name=f"head-statistics-{kind}-{key}.csv", mime="text/csv",
-                           on_click="ignore", key=f"{key}_csv")  # fmt: skip
+        st.download_button(
+            "Table as CSV",
+            csv_text(frame),
+            file_name=f"head-statistics-{kind}-{key}.csv",
+            mime="text/csv",
+            on_click="ignore",
+            key=f"{key}_csv",
+        )
     with right:
         name = st.selectbox("Statistic", list(statistics), key=f"{key}_statistic")
         layers, heads = statistics[name].shape
-        figure = matrix_heatmap(statistics[name], name, [f"layer {i + 1}" for i in range(layers)],
-                                [f"head {h + 1}" for h in range(heads)], value_range=ranges[name])  # fmt: skip
+        figure = matrix_heatmap(
+            statistics[name],
+            name,
+            [f"layer {i + 1}" for i in range(layers)],
+            [f"head {h + 1}" for h in range(heads)],
+            value_range=ranges[name],
+        )
         show(figure, key=f"{key}_heatmap")
 
 
@@ -58,9 +69,13 @@ if kind is AttentionKind.CROSS and aligned and aligned.checkpoint_key == explore
         name = f"aligns words (AER, {convention})"
         sentence_statistics[name] = aer_grid(aligned.report, "attention", convention, "argmax")[:, :-1]
         ranges[name] = (0.0, 1.0)
-    st.caption(literal(f"aligns words (AER): each head's alignment error rate on {aligned.name} "
-                       f"({len(aligned.report.aligned)} pairs, argmax links; lower aligns better), from the Alignment "
-                       "page's gold file: the corpus's figure, not this sentence's."))  # fmt: skip
+    st.caption(
+        literal(
+            f"aligns words (AER): each head's alignment error rate on {aligned.name} "
+            f"({len(aligned.report.aligned)} pairs, argmax links; lower aligns better), from the Alignment "
+            "page's gold file: the corpus's figure, not this sentence's."
+        )
+    )
 statistics_view(sentence_statistics, "sentence", ranges)
 
 st.subheader("Over a corpus sample")
@@ -89,7 +104,7 @@ if run and uploaded is not None:
                 sentences,
                 kind,
                 progress=progress,
-            ),  # fmt: skip
+            ),
         )
         st.rerun()  # both maps drawn again on one colour range per statistic
 elif run:
@@ -101,11 +116,19 @@ if stored:  # read above, for the colour ranges; a new computation reruns the pa
 st.subheader("Head ablation")
 st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")
 heads = result.cross.shape[1]
-options = [(kind.value, layer, head) for kind in AttentionKind for layer in range(result.maps(kind).shape[0])
-           for head in range(heads)]  # fmt: skip
+options = [
+    (kind.value, layer, head)
+    for kind in AttentionKind
+    for layer in range(result.maps(kind).shape[0])
+    for head in range(heads)
+]
 with st.form("ablation"):
-    picked = st.multiselect("Heads to switch off", options,
-                            format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}", key="ablate_heads")  # fmt: skip
+    picked = st.multiselect(
+        "Heads to switch off",
+        options,
+        format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}",
+        key="ablate_heads",
+    )
     if st.form_submit_button("Decode without them"):  # once, however many heads were picked one by one
         session.ablated = tuple(picked)
 chosen = [head for head in session.get("ablated", ()) if head in options]
@@ -117,9 +140,15 @@ if chosen:
     for column, (name, run_result) in zip(columns, (("all heads", baseline), (f"{len(chosen)} heads off", without))):
         with column:
             st.markdown(f"**{name}** · {literal(run_result.text)}")
-            show(token_probabilities(run_result.tgt_pieces, run_result.token_probs.numpy(),
-                                     f"{name}: probability of each token", run_result.forced),
-                 key=f"ablation_{name}")  # fmt: skip
+            show(
+                token_probabilities(
+                    run_result.tgt_pieces,
+                    run_result.token_probs.numpy(),
+                    f"{name}: probability of each token",
+                    run_result.forced,
+                ),
+                key=f"ablation_{name}",
+            )
     changed = "the same output" if without.tgt_ids == baseline.tgt_ids else "a different output"
     # the tokens the model chose: a forced language code, the same in both, would only pull both means down
     mean = float(without.token_probs[without.forced :].log().mean().exp()) / float(

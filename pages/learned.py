@@ -20,16 +20,20 @@ name = explored.checkpoint_name
 try:
     timeline = models.timeline(name)
     if timeline is None and name != DEFAULT_CHECKPOINT.stem:
-        st.info(f"{literal(name)} has no timeline (`python -m transformer timeline` makes one from a run's epoch "
-                "checkpoints): this is the default model's.")  # fmt: skip
+        st.info(
+            f"{literal(name)} has no timeline (`python -m transformer timeline` makes one from a run's epoch "
+            "checkpoints): this is the default model's."
+        )
         name = DEFAULT_CHECKPOINT.stem
         timeline = models.timeline(name)
 except TimelineError as error:
     st.error(f"The timeline of {literal(name)} cannot be read: {literal(str(error))}")
     st.stop()
 if timeline is None:
-    st.info("No timeline is shipped with the checkpoints: `python -m transformer timeline` makes one from a training "
-            "run's epoch checkpoints (see docs/command-line.md).")  # fmt: skip
+    st.info(
+        "No timeline is shipped with the checkpoints: `python -m transformer timeline` makes one from a training "
+        "run's epoch checkpoints (see docs/command-line.md)."
+    )
     st.stop()
 
 st.markdown(
@@ -43,13 +47,21 @@ linked = params.get("probe", "")
 if "probe" not in session and re.fullmatch(r"[0-9]{1,3}", linked) and 1 <= int(linked) <= len(probes):
     session.probe = int(linked) - 1
 session.probe = min(session.get("probe", 0), len(probes) - 1)
-probe = st.selectbox("Probe sentence", range(len(probes)), index=session.probe, key="widget_probe",
-                     format_func=lambda i: probes[i].source)  # fmt: skip
+probe = st.selectbox(
+    "Probe sentence",
+    range(len(probes)),
+    index=session.probe,
+    key="widget_probe",
+    format_func=lambda i: probes[i].source,
+)
 session.probe = probe
 if "learned_text" not in session:
     session.learned_text = params.get("sentence", "")[: keys.MAX_CHARACTERS]
-typed = st.text_input("Or type a sentence of your own (read at every epoch whose checkpoint is here)",
-                      key="learned_text", max_chars=keys.MAX_CHARACTERS).strip()  # fmt: skip
+typed = st.text_input(
+    "Or type a sentence of your own (read at every epoch whose checkpoint is here)",
+    key="learned_text",
+    max_chars=keys.MAX_CHARACTERS,
+).strip()
 shown_name = name
 if typed:
     try:
@@ -61,12 +73,17 @@ if typed:
     probe, shown_name = 0, f"{name}\n{typed}"
     read = [s.label for s in timeline.snapshots]
     missing = [s.label for s in run.snapshots if s.label not in read]
-    st.caption(literal(
-        f"Read on {name}'s own translation, “{timeline.probes[0].reference}”, teacher forced at every epoch; with "
-        f"the checkpoints here: {', '.join(read)}."
-        + (f" Not here: {', '.join(missing)} (put the run's epoch checkpoints in checkpoints/ to see them too)."
-           if missing else "")
-    ))  # fmt: skip
+    st.caption(
+        literal(
+            f"Read on {name}'s own translation, “{timeline.probes[0].reference}”, teacher forced at every epoch; with "
+            f"the checkpoints here: {', '.join(read)}."
+            + (
+                f" Not here: {', '.join(missing)} (put the run's epoch checkpoints in checkpoints/ to see them too)."
+                if missing
+                else ""
+            )
+        )
+    )
 
 
 def _linked_number(name: str) -> int | None:
@@ -93,8 +110,10 @@ epoch_player(timeline, probe, view, bool(session.get("presentation")), shown_nam
 first = timeline.snapshots[0]
 if first.label == "before training":
     rebuilt = " (rebuilt from the run's seed: the very weights its training started from)" if not first.file else ""
-    st.caption(f"“Before training” is the run's untrained start{rebuilt}: random weights, and attention spread nearly "
-               "evenly over every word.")  # fmt: skip
+    st.caption(
+        f"“Before training” is the run's untrained start{rebuilt}: random weights, and attention spread nearly "
+        "evenly over every word."
+    )
 params["ckpt"] = name
 params["probe"] = str(session.probe + 1)
 if typed:

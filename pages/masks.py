@@ -84,11 +84,14 @@ stages = attention_stages(inputs, head)
 view = attention_view(result, kind)
 queries, keys = view.query_pieces, view.key_pieces
 columns = st.columns(3)
-for column, (name, matrix, probabilities) in zip(columns, (
-    ("scores Q·Kᵀ/√d_k", stages.scaled, False),
-    ("after masking (grey: −∞)", stages.masked, False),
-    ("after softmax: p_attn", stages.p_attn, True),
-)):  # fmt: skip
+for column, (name, matrix, probabilities) in zip(
+    columns,
+    (
+        ("scores Q·Kᵀ/√d_k", stages.scaled, False),
+        ("after masking (grey: −∞)", stages.masked, False),
+        ("after softmax: p_attn", stages.p_attn, True),
+    ),
+):
     with column:
         show(
             matrix_heatmap(matrix.cpu().numpy(), name, queries, keys, probabilities=probabilities), key=f"stage_{name}"
@@ -98,6 +101,8 @@ if hidden.any():
     weight = float(stages.p_attn.cpu().numpy()[hidden].max())
     st.success(f"{int(hidden.sum())} masked cells; the largest weight any of them got after the softmax: {weight}.")
 else:
-    st.info("Nothing is masked here: one sentence alone has no padding, and this attention kind has no look-ahead. "
-            "Choose the decoder's masked self-attention to see the mask at work.")  # fmt: skip
+    st.info(
+        "Nothing is masked here: one sentence alone has no padding, and this attention kind has no look-ahead. "
+        "Choose the decoder's masked self-attention to see the mask at work."
+    )
 url.write_url()

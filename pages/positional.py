@@ -111,10 +111,18 @@ positions = model.src_position.rows(0, len(result.src_ids)).detach().float().cpu
 total = embedded + positions
 word, place = float(np.median(np.linalg.norm(embedded, axis=1))), float(np.median(np.linalg.norm(positions, axis=1)))
 ratio = word / max(place, 1e-12)
-balance = ("the word outweighs its position" if ratio > 1.5 else "the position outweighs the word" if ratio < 1 / 1.5
-           else "word and position weigh about the same")  # fmt: skip
-scaling = (f"multiplied by √d_model = {np.sqrt(config.d_model):.1f} (section 3.4)" if config.scale_embedding
-           else "not scaled (this model's scale_embedding is off)")  # fmt: skip
+balance = (
+    "the word outweighs its position"
+    if ratio > 1.5
+    else "the position outweighs the word"
+    if ratio < 1 / 1.5
+    else "word and position weigh about the same"
+)
+scaling = (
+    f"multiplied by √d_model = {np.sqrt(config.d_model):.1f} (section 3.4)"
+    if config.scale_embedding
+    else "not scaled (this model's scale_embedding is off)"
+)
 st.markdown(
     f"The embedding of each token is {scaling} before the position vector is added. In this model the "
     f"embeddings' median norm is {word:.1f} against {place:.1f} for the positions: in the sum, {balance}. "

@@ -140,8 +140,17 @@ def reversal_corpus(directory: Path, count: int, seed: int) -> tuple[str, str]:
 
 
 def tiny_config(tokenizer: Tokenizer, **overrides) -> TransformerConfig:
-    values = dict(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2,
-                  d_ff=32, n_encoder_layers=2, n_decoder_layers=3, dropout=0.1, max_len=64)  # fmt: skip
+    values = dict(
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=2,
+        n_decoder_layers=3,
+        dropout=0.1,
+        max_len=64,
+    )
     values.update(overrides)
     return TransformerConfig(**values)
 
@@ -162,21 +171,25 @@ def errors(at) -> str:
     return "\n".join(e.value for e in at.error).replace("\\", "")  # the page escapes markdown
 
 
-def assert_same_as_transformers(model, hf_model, src_ids: list[int], decoder_input: list[int],
-                                layers: int | None = None) -> None:  # fmt: skip
+def assert_same_as_transformers(
+    model, hf_model, src_ids: list[int], decoder_input: list[int], layers: int | None = None
+) -> None:
     """An imported model's forward pass (need_weights) equal to transformers' (output_attentions) within 1e-5:
     the log-probabilities and every encoder, decoder and cross-attention map of every layer."""
     import torch
 
     with torch.no_grad():
-        theirs = hf_model(input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]),
-                          output_attentions=True)  # fmt: skip
+        theirs = hf_model(
+            input_ids=torch.tensor([src_ids]), decoder_input_ids=torch.tensor([decoder_input]), output_attentions=True
+        )
         ours = model(torch.tensor([src_ids]), torch.tensor([decoder_input]), need_weights=True)
 
     torch.testing.assert_close(ours.log_probs, theirs.logits.log_softmax(-1), atol=1e-5, rtol=1e-5)
-    pairs = {"encoder": (ours.attentions.encoder_self, theirs.encoder_attentions),
-             "decoder": (ours.attentions.decoder_self, theirs.decoder_attentions),
-             "cross": (ours.attentions.cross, theirs.cross_attentions)}  # fmt: skip
+    pairs = {
+        "encoder": (ours.attentions.encoder_self, theirs.encoder_attentions),
+        "decoder": (ours.attentions.decoder_self, theirs.decoder_attentions),
+        "cross": (ours.attentions.cross, theirs.cross_attentions),
+    }
     for kind, (a, b) in pairs.items():
         assert len(a) == len(b) and (layers is None or len(a) == layers)
         for layer, (x, y) in enumerate(zip(a, b)):

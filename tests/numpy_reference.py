@@ -83,8 +83,11 @@ class ReferenceModel:
             distance = -np.minimum(relative, 0)
         exact = buckets // 2
         with np.errstate(divide="ignore", invalid="ignore"):  # log(0) for distance 0: np.where drops it
-            large = exact + (np.log(distance.astype(np.float32) / exact) / np.float32(
-                math.log(self.c["relative_max_distance"] / exact)) * (buckets - exact)).astype(np.int64)  # fmt: skip
+            large = exact + (
+                np.log(distance.astype(np.float32) / exact)
+                / np.float32(math.log(self.c["relative_max_distance"] / exact))
+                * (buckets - exact)
+            ).astype(np.int64)
         bucket += np.where(distance < exact, distance, np.minimum(large, buckets - 1))
         return self.w[f"{side}_position.relative_bias"][bucket].transpose(2, 0, 1)
 
@@ -161,8 +164,9 @@ class ReferenceModel:
         maps = []
         for i in range(self.c["n_encoder_layers"]):
             p = f"encoder_layers.{i}"
-            x, m = self.block(f"{p}.attn_block.norm", x,
-                              lambda h: self.attention(f"{p}.self_attn", h, h, keys[None], bias))  # fmt: skip
+            x, m = self.block(
+                f"{p}.attn_block.norm", x, lambda h: self.attention(f"{p}.self_attn", h, h, keys[None], bias)
+            )
             x, _ = self.block(f"{p}.ff_block.norm", x, lambda h: self.feed_forward(p, h))
             maps.append(m)
         return (self.layer_norm("encoder_norm", x) if self.c["norm_first"] else x), np.stack(maps)
@@ -178,10 +182,12 @@ class ReferenceModel:
         self_maps, cross_maps = [], []
         for i in range(self.c["n_decoder_layers"]):
             p = f"decoder_layers.{i}"
-            y, s = self.block(f"{p}.self_block.norm", y,
-                              lambda h: self.attention(f"{p}.self_attn", h, h, self_mask, bias))  # fmt: skip
-            y, x = self.block(f"{p}.cross_block.norm", y,
-                              lambda h: self.attention(f"{p}.cross_attn", h, memory, source_keys))  # fmt: skip
+            y, s = self.block(
+                f"{p}.self_block.norm", y, lambda h: self.attention(f"{p}.self_attn", h, h, self_mask, bias)
+            )
+            y, x = self.block(
+                f"{p}.cross_block.norm", y, lambda h: self.attention(f"{p}.cross_attn", h, memory, source_keys)
+            )
             y, _ = self.block(f"{p}.ff_block.norm", y, lambda h: self.feed_forward(p, h))
             self_maps.append(s)
             cross_maps.append(x)
@@ -207,5 +213,10 @@ class ReferenceModel:
             if output[-1] == self.c["eos_id"]:
                 break
         _, decoder_self, cross = self.decode(src, memory, [self.start, *output[:-1]])
-        return {"src_ids": src, "tgt_ids": output, "encoder_self": encoder_self, "decoder_self": decoder_self,
-                "cross": cross}  # fmt: skip
+        return {
+            "src_ids": src,
+            "tgt_ids": output,
+            "encoder_self": encoder_self,
+            "decoder_self": decoder_self,
+            "cross": cross,
+        }

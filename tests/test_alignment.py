@@ -80,14 +80,18 @@ def test_pharaoh_links_sure_and_possible_counted_from_zero_or_one():
 @pytest.mark.parametrize(
     "lines, lengths, message",
     [
-        (["0-0", "0-5"], ([2, 2], [2, 2]), "line 2: target word 5 is out of range: the target line has 2 words, counted from 0"),
+        (
+            ["0-0", "0-5"],
+            ([2, 2], [2, 2]),
+            "line 2: target word 5 is out of range: the target line has 2 words, counted from 0",
+        ),
         (["0-0"], ([1, 1], [1, 1]), "the gold file has 1 lines and the texts 2"),
         (["0-0 zero-one"], ([1], [1]), "line 1: 'zero-one' is not a link"),
         (["0:0"], ([1], [1]), "line 1: '0:0' is not a link"),
         (["3-1"], ([2], [2]), "line 1: source word 3 is out of range: the source line has 2 words, counted from 1"),
         (["0-" + "9" * 5000], ([1], [1]), "line 1: '0-99999999999999999999999999999999999999' is not a link"),
     ],
-)  # fmt: skip
+)
 def test_a_gold_file_that_does_not_fit_gets_one_line_naming_where(lines, lengths, message):
     with pytest.raises(GoldError) as raised:
         parse_pharaoh(lines, *lengths)
@@ -149,8 +153,13 @@ def test_the_reversal_models_best_head_aligns_under_one_convention_and_not_the_o
     report = align_corpus(reversal.model, reversal.tokenizer, sources, targets, golds)
     best = report.scores[0]
     assert best.counts.aer < 0.12 and best.method.head is not None  # one head all but aligns
-    flipped = Method(best.method.measure, best.method.layer, best.method.head,
-                     "output" if best.method.convention == "input" else "input", best.method.extraction)  # fmt: skip
+    flipped = Method(
+        best.method.measure,
+        best.method.layer,
+        best.method.head,
+        "output" if best.method.convention == "input" else "input",
+        best.method.extraction,
+    )
     scores = {score.method: score.counts.aer for score in report.scores}
     assert scores[flipped] > 0.75  # the same head read with the other convention is off by a word
     assert [row["aer"] for row in report.table()] == sorted(row["aer"] for row in report.table())
@@ -185,16 +194,51 @@ def test_align_with_a_reverse_model_on_the_command_line(tmp_path, capsys):
     src, tgt, links = reversal_files(tmp_path, 12)
     reverse = str(DEFAULT_CHECKPOINT.with_name("reverse.safetensors"))
     table = tmp_path / "t.json"
-    assert main(["align", "--checkpoint", reverse, "--reverse-checkpoint", reverse, "--src", src, "--tgt", tgt,
-                 "--gold", links, "--table", str(table)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "align",
+                "--checkpoint",
+                reverse,
+                "--reverse-checkpoint",
+                reverse,
+                "--src",
+                src,
+                "--tgt",
+                tgt,
+                "--gold",
+                links,
+                "--table",
+                str(table),
+            ]
+        )
+        == 0
+    )
     assert "both directions (" in capsys.readouterr().err
     assert sum(row["method"] == "both directions" for row in json.loads(table.read_text())) == 1
 
 
 def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_pharaoh(tmp_path, capsys):
     table, out = tmp_path / "table.csv", tmp_path / "links.txt"
-    code = main(["align", "--src", str(DATA / "en.txt"), "--tgt", str(DATA / "fr.txt"), "--gold", str(DATA / "gold.txt"),
-                 "--limit", "6", "--table", str(table), "--out", str(out), "--top", "5"])  # fmt: skip
+    code = main(
+        [
+            "align",
+            "--src",
+            str(DATA / "en.txt"),
+            "--tgt",
+            str(DATA / "fr.txt"),
+            "--gold",
+            str(DATA / "gold.txt"),
+            "--limit",
+            "6",
+            "--table",
+            str(table),
+            "--out",
+            str(out),
+            "--top",
+            "5",
+        ]
+    )
     printed = capsys.readouterr()
     assert code == 0 and "words counted from 0 (detected)" in printed.err
     lines = printed.out.splitlines()
@@ -206,14 +250,34 @@ def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_phara
     written = out.read_text().splitlines()
     assert len(written) == 6 and all(written)
     sources = (DATA / "en.txt").read_text().splitlines()[:6]
-    parsed, _ = parse_pharaoh(written, [len(s.split()) for s in sources],
-                              [len(t.split()) for t in (DATA / "fr.txt").read_text().splitlines()[:6]], False)  # fmt: skip
+    parsed, _ = parse_pharaoh(
+        written,
+        [len(s.split()) for s in sources],
+        [len(t.split()) for t in (DATA / "fr.txt").read_text().splitlines()[:6]],
+        False,
+    )
     assert all(
         len(links.sure) == len(t.split()) for links, t in zip(parsed, (DATA / "fr.txt").read_text().splitlines())
     )
     json_table = tmp_path / "table.json"
-    assert main(["align", "--src", str(DATA / "en.txt"), "--tgt", str(DATA / "fr.txt"), "--gold", str(DATA / "gold.txt"),
-                 "--limit", "2", "--table", str(json_table)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "align",
+                "--src",
+                str(DATA / "en.txt"),
+                "--tgt",
+                str(DATA / "fr.txt"),
+                "--gold",
+                str(DATA / "gold.txt"),
+                "--limit",
+                "2",
+                "--table",
+                str(json_table),
+            ]
+        )
+        == 0
+    )
     assert json.loads(json_table.read_text())[0]["rank"] == 1
 
 
@@ -272,8 +336,11 @@ def test_the_alignment_page_ranks_the_example_draws_the_grids_and_a_pairs_gold_l
 def test_the_alignment_page_names_the_line_of_a_bad_gold_file_and_a_pair_that_is_not_one():
     at = start().switch_page("pages/alignment.py").run()
     lines = (DATA / "gold.txt").read_text().splitlines()
-    for key, content in (("align_src", (DATA / "en.txt").read_bytes()), ("align_tgt", (DATA / "fr.txt").read_bytes()),
-                         ("align_gold", "\n".join([*lines[:4], "0-0 seven", *lines[5:]]).encode())):  # fmt: skip
+    for key, content in (
+        ("align_src", (DATA / "en.txt").read_bytes()),
+        ("align_tgt", (DATA / "fr.txt").read_bytes()),
+        ("align_gold", "\n".join([*lines[:4], "0-0 seven", *lines[5:]]).encode()),
+    ):
         at.file_uploader(key=key).set_value((key + ".txt", content, "text/plain"))
     at = submit(at)
     shown = at.error[0].value  # as literal text: Markdown's characters escaped

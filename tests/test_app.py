@@ -37,8 +37,10 @@ def explorer(reference) -> AppTest:
 def test_explorer_sends_every_step_to_the_browser_once(explorer, reference):
     assert reference.text.replace(".", "\\.") in markdown(explorer)
     view = step_view(explorer)
-    steps, (layers, heads, sources) = reference.steps, (reference.cross.shape[0], reference.cross.shape[1],
-                                                        reference.cross.shape[3])  # fmt: skip
+    steps, (layers, heads, sources) = (
+        reference.steps,
+        (reference.cross.shape[0], reference.cross.shape[1], reference.cross.shape[3]),
+    )
     assert (view["step"], view["steps"]) == (0, steps)
     assert view["topk_ids"] == reference.topk_ids.tolist()
     np.testing.assert_allclose(view["topk_probs"], reference.topk_probs.numpy(), atol=1e-4)
@@ -151,14 +153,19 @@ def test_malformed_step_view_actions_are_ignored(explorer, reference):
     from helpers import step_trigger
 
     candidate = int(reference.topk_ids[1, 1])
-    for action in (dict(name="what_if", step=1, token=float(candidate)),  # 5.0 equals 5 but is no token id
-                   dict(name="what_if", step=True, token=candidate),  # True equals 1 but is no step
-                   dict(name="attention", step=1.0)):  # fmt: skip
+    for action in (
+        dict(name="what_if", step=1, token=float(candidate)),  # 5.0 equals 5 but is no token id
+        dict(name="what_if", step=True, token=candidate),  # True equals 1 but is no step
+        dict(name="attention", step=1.0),
+    ):
         explorer = step_action(explorer, **action)
         assert not explorer.exception and explorer.session_state.get("branch") is None, action
     deep = "[" * 200_000 + "]" * 200_000
-    for raw in (f'[{{"event": "action", "value": {deep}}}]', '[{"event": "action", "value": {"name": "attention", '
-                f'"step": {"9" * 5000}}}}}]', "[" * 200_000):  # fmt: skip
+    for raw in (
+        f'[{{"event": "action", "value": {deep}}}]',
+        f'[{{"event": "action", "value": {{"name": "attention", "step": {"9" * 5000}}}}}]',
+        "[" * 200_000,
+    ):
         explorer = step_trigger(explorer, raw)
         assert not explorer.exception and step_view(explorer)["step"] == 0
 
@@ -286,8 +293,11 @@ def test_positional_page_draws_the_models_own_encoding(explorer):
 
     at = explorer.switch_page("pages/positional.py").run()
     assert not at.exception
-    matrix = next(f for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
-                  if f["layout"]["title"]["text"].startswith("the positional encoding matrix"))  # fmt: skip
+    matrix = next(
+        f
+        for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
+        if f["layout"]["title"]["text"].startswith("the positional encoding matrix")
+    )
     assert np.allclose(array(matrix["data"][0]["z"]), sinusoidal_table(128, 256).numpy(), atol=1e-6)
     at.multiselect(key="pe_dims").set_value([2, 3]).run()
     assert [trace["name"] for trace in figure(at, 0)["data"]] == ["dimension 2", "dimension 3"]
@@ -375,8 +385,16 @@ def test_attention_maps_open_on_the_whole_decode_until_the_visitor_steps():
 
 
 def test_a_link_holds_the_decoding_settings_view_and_modes():
-    link = {"text": "Two dogs are playing in the snow.", "strategy": "beam", "beam_width": "3", "length_penalty": "0.3",
-            "view": "model", "words": "1", "presentation": "1", "kind": "decoder"}  # fmt: skip
+    link = {
+        "text": "Two dogs are playing in the snow.",
+        "strategy": "beam",
+        "beam_width": "3",
+        "length_penalty": "0.3",
+        "view": "model",
+        "words": "1",
+        "presentation": "1",
+        "kind": "decoder",
+    }
     at = start(link)
     assert not at.exception
     settings = at.session_state["applied_settings"]
@@ -388,8 +406,18 @@ def test_a_link_holds_the_decoding_settings_view_and_modes():
     assert {name: at.query_params[name] for name in link if name != "text"} == {
         k: v for k, v in link.items() if k != "text"
     }
-    odd = start({"text": "A dog.", "beam_width": "999", "temperature": "nan", "strategy": "magic", "view": "x",
-                 "words": "yes", "seed": "-1", "top_k": "1e3"})  # fmt: skip
+    odd = start(
+        {
+            "text": "A dog.",
+            "beam_width": "999",
+            "temperature": "nan",
+            "strategy": "magic",
+            "view": "x",
+            "words": "yes",
+            "seed": "-1",
+            "top_k": "1e3",
+        }
+    )
     assert not odd.exception and odd.session_state["applied_settings"] == type(settings)()  # all ignored
 
 
@@ -430,8 +458,11 @@ def test_the_positional_page_says_what_its_own_norms_show(explorer):
     at = explorer.switch_page("pages/positional.py").run()
     text = markdown(at)
     assert "dominates the sum" not in text
-    norms = next(f for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
-                 if f["layout"]["title"]["text"].startswith("vector norms"))  # fmt: skip
+    norms = next(
+        f
+        for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
+        if f["layout"]["title"]["text"].startswith("vector norms")
+    )
     word, place = (float(np.median(array(trace["y"]))) for trace in norms["data"][:2])
     assert f"median norm is {word:.1f} against {place:.1f}" in text
     expected = "word and position weigh about the same" if 1 / 1.5 <= word / place <= 1.5 else "outweighs"
@@ -449,8 +480,10 @@ def test_the_step_by_step_page_follows_and_sets_the_shared_step():
     assert step_view(at)["step"] == 3
 
 
-@pytest.mark.parametrize("page", ["explorer", "attention", "attribution", "positional", "masks", "computation",
-                                  "learned", "compare", "heads"])  # fmt: skip
+@pytest.mark.parametrize(
+    "page",
+    ["explorer", "attention", "attribution", "positional", "masks", "computation", "learned", "compare", "heads"],
+)
 def test_no_page_shows_the_word_start_marker(page):
     at = start({"text": 'Two dogs play in the "snow".'})
     at.switch_page(f"pages/{page}.py").run()

@@ -52,7 +52,11 @@ def test_value_weighted_attention_equals_the_weights_when_values_have_equal_norm
     for kind in AttentionKind:
         np.testing.assert_allclose(found.value_weighted[kind], result.maps(kind).numpy(), atol=1e-5, err_msg=kind)
     ordinary = attribute(model, decode(model, tokenizer, "the dog runs in the park"), n_steps=4)
-    assert not np.allclose(ordinary.value_weighted[AttentionKind.CROSS], decode(model, tokenizer, "the dog runs in the park").cross.numpy(), atol=1e-3)  # fmt: skip
+    assert not np.allclose(
+        ordinary.value_weighted[AttentionKind.CROSS],
+        decode(model, tokenizer, "the dog runs in the park").cross.numpy(),
+        atol=1e-3,
+    )
 
 
 def test_gradient_x_input_equals_finite_differences(model, tokenizer):
@@ -107,12 +111,33 @@ def test_the_cli_writes_every_array_with_its_shape(tmp_path):
     arrays = np.load(out)
     t, s = len(arrays["target_pieces"]), len(arrays["source_pieces"])
     layers, heads = arrays["agreement"].shape
-    expected = {"integrated_gradients": (t, s), "integrated_gradients_target": (t, t), "gradient_x_input": (t, s),
-                "value_weighted_cross": (layers, heads, t, s), "convergence_delta": (t,)}  # fmt: skip
+    expected = {
+        "integrated_gradients": (t, s),
+        "integrated_gradients_target": (t, t),
+        "gradient_x_input": (t, s),
+        "value_weighted_cross": (layers, heads, t, s),
+        "convergence_delta": (t,),
+    }
     assert {name: arrays[name].shape for name in expected} == expected
     np.testing.assert_allclose(arrays["value_weighted_cross"].sum(-1), 1, atol=1e-5)
-    assert main(["attribute", "--checkpoint", checkpoint, "--text", "one two", "--out", str(tmp_path / "a.json"),
-                 "--format", "json", "--beam", "2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "attribute",
+                "--checkpoint",
+                checkpoint,
+                "--text",
+                "one two",
+                "--out",
+                str(tmp_path / "a.json"),
+                "--format",
+                "json",
+                "--beam",
+                "2",
+            ]
+        )
+        == 0
+    )
     import json
 
     assert set(expected) <= set(json.loads((tmp_path / "a.json").read_text()))
@@ -127,8 +152,12 @@ def test_the_attribution_page_draws_the_four_measures_of_the_explorers_step():
     assert "Step 2: " in markdown(at) or any("Step 2" in h.value for h in at.subheader)
     step_figure = figure(at, 0)
     rows = step_figure["data"][0]["y"]
-    assert [name.split(" (")[0] for name in rows] == ["cross-attention", "value-weighted", "gradient × input",
-                                                      "integrated gradients"]  # fmt: skip
+    assert [name.split(" (")[0] for name in rows] == [
+        "cross-attention",
+        "value-weighted",
+        "gradient × input",
+        "integrated gradients",
+    ]
     attention, gradients = (array(trace["z"]) for trace in step_figure["data"])
     result = at.session_state["result"]
     assert attention.shape == gradients.shape == (4, len(result.src_ids))
@@ -330,9 +359,9 @@ def test_model_calls_on_an_uploaded_model_wait_for_a_heavy_slot_and_shipped_ones
     monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
     _hold_the_slot(ui.work.SLOTS)  # another visitor's attribution
     done = []
-    upload = threading.Thread(target=lambda: done.append(
-        ui.models.decode_cached(checkpoint, "upload:0123", "the dog runs", DecodeSettings())
-    ))  # fmt: skip
+    upload = threading.Thread(
+        target=lambda: done.append(ui.models.decode_cached(checkpoint, "upload:0123", "the dog runs", DecodeSettings()))
+    )
     upload.start()
     upload.join(timeout=1.0)
     assert upload.is_alive() and not done  # waits its turn
@@ -395,8 +424,13 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
     assert heard[-1] == (result.steps, result.steps) and [d for d, _ in heard] == sorted({d for d, _ in heard})
 
     shown = []
-    monkeypatch.setattr(ui.work.st, "progress", lambda value, text: types.SimpleNamespace(
-        progress=lambda value, text: shown.append((value, text)), empty=lambda: None))  # fmt: skip
+    monkeypatch.setattr(
+        ui.work.st,
+        "progress",
+        lambda value, text: types.SimpleNamespace(
+            progress=lambda value, text: shown.append((value, text)), empty=lambda: None
+        ),
+    )
     clock = iter([100.0, 110.0])  # started at 100 s; 10 s later, one item of three is done
     monkeypatch.setattr(ui.work.time, "monotonic", lambda: next(clock))
     ui.work.Progress("Translating", 3, "sentences", costs=[1, 1, 2])(1)
@@ -417,8 +451,11 @@ def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(mo
     monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
     monkeypatch.setattr(ui.work, "TURN_SECONDS", 0.0)
     shown = []
-    monkeypatch.setattr(ui.work.st, "progress", lambda value, text: types.SimpleNamespace(
-        progress=lambda value, text: shown.append(text), empty=lambda: None))  # fmt: skip
+    monkeypatch.setattr(
+        ui.work.st,
+        "progress",
+        lambda value, text: types.SimpleNamespace(progress=lambda value, text: shown.append(text), empty=lambda: None),
+    )
 
     def other_visitors_turn(ticket):
         assert ui.work.SLOTS.take(ticket, timeout=10)

@@ -79,9 +79,14 @@ def test_greedy_decoding_equals_generate_with_the_forced_first_token(family, sen
     ours = import_hf(directory)
     result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
     with torch.no_grad():
-        generated = hf_model.generate(torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1,
-                                      do_sample=False, max_new_tokens=12, forced_bos_token_id=forced,
-                                      forced_eos_token_id=None)[0].tolist()  # fmt: skip  # ours stops, not forces
+        generated = hf_model.generate(
+            torch.tensor([hf_tokenizer(sentence)["input_ids"]]),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=12,
+            forced_bos_token_id=forced,
+            forced_eos_token_id=None,
+        )[0].tolist()  # ours stops, not forces
     assert [ours.config.start_id, *result.tgt_ids] == generated and result.tgt_ids[0] == forced
     assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
     # the batched translation (the CLI's and Corpus') and beam search force the first token too
@@ -160,8 +165,9 @@ def test_a_bart_directory_among_the_checkpoints_works_on_every_page(bart_dir, tm
     )
 
 
-def test_an_mbart_directory_works_on_every_page_and_translates_into_the_language_chosen(mbart_dir, tmp_path,
-                                                                                          monkeypatch):  # fmt: skip
+def test_an_mbart_directory_works_on_every_page_and_translates_into_the_language_chosen(
+    mbart_dir, tmp_path, monkeypatch
+):
     from test_marian import open_on_every_page
 
     at = open_on_every_page(

@@ -104,10 +104,18 @@ def test_command_line_inputs_that_are_no_regular_files_are_one_line(command, tmp
     arguments = {
         "translate": ["--checkpoint", checkpoint_path, "--input", zero],
         "evaluate": ["--checkpoint", checkpoint_path, "--src", zero, "--ref", tmp_path / "ok.txt"],
-        "align": ["--checkpoint", checkpoint_path, "--src", tmp_path / "ok.txt", "--tgt", tmp_path / "ok.txt",
-                  "--gold", zero],
+        "align": [
+            "--checkpoint",
+            checkpoint_path,
+            "--src",
+            tmp_path / "ok.txt",
+            "--tgt",
+            tmp_path / "ok.txt",
+            "--gold",
+            zero,
+        ],
         "timeline": [checkpoint_path, "--src", zero, "--ref", tmp_path / "ok.txt"],
-    }[command]  # fmt: skip
+    }[command]
     with measured() as cost:
         done = finishes(lambda: run_cli(command, *arguments))["value"]
     assert done.returncode == 2 and "zero.txt is not a regular file" in done.stderr, done

@@ -102,7 +102,14 @@ def test_the_html_report_draws_its_first_screen_then_the_rest_as_they_near_it_of
     )
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     outside = []
-    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else (outside.append(route.request.url), route.abort()))  # fmt: skip
+    page.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith("file:")
+            else (outside.append(route.request.url), route.abort())
+        ),
+    )
     page.goto((tmp_path / "report.html").as_uri())
     page.wait_for_function(REPORT_SCREEN_DRAWN)
     drawn = page.evaluate("document.querySelectorAll('.figure.js-plotly-plot').length")
@@ -189,8 +196,16 @@ VIEW_PROBLEMS = """(narrow) => {
 def test_no_label_or_title_is_cut_on_a_laptop_screen(server, browser):
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     problems = {}
-    for path, figures in [("", 0), ("attention", 1), ("attribution", 4), ("masks", 8), ("computation", 8),
-                          ("compare", 3), ("heads", 1), ("positional", 4)]:  # fmt: skip
+    for path, figures in [
+        ("", 0),
+        ("attention", 1),
+        ("attribution", 4),
+        ("masks", 8),
+        ("computation", 8),
+        ("compare", 3),
+        ("heads", 1),
+        ("positional", 4),
+    ]:
         page.goto(f"{server}/{path}")
         if path:
             wait_for_heatmaps(page, figures)
@@ -271,9 +286,20 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
     page.get_by_text("Presentation mode").click()
     page.wait_for_function(f"{font} > {before}")
     page.locator('[data-testid="stExpandSidebarButton"]').wait_for()  # collapsed, and the way to reopen it shown
-    pages = [("", 0), ("attention", 1), ("attention?view=mean", 1), ("attribution", 4), ("masks", 8),
-             ("computation", 8), ("compare", 3), ("positional", 4), ("heads", 1), ("learned", 0),
-             ("checkpoints", 0), ("alignment", 0)]  # fmt: skip
+    pages = [
+        ("", 0),
+        ("attention", 1),
+        ("attention?view=mean", 1),
+        ("attribution", 4),
+        ("masks", 8),
+        ("computation", 8),
+        ("compare", 3),
+        ("positional", 4),
+        ("heads", 1),
+        ("learned", 0),
+        ("checkpoints", 0),
+        ("alignment", 0),
+    ]
     if size != (1024, 768):  # the wider, shorter projector: the pages whose layout depends on the width
         pages = [entry for entry in pages if entry[0] in ("", "attention", "attribution", "learned")]
     drawn = {
@@ -287,11 +313,11 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
             wait_for_heatmaps(page, figures)
             page.wait_for_function(drawn.get(path, "true"), timeout=60_000)
         else:
-            stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"  # fmt: skip
+            stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"
             page.wait_for_function(stacked)  # the step view's maps take the whole width, as the figures do
-            starts = f"new Set([...{PLAYER}.querySelectorAll('.bar-track')].map(t => Math.round(t.getBoundingClientRect().left))).size"  # fmt: skip
+            starts = f"new Set([...{PLAYER}.querySelectorAll('.bar-track')].map(t => Math.round(t.getBoundingClientRect().left))).size"
             assert page.evaluate(starts) == 1  # the top-10 bars start at one x, whatever their labels' lengths
-            cut = f"[...{PLAYER}.querySelectorAll('.lens-table > span')].filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"  # fmt: skip
+            cut = f"[...{PLAYER}.querySelectorAll('.lens-table > span')].filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"
             assert page.evaluate(cut) == []  # each guess within its own column of the lens table
         wait_idle(page)
         page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
@@ -450,7 +476,15 @@ def test_every_page_loads_nothing_from_outside_the_app(server, browser):
 
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     outside = []
-    page.on("request", lambda request: outside.append(request.url) if urlparse(request.url).netloc != urlparse(server).netloc and not request.url.startswith(("data:", f"blob:{server}")) else None)  # fmt: skip
+    page.on(
+        "request",
+        lambda request: (
+            outside.append(request.url)
+            if urlparse(request.url).netloc != urlparse(server).netloc
+            and not request.url.startswith(("data:", f"blob:{server}"))
+            else None
+        ),
+    )
     page.goto(server)
     wait_for_step_view(page)
     for link in page.locator('[data-testid="stSidebarNavLink"]').all():
@@ -463,8 +497,10 @@ def test_every_page_loads_nothing_from_outside_the_app(server, browser):
 def test_a_link_opens_the_same_view_in_a_fresh_browser(server, browser):
     first = browser.new_context(viewport={"width": 1500, "height": 1100})
     page = first.new_page()
-    page.goto(f"{server}/attention?text=Two%20dogs%20play%20in%20the%20snow.&strategy=beam&beam_width=3&view=model"
-              "&words=1&kind=cross&presentation=1")  # fmt: skip
+    page.goto(
+        f"{server}/attention?text=Two%20dogs%20play%20in%20the%20snow.&strategy=beam&beam_width=3&view=model"
+        "&words=1&kind=cross&presentation=1"
+    )
     wait_for_heatmaps(page, 24)
     wait_idle(page)
     link = page.url
@@ -591,8 +627,10 @@ TREE_LAYOUT = f"""() => {{
 def test_the_beam_tree_stays_readable_and_a_hypothesis_opens_as_a_branch(server, browser, width):
     from urllib.parse import quote
 
-    long = ("A man in a red shirt and a woman in a blue dress are riding their bicycles down the busy street "
-            "while two small dogs run beside them.")  # fmt: skip
+    long = (
+        "A man in a red shirt and a woman in a blue dress are riding their bicycles down the busy street "
+        "while two small dogs run beside them."
+    )
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(f"{server}/?text={quote(long)}&strategy=beam&beam_width={width}")
     wait_for_step_view(page)
@@ -629,8 +667,9 @@ EPOCH_MAP = f"{PLAYER}?.querySelector('.epoch-map .map-title')?.textContent"
 SNAPSHOTS = load_timeline(timeline_path(DEFAULT_CHECKPOINT)).snapshots  # the shipped timeline's, in order
 
 
-@pytest.mark.parametrize(("size", "presentation"), [((1440, 900), False), ((1024, 768), True)],
-                         ids=["1440x900", "presentation-1024x768"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("size", "presentation"), [((1440, 900), False), ((1024, 768), True)], ids=["1440x900", "presentation-1024x768"]
+)
 def test_how_it_learned_steps_and_plays_epochs_in_the_browser(server, browser, size, presentation):
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
     sent = count_frames_sent(page)

@@ -109,8 +109,14 @@ def test_the_current_word_is_the_outputs_last_word_and_punctuation_ends_one():
     assert current_word(["▁parc", "."]) == []  # SentencePiece glues the full stop on; it is no letter of the word
     assert current_word([]) == []
     assert [carries_word(piece) for piece in ("at", "▁at", "'", "-", ".", "</s>", "2")] == [
-        True, False, True, True, False, False, True,
-    ]  # fmt: skip
+        True,
+        False,
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
 
 
 def test_rows_at_their_own_positions_equal_each_row_at_an_offset(config):

@@ -17,8 +17,14 @@ from transformer.training.train import TrainSettings, time_left, train
 
 
 def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
-    done = subprocess.run([sys.executable, "-m", "transformer", "translate", "--checkpoint", str(checkpoint_path)],
-                          input="the dog\n\na cat\n", capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "transformer", "translate", "--checkpoint", str(checkpoint_path)],
+        input="the dog\n\na cat\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.split("\n")) == 4  # three lines out, in order
     out = tmp_path / "maps.npz"
@@ -44,8 +50,13 @@ def test_bad_bytes_cost_only_their_own_line(tmp_path):
     done = run_cli("translate", "--input", str(tmp_path / "latin1.txt"))
     assert done.returncode == 1 and "line 1 is not UTF-8 text (byte 0xe9 at byte 7 of the line)" in done.stderr
     assert done.stdout.split("\n")[1]  # the good line is translated
-    done = subprocess.run([sys.executable, "-m", "transformer", "inspect", "--text", b"\xff", "--out", tmp_path / "x"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "transformer", "inspect", "--text", b"\xff", "--out", tmp_path / "x"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert (
         done.returncode == 2
         and done.stderr == "error: --text is not UTF-8 text (byte 0xff); give the sentence as UTF-8\n"
@@ -97,10 +108,22 @@ def test_evaluate_scores_several_sets_and_widths_in_one_table_or_says_what_is_mi
 
 def _settings(tmp_path, **overrides):
     s, t = reversal_corpus(tmp_path, 300, seed=3)
-    values = dict(train_src=s, train_tgt=t, val_src=s, val_tgt=t, out=str(tmp_path / "m.safetensors"),
-                  model=TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                          n_decoder_layers=1, max_len=32), epochs=2, max_tokens=400,
-                  lr_factor=1.0, warmup=20, val_limit=20, save_dtype="float32")  # fmt: skip
+    values = dict(
+        train_src=s,
+        train_tgt=t,
+        val_src=s,
+        val_tgt=t,
+        out=str(tmp_path / "m.safetensors"),
+        model=TransformerConfig(
+            40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32
+        ),
+        epochs=2,
+        max_tokens=400,
+        lr_factor=1.0,
+        warmup=20,
+        val_limit=20,
+        save_dtype="float32",
+    )
     values.update(overrides)
     return TrainSettings(**values)
 
@@ -151,8 +174,13 @@ def test_a_lost_run_continues_from_its_checkpoint(tmp_path):
     assert best.tokenizer.model_proto == load_checkpoint(shipped).tokenizer.model_proto
     assert len(best.metadata["training"]["validation"]) == 2
     (tmp_path / "notes.txt").write_text("not a checkpoint")
-    done = run_cli(*_train_command(tmp_path), "--out", str(tmp_path / "x.safetensors"),
-                   "--continue-from", str(tmp_path / "notes.txt"))  # fmt: skip
+    done = run_cli(
+        *_train_command(tmp_path),
+        "--out",
+        str(tmp_path / "x.safetensors"),
+        "--continue-from",
+        str(tmp_path / "notes.txt"),
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "cannot continue from" in done.stderr
 
 
@@ -164,8 +192,9 @@ def test_max_seconds_is_the_budget_of_this_call_not_of_the_whole_run(tmp_path):
     train(_settings(first_dir, epochs=1), quiet=True)
     days = 3 * 24 * 3600.0
     update_metadata(first_dir / "m.safetensors", lambda metadata: metadata["training"].update(seconds=days))
-    went_on = train(_settings(later_dir, epochs=3, max_seconds=3600), quiet=True,
-                    continue_from=first_dir / "m.safetensors")  # fmt: skip
+    went_on = train(
+        _settings(later_dir, epochs=3, max_seconds=3600), quiet=True, continue_from=first_dir / "m.safetensors"
+    )
     assert went_on.epoch == 3  # before: stopped after epoch 2, the run's days being over the hour
     assert went_on.elapsed_seconds > days  # the run's own clock still counts the whole run
     # The bar's estimate (epochs of ten 1-second batches, nine to go) allows what is left of this call's budget.
@@ -186,10 +215,20 @@ def test_each_model_variant_trains_from_the_command_line_and_opens_in_the_app(tm
     out = tmp_path / "variant.safetensors"
     assert main([*_train_command(tmp_path), *variant, "--out", str(out)]) == 0
     config = load_checkpoint(out).config
-    expected = {"pre-norm": ("norm_first", True), "gelu": ("activation", "gelu"),
-                "learned-positions": ("positional", "learned"), "untied": ("tie_embeddings", False)}  # fmt: skip
-    name, value = expected[{"--norm-first": "pre-norm", "--activation": "gelu", "--positional": "learned-positions",
-                            "--no-tie-embeddings": "untied"}[variant[0]]]  # fmt: skip
+    expected = {
+        "pre-norm": ("norm_first", True),
+        "gelu": ("activation", "gelu"),
+        "learned-positions": ("positional", "learned"),
+        "untied": ("tie_embeddings", False),
+    }
+    name, value = expected[
+        {
+            "--norm-first": "pre-norm",
+            "--activation": "gelu",
+            "--positional": "learned-positions",
+            "--no-tie-embeddings": "untied",
+        }[variant[0]]
+    ]
     assert getattr(config, name) == value and config.d_model == 16
     at = upload(start(), "variant.safetensors", out.read_bytes())
     assert not at.error and at.session_state["checkpoint"] == "variant (uploaded)"
@@ -201,8 +240,26 @@ def _train_command(tmp_path) -> list[str]:
     """`train` on a tiny reversal task, as typed on the command line (without --out)."""
     s, t = reversal_corpus(tmp_path, 120, seed=5)
     data = ["train", "--train-src", s, "--train-tgt", t, "--val-src", s, "--val-tgt", t]
-    sizes = ["--vocab-size", "40", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1",
-             "--n-decoder-layers", "1", "--max-len", "32", "--epochs", "1", "--val-limit", "10"]  # fmt: skip
+    sizes = [
+        "--vocab-size",
+        "40",
+        "--d-model",
+        "16",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "32",
+        "--n-encoder-layers",
+        "1",
+        "--n-decoder-layers",
+        "1",
+        "--max-len",
+        "32",
+        "--epochs",
+        "1",
+        "--val-limit",
+        "10",
+    ]
     return [*data, *sizes]
 
 

@@ -31,10 +31,21 @@ def _corpora(tmp_path, *sizes):
 
 
 def _settings(tmp_path, corpora, weights=(), **overrides):
-    values = dict(train_src=tuple(s for s, _ in corpora), train_tgt=tuple(t for _, t in corpora),
-                  val_src=tuple(s for s, _ in corpora), val_tgt=tuple(t for _, t in corpora), train_weights=weights,
-                  out=str(tmp_path / "m.safetensors"), model=TINY, epochs=2, max_tokens=400, lr_factor=1.0,
-                  warmup=20, val_limit=10, save_dtype="float32")  # fmt: skip
+    values = dict(
+        train_src=tuple(s for s, _ in corpora),
+        train_tgt=tuple(t for _, t in corpora),
+        val_src=tuple(s for s, _ in corpora),
+        val_tgt=tuple(t for _, t in corpora),
+        train_weights=weights,
+        out=str(tmp_path / "m.safetensors"),
+        model=TINY,
+        epochs=2,
+        max_tokens=400,
+        lr_factor=1.0,
+        warmup=20,
+        val_limit=10,
+        save_dtype="float32",
+    )
     return TrainSettings(**(values | overrides))
 
 
@@ -115,11 +126,46 @@ def test_mismatched_corpus_lists_are_one_clear_error(tmp_path):
 def test_the_command_line_trains_on_several_corpora_shows_time_left_and_averages(tmp_path):
     (s1, t1), (s2, t2) = _corpora(tmp_path, 60, 40)
     out = tmp_path / "m.safetensors"
-    done = run_cli("train", "--train-src", s1, s2, "--train-tgt", t1, t2, "--train-weights", "1", "2",
-                "--val-src", s1, "--val-tgt", t1, "--out", str(out), "--vocab-size", "40", "--d-model", "16",
-                "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1", "--n-decoder-layers", "1",
-                "--max-len", "32", "--epochs", "3", "--val-limit", "10", "--keep-last", "2", "--save-dtype",
-                "float32")  # fmt: skip
+    done = run_cli(
+        "train",
+        "--train-src",
+        s1,
+        s2,
+        "--train-tgt",
+        t1,
+        t2,
+        "--train-weights",
+        "1",
+        "2",
+        "--val-src",
+        s1,
+        "--val-tgt",
+        t1,
+        "--out",
+        str(out),
+        "--vocab-size",
+        "40",
+        "--d-model",
+        "16",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "32",
+        "--n-encoder-layers",
+        "1",
+        "--n-decoder-layers",
+        "1",
+        "--max-len",
+        "32",
+        "--epochs",
+        "3",
+        "--val-limit",
+        "10",
+        "--keep-last",
+        "2",
+        "--save-dtype",
+        "float32",
+    )
     assert done.returncode == 0, done.stderr
     assert "left=" in done.stderr and "tok_s=" in done.stderr
     epochs = [tmp_path / "m-epoch2.safetensors", tmp_path / "m-epoch3.safetensors"]
@@ -131,9 +177,35 @@ def test_the_command_line_trains_on_several_corpora_shows_time_left_and_averages
     assert all(torch.allclose(mean.model.state_dict()[k], (a[k] + b[k]) / 2) for k in a)
     assert mean.metadata["averaged"] == ["m-epoch2.safetensors", "m-epoch3.safetensors"]
     other = tmp_path / "other.safetensors"
-    done = run_cli("train", "--train-src", s1, "--train-tgt", t1, "--val-src", s1, "--val-tgt", t1, "--out",
-                str(other), "--vocab-size", "40", "--d-model", "8", "--n-heads", "2", "--d-ff", "16",
-                "--n-encoder-layers", "1", "--n-decoder-layers", "1", "--max-len", "32", "--epochs", "1")  # fmt: skip
+    done = run_cli(
+        "train",
+        "--train-src",
+        s1,
+        "--train-tgt",
+        t1,
+        "--val-src",
+        s1,
+        "--val-tgt",
+        t1,
+        "--out",
+        str(other),
+        "--vocab-size",
+        "40",
+        "--d-model",
+        "8",
+        "--n-heads",
+        "2",
+        "--d-ff",
+        "16",
+        "--n-encoder-layers",
+        "1",
+        "--n-decoder-layers",
+        "1",
+        "--max-len",
+        "32",
+        "--epochs",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     done = run_cli("average", str(epochs[0]), str(other), "--out", str(tmp_path / "x.safetensors"))
     assert done.returncode == 2 and "not the same model" in done.stderr and "Traceback" not in done.stderr
@@ -157,8 +229,17 @@ def test_a_dev_set_is_held_out_by_source_sentence(tmp_path):
     assert (train_lines, dev_lines) == hold_out(src, tgt, 2, seed=1)
     (tmp_path / "t.en.gz").write_bytes(gzip.compress("\n".join(src).encode()))
     (tmp_path / "t.fr.gz").write_bytes(gzip.compress("\n".join(tgt).encode()))
-    done = run_cli("holdout", "--src", str(tmp_path / "t.en.gz"), "--tgt", str(tmp_path / "t.fr.gz"), "--size", "2",
-                "--out-dir", str(tmp_path / "split"))  # fmt: skip
+    done = run_cli(
+        "holdout",
+        "--src",
+        str(tmp_path / "t.en.gz"),
+        "--tgt",
+        str(tmp_path / "t.fr.gz"),
+        "--size",
+        "2",
+        "--out-dir",
+        str(tmp_path / "split"),
+    )
     assert done.returncode == 0, done.stderr
     assert len(read_lines(tmp_path / "split" / "t-dev.en.gz")) == 2
     assert read_lines(tmp_path / "split" / "t-train.fr.gz") == [tgt[i] for i in train_lines]

@@ -43,8 +43,19 @@ def test_the_alignment_table_of_the_command_line_neutralises_a_sentence(tmp_path
     (tmp_path / "tgt.txt").write_text("@cmd dog\n")
     (tmp_path / "gold.txt").write_text("0-0\n")
     table = tmp_path / "table.csv"
-    done = run_cli("align", "--checkpoint", checkpoint_path, "--src", tmp_path / "src.txt", "--tgt",
-                   tmp_path / "tgt.txt", "--gold", tmp_path / "gold.txt", "--table", table)  # fmt: skip
+    done = run_cli(
+        "align",
+        "--checkpoint",
+        checkpoint_path,
+        "--src",
+        tmp_path / "src.txt",
+        "--tgt",
+        tmp_path / "tgt.txt",
+        "--gold",
+        tmp_path / "gold.txt",
+        "--table",
+        table,
+    )
     assert done.returncode == 0, done.stderr
     cells = [cell for row in csv.reader(io.StringIO(table.read_text())) for cell in row]
     assert not any(cell.startswith(("=", "+", "@")) for cell in cells)

@@ -125,8 +125,13 @@ def test_batched_beam_finds_what_one_sentence_at_a_time_finds(model, tokenizer, 
 
 
 def test_batched_beam_on_the_shipped_model_matches_and_translate_uses_it(shipped):
-    texts = ["Two dogs are playing in the snow.", "", "A man in a red shirt is riding a bicycle down the street.",
-             "A little girl climbs the stairs.", "Three people sit on a bench near the water while a dog sleeps."]  # fmt: skip
+    texts = [
+        "Two dogs are playing in the snow.",
+        "",
+        "A man in a red shirt is riding a bicycle down the street.",
+        "A little girl climbs the stairs.",
+        "Three people sit on a bench near the water while a dog sleeps.",
+    ]
     settings = DecodeSettings(strategy="beam", beam_width=5)
     batched = translate_texts(shipped.model, shipped.tokenizer, texts, settings, batch_size=2)
     alone = [beam_search(shipped.model, shipped.tokenizer, t, width=5).text if t else "" for t in texts]
@@ -176,7 +181,7 @@ def test_one_decode_entry_applies_each_strategy(model, tokenizer):
         (dict(beam_width=0), "beam width"),
         (dict(temperature=0.0), "temperature"),
         (dict(top_k=-1), "negative"),
-    ],  # fmt: skip
+    ],
 )
 def test_decode_settings_refuse_what_cannot_decode(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -210,8 +215,10 @@ def test_a_model_that_emits_padding_attends_alike_step_by_step_and_in_one_pass(m
     padding = copy.deepcopy(model)
     with torch.no_grad():
         padding.generator.bias[padding.config.pad_id] += 30.0  # the pad token wins every step
-    for result in (decode(padding, tokenizer, SENTENCE, max_new_tokens=6),
-                   beam_search(padding, tokenizer, SENTENCE, width=3)):  # fmt: skip
+    for result in (
+        decode(padding, tokenizer, SENTENCE, max_new_tokens=6),
+        beam_search(padding, tokenizer, SENTENCE, width=3),
+    ):
         assert padding.config.pad_id in result.tgt_ids[:-1]  # pad mid-output, fed back as decoder input
         forced = teacher_force_ids(padding, tokenizer, result.src_ids, result.tgt_ids)  # FORMAT.md 5.3's mask
         torch.testing.assert_close(result.decoder_self, forced.decoder_self, atol=1e-5, rtol=1e-4)

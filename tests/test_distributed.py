@@ -34,8 +34,21 @@ def _free_port() -> int:
 
 def _torchrun(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess:
     data = ["--train-src", "s.txt", "--train-tgt", "t.txt", "--val-src", "s.txt", "--val-tgt", "t.txt"]
-    command = [str(TORCHRUN), "--nproc_per_node", "2", "--master_port", str(_free_port()), "-m", "transformer",
-               "train", *data, *SIZES, "--out", out, *extra]  # fmt: skip
+    command = [
+        str(TORCHRUN),
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "transformer",
+        "train",
+        *data,
+        *SIZES,
+        "--out",
+        out,
+        *extra,
+    ]
     environment = os.environ | {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120)
 
@@ -63,22 +76,30 @@ def test_two_ranks_finish_in_step_and_a_resumed_run_continues_as_an_uninterrupte
 
 
 def _config() -> TransformerConfig:
-    return TransformerConfig(30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1,
-                             dropout=0.0, max_len=32)  # fmt: skip
+    return TransformerConfig(
+        30, 30, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_len=32
+    )
 
 
 def _pairs() -> list[tuple[list[int], list[int]]]:
     generator = torch.Generator().manual_seed(5)
     lengths = [(5, 7), (9, 4), (3, 6), (8, 8)]
-    return [(torch.randint(4, 30, (s,), generator=generator).tolist() + [3],
-             torch.randint(4, 30, (t,), generator=generator).tolist() + [3]) for s, t in lengths]  # fmt: skip
+    return [
+        (
+            torch.randint(4, 30, (s,), generator=generator).tolist() + [3],
+            torch.randint(4, 30, (t,), generator=generator).tolist() + [3],
+        )
+        for s, t in lengths
+    ]
 
 
 def _step(model: Transformer, compute_logits, indices: list[int], world: int) -> float:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # Adam's first step is about lr * sign(g): too coarse
     loss_fn = torch.nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.1, reduction="sum")
     batch = list(collate(_pairs(), indices, 0, 2))
-    loss, _ = training_step(compute_logits, model, optimizer, loss_fn, batch, 1e-2, 1.0, world, torch.autocast("cpu", enabled=False)).tolist()  # fmt: skip
+    loss, _ = training_step(
+        compute_logits, model, optimizer, loss_fn, batch, 1e-2, 1.0, world, torch.autocast("cpu", enabled=False)
+    ).tolist()
     return loss
 
 

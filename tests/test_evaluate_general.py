@@ -22,8 +22,14 @@ def test_the_report_card_scores_every_set_both_ways_and_shows_the_five_sentences
         _write(data / f"{stem}.en.gz", sentences)
         _write(data / f"{stem}.fr.gz", [" ".join(reversed(s.split())) for s in sentences])
     environment = os.environ | {"PYTHON": sys.executable}
-    done = subprocess.run(["bash", "scripts/evaluate_general.sh", str(checkpoint_path), "--data", str(data),
-                           "--limit", "5"], cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "scripts/evaluate_general.sh", str(checkpoint_path), "--data", str(data), "--limit", "5"],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert [row.split(" | ")[:2] for row in rows] == [

@@ -22,8 +22,19 @@ def test_repeated_tokens_keep_their_own_cells_and_html_is_escaped():
 
 def test_pieces_read_as_words_with_the_rest_of_a_word_marked():
     pieces = ["<s>", "▁Deux", "▁chiens", "▁jou", "ent", "▁dans", "▁la", "▁neige", ".", "▁", "</s>"]
-    assert axis_labels(pieces) == ["&lt;s&gt;", "Deux", "chiens", "jou", "·ent", "dans", "la", "neige", ".", "␣",
-                                   "&lt;/s&gt;"]  # fmt: skip
+    assert axis_labels(pieces) == [
+        "&lt;s&gt;",
+        "Deux",
+        "chiens",
+        "jou",
+        "·ent",
+        "dans",
+        "la",
+        "neige",
+        ".",
+        "␣",
+        "&lt;/s&gt;",
+    ]
     assert axis_labels(["▁en → ▁robe", "▁jou → ent", "any query"]) == ["en → robe", "jou → ·ent", "any query"]
     assert axis_labels(["▁.", "."]) == [".", ".\u200b"]  # the same reading, still two cells
 
@@ -104,8 +115,11 @@ def test_the_reports_plotly_js_is_the_cartesian_bundle_of_the_packages_version_a
 def test_legends_sit_above_the_plot_clear_of_the_axis_titles():
     from transformer.viz.charts import curves, grouped_bars, lines
 
-    for fig in (curves(np.zeros((5, 4)), [0, 1], "sinusoids"), grouped_bars(["a", "b"], {"x": [1, 2], "y": [2, 1]}, "t", "y"),
-                lines({"a": ([1, 2], [3, 4]), "b": ([1, 2], [4, 3])}, "t", "x", "y")):  # fmt: skip
+    for fig in (
+        curves(np.zeros((5, 4)), [0, 1], "sinusoids"),
+        grouped_bars(["a", "b"], {"x": [1, 2], "y": [2, 1]}, "t", "y"),
+        lines({"a": ([1, 2], [3, 4]), "b": ([1, 2], [4, 3])}, "t", "x", "y"),
+    ):
         legend = fig.layout.legend
         assert legend.orientation == "h" and legend.y >= 1 and legend.yanchor == "bottom"
 
@@ -157,8 +171,14 @@ def test_a_fitted_colour_scale_spans_the_weights_drawn_and_says_so():
     assert (low, high) == pytest.approx((0.24, 0.26)) and fig.layout.coloraxis.cmax == pytest.approx(0.26)
     masked = np.zeros((2, 2, 3, 4), dtype=bool)
     masked[..., 0] = True  # a masked cell (drawn as NaN, grey) does not stretch the scale
-    grid = attention_grid(np.stack([[near_uniform, near_uniform * 2]] * 2), ["a", "b", "c"], ["w", "x", "y", "z"],
-                          ["l1", "l2"], ["h1", "h2"], mask=masked[0, 0])  # fmt: skip
+    grid = attention_grid(
+        np.stack([[near_uniform, near_uniform * 2]] * 2),
+        ["a", "b", "c"],
+        ["w", "x", "y", "z"],
+        ["l1", "l2"],
+        ["h1", "h2"],
+        mask=masked[0, 0],
+    )
     assert fit_colour_scale(grid) == pytest.approx((0.24, 0.508))  # column 0 (0.26, 0.52) masked
     at = translate(start(), "Two dogs play.").switch_page("pages/attention.py").run()
     at.toggle(key="widget_attention_fit").set_value(True).run()

@@ -34,8 +34,11 @@ def cut_after(model: Transformer, layer: int) -> Transformer:
     """The same model with its decoder ending at `layer` (its final norm and generator kept)."""
     config = dataclasses.replace(model.config, n_decoder_layers=layer + 1)
     cut = Transformer(config).eval()
-    kept = {k: v for k, v in model.state_dict().items()
-            if not k.startswith("decoder_layers.") or int(k.split(".")[1]) <= layer}  # fmt: skip
+    kept = {
+        k: v
+        for k, v in model.state_dict().items()
+        if not k.startswith("decoder_layers.") or int(k.split(".")[1]) <= layer
+    }
     cut.load_state_dict(kept)
     return cut
 

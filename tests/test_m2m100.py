@@ -58,9 +58,13 @@ def test_greedy_decoding_equals_generate_with_the_forced_language(m2m_dir, huggi
     ours = import_m2m100(m2m_dir)
     result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
     with torch.no_grad():
-        generated = hf_model.generate(torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1,
-                                      do_sample=False, max_new_tokens=12,
-                                      forced_bos_token_id=hf_tokenizer.get_lang_id("fr"))[0].tolist()  # fmt: skip
+        generated = hf_model.generate(
+            torch.tensor([hf_tokenizer(sentence)["input_ids"]]),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=12,
+            forced_bos_token_id=hf_tokenizer.get_lang_id("fr"),
+        )[0].tolist()
     assert [ours.config.start_id, *result.tgt_ids] == generated
     text = [i for i in generated if i not in hf_tokenizer.lang_token_to_id.values()]  # codes are not text
     assert result.tgt_pieces[0] == "__fr__" and result.text == hf_tokenizer.decode(text, skip_special_tokens=True)
@@ -78,9 +82,13 @@ def test_another_target_language_is_forced_instead(m2m_dir, hugging_face):
     ours = import_m2m100(m2m_dir, target_language="de")
     result = decode_text(ours.model, ours.tokenizer, SENTENCES[0], DecodeSettings(max_new_tokens=8))
     with torch.no_grad():
-        generated = hf_model.generate(torch.tensor([hf_tokenizer(SENTENCES[0])["input_ids"]]), num_beams=1,
-                                      do_sample=False, max_new_tokens=8,
-                                      forced_bos_token_id=hf_tokenizer.get_lang_id("de"))[0].tolist()  # fmt: skip
+        generated = hf_model.generate(
+            torch.tensor([hf_tokenizer(SENTENCES[0])["input_ids"]]),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=8,
+            forced_bos_token_id=hf_tokenizer.get_lang_id("de"),
+        )[0].tolist()
     assert [ours.config.start_id, *result.tgt_ids] == generated and result.tgt_pieces[0] == "__de__"
     with pytest.raises(CheckpointError, match="no language code 'xx'"):
         import_m2m100(m2m_dir, target_language="xx")
@@ -174,8 +182,9 @@ def test_nllb_equals_transformers_in_logits_maps_and_greedy_output(nllb_dir, tar
         assert_same_as_transformers(ours.model, hf_model, src_ids, [2, forced, 12, 5, 9], layers=2)
         result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
         with torch.no_grad():
-            generated = hf_model.generate(torch.tensor([src_ids]), num_beams=1, do_sample=False, max_new_tokens=12,
-                                          forced_bos_token_id=forced)[0].tolist()  # fmt: skip
+            generated = hf_model.generate(
+                torch.tensor([src_ids]), num_beams=1, do_sample=False, max_new_tokens=12, forced_bos_token_id=forced
+            )[0].tolist()
         assert [2, *result.tgt_ids] == generated and result.tgt_pieces[0] == target
         assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
 
@@ -236,4 +245,9 @@ def test_an_nllb_directory_works_on_every_page_in_the_language_chosen(nllb_dir, 
 
 def test_language_codes_read_as_codes_and_word_pieces_as_pieces():
     assert [readable(p) for p in ("fra_Latn", "fr_XX", "__fr__", "ent", "▁chat")] == [
-        "fra_Latn", "fr_XX", "__fr__", "·ent", "chat"]  # fmt: skip
+        "fra_Latn",
+        "fr_XX",
+        "__fr__",
+        "·ent",
+        "chat",
+    ]

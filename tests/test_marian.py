@@ -28,8 +28,10 @@ TARGET_WORDS = "le la chien chat homme femme court saute rouge bleu parc balle".
 
 def _sentences(words: list[str], seed: int) -> list[str]:
     sentences = [" ".join(s.split()) for s in make_sentences(300, seed=seed)]
-    return [" ".join(words[SOURCE_WORDS.index(w) % len(words)] if w in SOURCE_WORDS else w for w in s.split())
-            for s in sentences]  # fmt: skip
+    return [
+        " ".join(words[SOURCE_WORDS.index(w) % len(words)] if w in SOURCE_WORDS else w for w in s.split())
+        for s in sentences
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +69,14 @@ def test_greedy_decoding_equals_generate(marian_dir, hugging_face, sentence):
     settings = DecodeSettings(max_new_tokens=12)
     result = decode_text(ours.model, ours.tokenizer, sentence, settings)
     with torch.no_grad():
-        generated = hf_model.generate(torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1, do_sample=False,
-                                      max_new_tokens=12, bad_words_ids=None, forced_eos_token_id=None)[0].tolist()  # fmt: skip
+        generated = hf_model.generate(
+            torch.tensor([hf_tokenizer(sentence)["input_ids"]]),
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=12,
+            bad_words_ids=None,
+            forced_eos_token_id=None,
+        )[0].tolist()
     assert [ours.config.pad_id, *result.tgt_ids] == generated
     assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True)
 
@@ -239,8 +247,9 @@ def test_a_hostile_marian_directory_is_refused_or_read_safely_in_seconds(marian_
         "try:\n    import_hf(d); print('imported')\n"
         "except CheckpointError as error:\n    print('refused:', error)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(directory)], capture_output=True, text=True, timeout=60,
-                          cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(directory)], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     listed, label, outcome = done.stdout.splitlines()
     if kind == "deep-tokenizer-config" or kind == "tokenizer-config-pipe":
@@ -248,10 +257,15 @@ def test_a_hostile_marian_directory_is_refused_or_read_safely_in_seconds(marian_
         assert label == f"{kind} · ?→? · Hugging Face Marian · {weights_megabytes(directory)}"
     else:
         assert outcome.startswith("refused:")
-        reason = {"deep-config": "nested too deeply", "config-to-dev-zero": "leads out of the directory",
-                  "vocab-link-out": "leads out of the directory", "huge-config": "over 1 MB",
-                  "vocab-pipe": "not a regular file", "digits-config": "not JSON",
-                  "list-in-config": "d_model is [0], not an integer"}[kind]  # fmt: skip
+        reason = {
+            "deep-config": "nested too deeply",
+            "config-to-dev-zero": "leads out of the directory",
+            "vocab-link-out": "leads out of the directory",
+            "huge-config": "over 1 MB",
+            "vocab-pipe": "not a regular file",
+            "digits-config": "not JSON",
+            "list-in-config": "d_model is [0], not an integer",
+        }[kind]
         assert reason in outcome
     if kind in ("deep-config", "config-to-dev-zero", "huge-config", "digits-config", "list-in-config"):
         assert listed == "False"  # not offered in the checkpoint list at all
@@ -373,11 +387,17 @@ def test_pieces_only_the_source_model_knows_decode_as_transformers_does(marian_d
     tokenizer = import_marian(marian_dir).tokenizer
     target = spm.SentencePieceProcessor()
     target.LoadFromSerializedProto((marian_dir / "target.spm").read_bytes())
-    source_only = [i for i, piece in enumerate(tokenizer.pieces) if piece.startswith("▁") and len(piece) > 1
-                   and target.PieceToId(piece) == target.unk_id()]  # fmt: skip
+    source_only = [
+        i
+        for i, piece in enumerate(tokenizer.pieces)
+        if piece.startswith("▁") and len(piece) > 1 and target.PieceToId(piece) == target.unk_id()
+    ]
     assert source_only, "the fixture's source model has pieces of its own"
-    some_target = next(i for i, p in enumerate(tokenizer.pieces) if p.startswith("▁") and i not in source_only
-                       and target.PieceToId(p) != target.unk_id())  # fmt: skip
+    some_target = next(
+        i
+        for i, p in enumerate(tokenizer.pieces)
+        if p.startswith("▁") and i not in source_only and target.PieceToId(p) != target.unk_id()
+    )
     for ids in ([source_only[0], source_only[0]], [some_target, source_only[0], some_target], source_only[:5]):
         expected = hf_tokenizer.decode(ids, skip_special_tokens=True)
         assert tokenizer.decode(ids) == expected and "▁" not in tokenizer.decode(ids)

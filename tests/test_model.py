@@ -210,8 +210,9 @@ def test_the_family_conventions_are_config_fields_defaulting_to_the_papers(token
     from transformer.model.layers import sinusoidal_table
 
     paper = Transformer(tiny_config(tokenizer)).eval()
-    other = Transformer(tiny_config(tokenizer, layer_norm_eps=1e-6, scale_embedding=False, sinusoid_layout="halves",
-                                    decoder_start_id=0)).eval()  # fmt: skip
+    other = Transformer(
+        tiny_config(tokenizer, layer_norm_eps=1e-6, scale_embedding=False, sinusoid_layout="halves", decoder_start_id=0)
+    ).eval()
     ids = torch.tensor([[5, 6, 7]])
     assert torch.equal(other.src_embed(ids), other.src_embed.lookup(ids))
     assert torch.allclose(paper.src_embed(ids), paper.src_embed.lookup(ids) * 4.0)  # sqrt(16)
@@ -222,8 +223,11 @@ def test_the_family_conventions_are_config_fields_defaulting_to_the_papers(token
     )
     assert other.encoder_layers[0].attn_block.norm.eps == 1e-6 and paper.encoder_layers[0].attn_block.norm.eps == 1e-5
     assert (paper.config.start_id, other.config.start_id) == (paper.config.bos_id, 0)
-    old_file = {k: v for k, v in json.loads(paper.config.to_json()).items() if k not in ("layer_norm_eps",
-                "scale_embedding", "sinusoid_layout", "decoder_start_id")}  # fmt: skip
+    old_file = {
+        k: v
+        for k, v in json.loads(paper.config.to_json()).items()
+        if k not in ("layer_norm_eps", "scale_embedding", "sinusoid_layout", "decoder_start_id")
+    }
     assert TransformerConfig.from_dict(old_file) == paper.config  # files written before these fields load unchanged
     with pytest.raises(ConfigError, match="decoder_start_id must be an integer or null"):
         tiny_config(tokenizer, decoder_start_id="pad")

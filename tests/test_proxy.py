@@ -71,8 +71,9 @@ def test_an_upload_through_nginx_reaches_the_visitors_own_replica(proxy, tmp_pat
         page.get_by_role("button", name="Translate the file").click()
         page.get_by_text("Click a column header to sort").wait_for(timeout=60_000)  # the table of translations
         page.locator('[data-testid="stDataFrame"]').first.wait_for()
-        page.wait_for_function("document.documentElement.innerHTML.includes('Deux chiens jouent dans la neige')",
-                               timeout=30_000)  # the grid's accessible copy of its cells, drawn after the canvas  # fmt: skip
+        page.wait_for_function(
+            "document.documentElement.innerHTML.includes('Deux chiens jouent dans la neige')", timeout=30_000
+        )  # the grid's accessible copy of its cells, drawn after the canvas
         assert page.locator('[data-testid="stException"]').count() == 0
 
 
@@ -99,7 +100,10 @@ def test_a_stopped_replica_moves_only_its_visitors_who_are_told_their_view_was_r
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             page = context.new_page()
             failed = []
-            page.on("response", lambda response, failed=failed: failed.append(response.url) if response.status >= 400 else None)  # fmt: skip
+            page.on(
+                "response",
+                lambda response, failed=failed: failed.append(response.url) if response.status >= 400 else None,
+            )
             page.goto(f"{proxy.url}/attention?text={sentence.replace(' ', '%20')}")
             wait_for_heatmaps(page, 1)
             wait_idle(page)

@@ -41,8 +41,13 @@ def test_the_notebook_example_runs_outside_the_repository_and_prints_what_it_say
     readme = (REPO / "docs" / "command-line.md").read_text()
     code = re.search(r"## From a notebook.*?```python\n(.*?)```", readme, re.S).group(1)
     report = "\nimport json; print(json.dumps({'text': result.text, 'maps': list(view.maps.shape[:2])}))"
-    done = subprocess.run([sys.executable, "-c", code.replace(".show()", "") + report], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip  # the installed package, not ./
+    done = subprocess.run(
+        [sys.executable, "-c", code.replace(".show()", "") + report],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # the installed package, not ./
     assert done.returncode == 0, done.stderr
     promised = re.search(r"result\.text\s+# '(.*)'", code).group(1)
     assert json.loads(done.stdout.splitlines()[-1]) == {"text": promised, "maps": [3, 8]}

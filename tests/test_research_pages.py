@@ -45,8 +45,9 @@ class RunsCode:
 def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
     reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
     at = start().switch_page("pages/checkpoints.py").run()
-    at.file_uploader(key="upload_file").set_value(("bomb.safetensors", with_config(reverse, **SMALL_FILE_HUGE_CONFIG),
-                                                    "application/octet-stream"))  # fmt: skip
+    at.file_uploader(key="upload_file").set_value(
+        ("bomb.safetensors", with_config(reverse, **SMALL_FILE_HUGE_CONFIG), "application/octet-stream")
+    )
     with measured() as cost:
         at.run()
     assert "bomb.safetensors was refused: the model is too large" in errors(at)
@@ -357,7 +358,7 @@ def test_positional_figures_stay_bounded_for_a_model_of_many_positions():
         "pages/learned.py",
         "pages/heads.py",
         "pages/compare.py",
-    ],  # fmt: skip
+    ],
 )
 def test_a_rerun_of_a_page_only_reads(page, monkeypatch):
     """Every model call a page makes goes through a cache: drawing the page again runs no model."""
@@ -476,8 +477,11 @@ def test_head_statistics_use_one_sequential_range_per_statistic_for_both_maps():
     for statistic in ("entropy", "distance", "same"):
         at.selectbox(key="sentence_statistic").set_value(statistic).run()
         at.selectbox(key="corpus_statistic").set_value(statistic).run()
-        traces = [f["data"][0] for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
-                  if f["layout"]["title"]["text"].startswith(statistic)]  # fmt: skip
+        traces = [
+            f["data"][0]
+            for f in map(lambda i: figure(at, i), range(len(at.get("plotly_chart"))))
+            if f["layout"]["title"]["text"].startswith(statistic)
+        ]
         assert len(traces) == 2, statistic
         for trace in traces:
             values = array(trace["z"])

@@ -40,8 +40,9 @@ def captions():
 def _first_lines(stem: Path, count: int) -> tuple[list[str], list[str]]:
     if not stem.with_name(stem.name + ".en.gz").exists():
         pytest.fail(f"validation data missing at {stem}.en.gz")
-    return tuple(gzip.open(stem.with_name(f"{stem.name}.{side}.gz"), "rt").read().splitlines()[:count]
-                 for side in ("en", "fr"))  # fmt: skip
+    return tuple(
+        gzip.open(stem.with_name(f"{stem.name}.{side}.gz"), "rt").read().splitlines()[:count] for side in ("en", "fr")
+    )
 
 
 def test_default_is_english_to_french_with_enough_layers_and_heads(default):
@@ -57,8 +58,10 @@ def test_default_translates_everyday_sentences(default):
 @pytest.mark.parametrize("stem", ["flores.dev", "newstest2013"])
 def test_default_translates_general_text_better_than_the_caption_model(default, captions, stem):
     src, ref = _first_lines(DATA / "en-fr" / stem, 100)
-    bleu = {name: sacrebleu.corpus_bleu(translate_texts(c.model, c.tokenizer, src), [ref]).score
-            for name, c in (("default", default), ("captions", captions))}  # fmt: skip
+    bleu = {
+        name: sacrebleu.corpus_bleu(translate_texts(c.model, c.tokenizer, src), [ref]).score
+        for name, c in (("default", default), ("captions", captions))
+    }
     assert bleu["default"] > 2 * bleu["captions"] + 2, bleu
 
 

@@ -32,8 +32,9 @@ CORPUS = [" ".join(s.split()) for s in make_sentences(300, seed=1)] + ["le chien
 def t5(request, tmp_path_factory):
     """(directory, transformers' model, its tokenizer) for each variant."""
     variant = request.param
-    directory = save_t5(tmp_path_factory.mktemp(f"{variant}-tiny"), CORPUS, flan=variant == "flan",
-                        multilingual=variant == "mt5")  # fmt: skip
+    directory = save_t5(
+        tmp_path_factory.mktemp(f"{variant}-tiny"), CORPUS, flan=variant == "flan", multilingual=variant == "mt5"
+    )
     model_class = MT5ForConditionalGeneration if variant == "mt5" else T5ForConditionalGeneration
     model = model_class.from_pretrained(directory, attn_implementation="eager").eval()
     return directory, model, T5Tokenizer.from_pretrained(directory)
@@ -55,8 +56,9 @@ def test_greedy_decoding_equals_generate(t5, sentence):
     ours = import_hf(directory)
     result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=16))
     with torch.no_grad():
-        generated = hf_model.generate(torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1,
-                                      do_sample=False, max_new_tokens=16)[0].tolist()  # fmt: skip
+        generated = hf_model.generate(
+            torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1, do_sample=False, max_new_tokens=16
+        )[0].tolist()
     assert [ours.config.start_id, *result.tgt_ids] == generated
     assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
     # the batched translation (the CLI's and Corpus'), with rows of other lengths beside it, and beam search

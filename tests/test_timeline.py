@@ -33,10 +33,23 @@ def run(tmp_path_factory):
     """A three-epoch run of the reversal task keeping every epoch's checkpoint; its probes and hand alignments."""
     directory = tmp_path_factory.mktemp("run")
     s, t = reversal_corpus(directory, 300, seed=3)
-    settings = TrainSettings(train_src=s, train_tgt=t, val_src=s, val_tgt=t, out=str(directory / "m.safetensors"),
-                             model=TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1,
-                                                     n_decoder_layers=2, max_len=32), epochs=3, max_tokens=400,
-                             lr_factor=1.0, warmup=20, val_limit=20, save_dtype="float32", keep_last=3)  # fmt: skip
+    settings = TrainSettings(
+        train_src=s,
+        train_tgt=t,
+        val_src=s,
+        val_tgt=t,
+        out=str(directory / "m.safetensors"),
+        model=TransformerConfig(
+            40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2, max_len=32
+        ),
+        epochs=3,
+        max_tokens=400,
+        lr_factor=1.0,
+        warmup=20,
+        val_limit=20,
+        save_dtype="float32",
+        keep_last=3,
+    )
     train(settings, quiet=True)
     (directory / "probes.src").write_text("".join(f"{source}\n" for source, _ in PROBES))
     (directory / "probes.ref").write_text("".join(f"{reference}\n" for _, reference in PROBES))
@@ -44,8 +57,11 @@ def run(tmp_path_factory):
     targets = [" ".join(reversed(line.split())) for line in sources]  # word i of n is target word n - 1 - i
     (directory / "a.src").write_text("\n".join(sources) + "\n")
     (directory / "a.tgt").write_text("\n".join(targets) + "\n")
-    (directory / "a.gold").write_text("".join(" ".join(f"{i}-{len(line.split()) - 1 - i}" for i in range(
-        len(line.split()))) + "\n" for line in sources))  # fmt: skip
+    (directory / "a.gold").write_text(
+        "".join(
+            " ".join(f"{i}-{len(line.split()) - 1 - i}" for i in range(len(line.split()))) + "\n" for line in sources
+        )
+    )
     return directory, [epoch_path(settings.out, epoch) for epoch in (1, 2, 3)], settings
 
 
@@ -54,9 +70,24 @@ def written(run):
     """The timeline the command line writes for the run (with its untrained start), and its CSV table."""
     directory, files, _ = run
     out, table = directory / "timeline.safetensors", directory / "timeline.csv"
-    code = main(["timeline", *map(str, files), "--src", str(directory / "probes.src"), "--ref",
-                 str(directory / "probes.ref"), "--align", *(str(directory / f"a.{n}") for n in ("src", "tgt", "gold")),
-                 "--untrained-seed", "1", "--out", str(out), "--table", str(table)])  # fmt: skip
+    code = main(
+        [
+            "timeline",
+            *map(str, files),
+            "--src",
+            str(directory / "probes.src"),
+            "--ref",
+            str(directory / "probes.ref"),
+            "--align",
+            *(str(directory / f"a.{n}") for n in ("src", "tgt", "gold")),
+            "--untrained-seed",
+            "1",
+            "--out",
+            str(out),
+            "--table",
+            str(table),
+        ]
+    )
     assert code == 0
     return load_timeline(out), list(csv.DictReader(table.open(encoding="utf-8")))
 
@@ -94,11 +125,25 @@ def test_the_aer_of_every_snapshot_equals_aligns_on_its_checkpoint(run, written,
     measure, convention, extraction = timeline.aer_method.split(" over ")[0].split(" · ")
     for e, path in enumerate(files, 1):
         table = tmp_path / f"align{e}.csv"
-        assert main(["align", "--checkpoint", str(path), *("--src", str(directory / "a.src")),
-                     *("--tgt", str(directory / "a.tgt"), "--gold", str(directory / "a.gold")),
-                     "--table", str(table)]) == 0  # fmt: skip
-        rows = [r for r in csv.DictReader(table.open()) if (r["method"], r["convention"], r["extraction"]) == (
-            measure, convention, extraction) and r["layer"]]  # fmt: skip
+        assert (
+            main(
+                [
+                    "align",
+                    "--checkpoint",
+                    str(path),
+                    *("--src", str(directory / "a.src")),
+                    *("--tgt", str(directory / "a.tgt"), "--gold", str(directory / "a.gold")),
+                    "--table",
+                    str(table),
+                ]
+            )
+            == 0
+        )
+        rows = [
+            r
+            for r in csv.DictReader(table.open())
+            if (r["method"], r["convention"], r["extraction"]) == (measure, convention, extraction) and r["layer"]
+        ]
         assert len(rows) == timeline.aer.shape[1] * timeline.aer.shape[2]
         for row in rows:
             head = timeline.aer.shape[2] - 1 if row["head"] == "mean" else int(row["head"]) - 1
@@ -119,8 +164,9 @@ def test_a_head_settles_where_its_distance_stays_under_the_threshold(written):
     low, high = SETTLED_BELOW / 2, SETTLED_BELOW * 4
     distance = np.array([high, low, high, 0.0])[:, None, None] * np.ones((1, 1, 2))  # close at 1, not after it
     distance[:, 0, 1] = [high, low, low, 0.0]
-    changed = Timeline(timeline.model, timeline.snapshots, timeline.probes, timeline.entropy,
-                       {kind: distance for kind in KINDS})  # fmt: skip
+    changed = Timeline(
+        timeline.model, timeline.snapshots, timeline.probes, timeline.entropy, {kind: distance for kind in KINDS}
+    )
     assert changed.settled_at(AttentionKind.CROSS).tolist() == [[3, 1]]
 
 
@@ -138,8 +184,10 @@ def test_a_new_timeline_reads_the_probes_of_the_one_it_replaces(run, written, tm
     """A new default's timeline is read on the probes of the shipped one (`--probes-from`), without their files."""
     directory, files, _ = run
     out = tmp_path / "again.safetensors"
-    assert main(["timeline", str(files[-1]), "--probes-from", str(directory / "timeline.safetensors"), "--out",
-                 str(out)]) == 0  # fmt: skip
+    assert (
+        main(["timeline", str(files[-1]), "--probes-from", str(directory / "timeline.safetensors"), "--out", str(out)])
+        == 0
+    )
     again = load_timeline(out)
     assert [(p.source, p.reference) for p in again.probes] == [(p.source, p.reference) for p in written[0].probes]
     assert main(["timeline", str(files[-1]), "--src", str(directory / "probes.src")]) == 2

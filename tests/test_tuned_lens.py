@@ -37,8 +37,7 @@ def test_maps_at_zero_read_as_the_logit_lens(model, tokenizer):
 def test_fitting_brings_early_layers_closer_to_the_output_and_leaves_the_model_alone(model, tokenizer):
     before = {name: value.clone() for name, value in model.state_dict().items()}
     sentences = make_sentences(300, seed=3)
-    lens = fit_tuned_lens(model, tokenizer, sentences, sentences[::-1], steps=40, batch_tokens=300,
-                          learning_rate=3e-3)  # fmt: skip
+    lens = fit_tuned_lens(model, tokenizer, sentences, sentences[::-1], steps=40, batch_tokens=300, learning_rate=3e-3)
     assert len(lens.kl_logit) == len(lens.kl_tuned) == model.config.n_decoder_layers - 1
     assert all(tuned < plain for plain, tuned in zip(lens.kl_logit, lens.kl_tuned)), (lens.kl_logit, lens.kl_tuned)
     assert all(torch.equal(before[name], value) for name, value in model.state_dict().items())
@@ -66,18 +65,27 @@ def test_a_lens_is_read_back_only_for_the_checkpoint_it_was_fitted_to(model, che
     with pytest.raises(TunedLensError, match="does not fit"):
         load_tuned_lens(wrong, model, file_sha256(checkpoint_path))
     broken = tmp_path / "broken.safetensors"
-    save_tuned_lens(broken, TunedLens(torch.full((2, 16, 16), float("nan")), torch.zeros(2, 16)),
-                    file_sha256(checkpoint_path), "")  # fmt: skip
+    save_tuned_lens(
+        broken, TunedLens(torch.full((2, 16, 16), float("nan")), torch.zeros(2, 16)), file_sha256(checkpoint_path), ""
+    )
     with pytest.raises(TunedLensError, match="not finite"):
         load_tuned_lens(broken, model, file_sha256(checkpoint_path))
 
 
 @pytest.mark.parametrize(
     "kl",
-    ["not json", '[[1.0, 2.0], {"a": 1}]', '["a", "b"]', "[1.0, NaN]", "[1.0]", "[" + "1.0, " * 5_000_000 + "1.0]",
-     "[" * 100_000, "9" * 5000],
+    [
+        "not json",
+        '[[1.0, 2.0], {"a": 1}]',
+        '["a", "b"]',
+        "[1.0, NaN]",
+        "[1.0]",
+        "[" + "1.0, " * 5_000_000 + "1.0]",
+        "[" * 100_000,
+        "9" * 5000,
+    ],
     ids=["not JSON", "nested", "strings", "NaN", "too few", "five million", "deep", "5,000 digits"],
-)  # fmt: skip
+)
 def test_a_lens_file_whose_measured_kl_is_not_numbers_per_layer_is_refused_in_one_line(
     model, checkpoint_path, tmp_path, kl
 ):
@@ -85,8 +93,11 @@ def test_a_lens_file_whose_measured_kl_is_not_numbers_per_layer_is_refused_in_on
     path = tmp_path / "hostile.safetensors"
     lens = TunedLens(torch.zeros(2, 16, 16), torch.zeros(2, 16))
     save_tuned_lens(path, lens, file_sha256(checkpoint_path), "")
-    save_file({"weights": lens.weights, "biases": lens.biases}, str(path),
-              {**safe_open(str(path), "pt").metadata(), "kl_tuned": kl})  # fmt: skip
+    save_file(
+        {"weights": lens.weights, "biases": lens.biases},
+        str(path),
+        {**safe_open(str(path), "pt").metadata(), "kl_tuned": kl},
+    )
     with pytest.raises(TunedLensError, match="kl_tuned") as error:
         load_tuned_lens(path, model, file_sha256(checkpoint_path))
     assert "\n" not in str(error.value) and len(str(error.value)) < 200

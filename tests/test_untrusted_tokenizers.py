@@ -55,11 +55,13 @@ def test_a_charsmap_the_library_cannot_parse_is_a_refusal_not_a_panic():
 def test_the_families_own_steps_and_regexes_still_load_and_fold_spaces():
     """What SentencePiece conversions write (mBART-50, NLLB-200, T5): a Replace of ' {2,}' and Metaspace."""
     text = tokenizer_json(
-        normalizer={"type": "Sequence", "normalizers": [{"type": "Replace", "pattern": {"Regex": " {2,}"},
-                                                         "content": " "}]},
+        normalizer={
+            "type": "Sequence",
+            "normalizers": [{"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}],
+        },
         pre_tokenizer={"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}]},
         decoder={"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
-    )  # fmt: skip
+    )
     tokenizer = JsonTokenizer(text)
     assert tokenizer.encode("a    b !") == [4, 5, 6]
 

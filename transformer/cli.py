@@ -123,8 +123,11 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     out = _write_arrays(args, arrays)
     print(result.text)
     delta = float(abs(arrays["convergence_delta"]).max())
-    print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens; largest convergence delta "
-          f"{delta:.3g})", file=sys.stderr)  # fmt: skip
+    print(
+        f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens; largest convergence delta "
+        f"{delta:.3g})",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -198,8 +201,10 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     checkpoint = import_hf(args.directory)
     save_checkpoint(args.out, checkpoint.model, checkpoint.tokenizer, checkpoint.metadata, getattr(torch, args.dtype))
     config = checkpoint.config
-    print(f"wrote {args.out}: {config.parameter_count():,} parameters, {config.n_encoder_layers}+"
-          f"{config.n_decoder_layers} layers, {config.n_heads} heads, vocabulary {config.src_vocab_size:,}")  # fmt: skip
+    print(
+        f"wrote {args.out}: {config.parameter_count():,} parameters, {config.n_encoder_layers}+"
+        f"{config.n_decoder_layers} layers, {config.n_heads} heads, vocabulary {config.src_vocab_size:,}"
+    )
     return 0
 
 
@@ -224,8 +229,10 @@ def cmd_train_lens(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else tuned_lens_path(Path(args.checkpoint))
     save_tuned_lens(out, lens, file_sha256(args.checkpoint), f"{Path(args.src).name} / {Path(args.tgt).name}")
     for layer, (plain, tuned) in enumerate(zip(lens.kl_logit, lens.kl_tuned)):
-        print(f"decoder layer {layer + 1}: mean KL from the output {plain:.3f} nats with the logit lens, "
-              f"{tuned:.3f} with the tuned lens (held-out pairs)")  # fmt: skip
+        print(
+            f"decoder layer {layer + 1}: mean KL from the output {plain:.3f} nats with the logit lens, "
+            f"{tuned:.3f} with the tuned lens (held-out pairs)"
+        )
     print(f"wrote {out}")
     return 0
 
@@ -250,31 +257,53 @@ def cmd_align(args: argparse.Namespace) -> int:
         raise ValueError(f"--table {args.table}: name a .csv or a .json file")
     sources, targets = read_parallel(args.src, args.tgt)
     gold_lines = read_lines(args.gold)
-    golds, one_based = parse_pharaoh(gold_lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets],
-                                     args.one_based)  # fmt: skip
+    golds, one_based = parse_pharaoh(
+        gold_lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets], args.one_based
+    )
     if args.limit:
         sources, targets, golds = sources[: args.limit], targets[: args.limit], golds[: args.limit]
     checkpoint = load_checkpoint_or_hf(args.checkpoint, _device(args.device))
     counting = "given" if args.one_based is not None else "detected"
     print(f"{args.gold}: words counted from {int(one_based)} ({counting})", file=sys.stderr)
     with tqdm(total=len(sources), desc="aligning", unit="pair") as bar:
-        report = align_corpus(checkpoint.model, checkpoint.tokenizer, sources, targets, golds, args.threshold,
-                              args.integrated_gradients, progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
+        report = align_corpus(
+            checkpoint.model,
+            checkpoint.tokenizer,
+            sources,
+            targets,
+            golds,
+            args.threshold,
+            args.integrated_gradients,
+            progress=lambda done, _: bar.update(done - bar.n),
+        )
     if args.reverse_checkpoint:
         reverse = load_checkpoint_or_hf(args.reverse_checkpoint, _device(args.device))
         with tqdm(total=len(sources), desc="aligning with the reverse model", unit="pair") as bar:
-            backward = align_corpus(reverse.model, reverse.tokenizer, targets, sources, [reversed_gold(g) for g in golds],
-                                    args.threshold, args.integrated_gradients,
-                                    progress=lambda done, _: bar.update(done - bar.n))  # fmt: skip
+            backward = align_corpus(
+                reverse.model,
+                reverse.tokenizer,
+                targets,
+                sources,
+                [reversed_gold(g) for g in golds],
+                args.threshold,
+                args.integrated_gradients,
+                progress=lambda done, _: bar.update(done - bar.n),
+            )
         if backward.scores and report.scores:
             both = with_intersection(report, backward, golds)
             score = next(s.counts for s in report.scores if s.method == both)
-            print(f"both directions ({both.extraction}): AER {score.aer:.3f}, precision {score.precision:.3f}, "
-                  f"recall {score.recall:.3f}", file=sys.stderr)  # fmt: skip
+            print(
+                f"both directions ({both.extraction}): AER {score.aer:.3f}, precision {score.precision:.3f}, "
+                f"recall {score.recall:.3f}",
+                file=sys.stderr,
+            )
     if report.skipped:
         shown = ", ".join(str(i + 1) for i in report.skipped[:10])
-        print(f"left out {len(report.skipped)} pairs, empty or longer than the model reads (lines {shown}"
-              f"{', ...' if len(report.skipped) > 10 else ''})", file=sys.stderr)  # fmt: skip
+        print(
+            f"left out {len(report.skipped)} pairs, empty or longer than the model reads (lines {shown}"
+            f"{', ...' if len(report.skipped) > 10 else ''})",
+            file=sys.stderr,
+        )
     if not report.scores:
         raise ValueError("no pair could be aligned")
     table = report.table()
@@ -318,11 +347,17 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     gold = None
     if args.align:
         sources, targets = read_parallel(args.align[0], args.align[1])
-        golds, _ = parse_pharaoh(read_lines(args.align[2]), [len(s.split()) for s in sources],
-                                 [len(t.split()) for t in targets])  # fmt: skip
+        golds, _ = parse_pharaoh(
+            read_lines(args.align[2]), [len(s.split()) for s in sources], [len(t.split()) for t in targets]
+        )
         gold = GoldPairs(sources, targets, golds)
-    timeline = timeline_of_run(args.checkpoints, probes, gold, args.untrained_seed,
-                              progress=lambda label: print(f"reading the probes with {label} ...", file=sys.stderr))  # fmt: skip
+    timeline = timeline_of_run(
+        args.checkpoints,
+        probes,
+        gold,
+        args.untrained_seed,
+        progress=lambda label: print(f"reading the probes with {label} ...", file=sys.stderr),
+    )
     out = Path(args.out) if args.out else timeline_path(Path(args.checkpoints[-1]))
     save_timeline(out, timeline)
     for e, snapshot in enumerate(timeline.snapshots):
@@ -331,9 +366,14 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         print(f"{snapshot.label}{bleu}: mean probability of the references' tokens {probability:.3f}")
     for kind in KINDS:
         settled = timeline.settled_at(kind)
-        print(f"{kind.title}: heads settled at " + "; ".join(
-            f"layer {layer + 1}: " + " ".join(str(timeline.snapshots[e].epoch) for e in row)
-            for layer, row in enumerate(settled)) + " (epoch, per head)")  # fmt: skip
+        print(
+            f"{kind.title}: heads settled at "
+            + "; ".join(
+                f"layer {layer + 1}: " + " ".join(str(timeline.snapshots[e].epoch) for e in row)
+                for layer, row in enumerate(settled)
+            )
+            + " (epoch, per head)"
+        )
     print(f"wrote {out} ({out.stat().st_size:,} bytes)")
     if args.table:
         rows = timeline.table()
@@ -370,8 +410,14 @@ def _add_fields(
         sequence = re.fullmatch(r"tuple\[(int|float|str), \.\.\.\]", field.type)
         if sequence:  # one value or several after the flag: --train-src a.en b.en
             kind = {"int": int, "float": float, "str": str}[sequence.group(1)]
-            parser.add_argument(flag, type=kind, nargs="+" if required else "*", required=required,
-                                default=None if required else list(default), help=_help(field, required))  # fmt: skip
+            parser.add_argument(
+                flag,
+                type=kind,
+                nargs="+" if required else "*",
+                required=required,
+                default=None if required else list(default),
+                help=_help(field, required),
+            )
         elif field.type == "bool":
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=default, help=FIELD_HELP.get(field.name)
@@ -380,8 +426,14 @@ def _add_fields(
             literal = re.fullmatch(r"Literal\[(.*)\]", field.type)
             choices = ast.literal_eval(f"({literal.group(1)},)") if literal else None
             kind = {"int": int, "int | None": int, "float": float}.get(field.type, str)
-            parser.add_argument(flag, type=kind, required=required, default=None if required else default,
-                                choices=choices, help=_help(field, required))  # fmt: skip
+            parser.add_argument(
+                flag,
+                type=kind,
+                required=required,
+                default=None if required else default,
+                choices=choices,
+                help=_help(field, required),
+            )
 
 
 def _help(field: Field, required: bool) -> str | None:
@@ -404,13 +456,20 @@ def _train_parser(parser: argparse.ArgumentParser) -> None:
 
     _add_fields(parser, TrainSettings, skip={"model"})
     model = parser.add_argument_group("the model (TransformerConfig); the tokenizer sets the special ids")
-    model.add_argument("--vocab-size", type=int, default=DEFAULT_MODEL.src_vocab_size,
-                       help="joint vocabulary asked of the tokenizer (default: %(default)s)")  # fmt: skip
+    model.add_argument(
+        "--vocab-size",
+        type=int,
+        default=DEFAULT_MODEL.src_vocab_size,
+        help="joint vocabulary asked of the tokenizer (default: %(default)s)",
+    )
     _add_fields(model, TransformerConfig, DEFAULT_MODEL, skip=TOKENIZER_FIELDS)
     parser.add_argument("--resume", action="store_true", help="continue from the saved state beside --out")
-    parser.add_argument("--continue-from", metavar="CHECKPOINT",
-                        help="where no state is beside --out (a lost run directory): go on from this checkpoint of "
-                             "the same run, its weights, vocabulary and epochs, Adam's moments anew")  # fmt: skip
+    parser.add_argument(
+        "--continue-from",
+        metavar="CHECKPOINT",
+        help="where no state is beside --out (a lost run directory): go on from this checkpoint of "
+        "the same run, its weights, vocabulary and epochs, Adam's moments anew",
+    )
 
 
 def _decode_parser(parser: argparse.ArgumentParser) -> None:
@@ -427,8 +486,9 @@ def _decode_settings(args: argparse.Namespace) -> DecodeSettings:
 
 def build_parser() -> argparse.ArgumentParser:
     command = Path(sys.argv[0]).name
-    parser = argparse.ArgumentParser(prog=command if command == CONSOLE_COMMAND else "python -m transformer",
-                                     description=__doc__)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog=command if command == CONSOLE_COMMAND else "python -m transformer", description=__doc__
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
@@ -548,10 +608,17 @@ def build_parser() -> argparse.ArgumentParser:
     probes.add_argument("--src", help="probe sentences, one a line (with --ref)")
     probes.add_argument("--probes-from", metavar="TIMELINE", help="the probes and references of this timeline file")
     timeline.add_argument("--ref", help="their reference translations (teacher forced), line by line")
-    timeline.add_argument("--align", nargs=3, metavar=("SRC", "TGT", "GOLD"),
-                          help="hand-aligned pairs (as for `align`): each snapshot's heads get an AER")  # fmt: skip
-    timeline.add_argument("--untrained-seed", type=int,
-                          help="begin with the untrained model of this seed (the run's start, with its seed)")  # fmt: skip
+    timeline.add_argument(
+        "--align",
+        nargs=3,
+        metavar=("SRC", "TGT", "GOLD"),
+        help="hand-aligned pairs (as for `align`): each snapshot's heads get an AER",
+    )
+    timeline.add_argument(
+        "--untrained-seed",
+        type=int,
+        help="begin with the untrained model of this seed (the run's start, with its seed)",
+    )
     timeline.add_argument("--out", help="default: timelines/NAME.safetensors beside the last checkpoint")
     timeline.add_argument("--table", help="also write every head's measures per snapshot to this CSV file")
     timeline.set_defaults(run=cmd_timeline)

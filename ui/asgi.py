@@ -31,8 +31,12 @@ def is_page_request(scope: Scope) -> bool:
     """A GET of a page ("/", "/attention"): Streamlit answers it with its index.html. Files have a dot in their
     last segment and Streamlit's own routes start with /_stcore; those keep their compression."""
     path = scope.get("path", "")
-    return scope["type"] == "http" and scope.get("method") == "GET" and "." not in path.rsplit("/", 1)[-1] \
-        and "/_stcore/" not in path  # fmt: skip
+    return (
+        scope["type"] == "http"
+        and scope.get("method") == "GET"
+        and "." not in path.rsplit("/", 1)[-1]
+        and "/_stcore/" not in path
+    )
 
 
 class RootInPage:

@@ -20,8 +20,9 @@ def attention_kind(container=st, horizontal: bool = False, page_default: Attenti
     if page_default is not None and not st.session_state.get("kind_chosen"):
         st.session_state[binding["key"]] = page_default.value
     options = [kind.value for kind in AttentionKind]
-    choice = container.radio("Attention", options, format_func=lambda value: AttentionKind(value).title,
-                             horizontal=horizontal, **binding)  # fmt: skip
+    choice = container.radio(
+        "Attention", options, format_func=lambda value: AttentionKind(value).title, horizontal=horizontal, **binding
+    )
     return AttentionKind(choice)
 
 

@@ -50,8 +50,10 @@ def _loss(timeline: Timeline) -> dict:
     if not curve.size:
         return {"steps": [0], "values": [None]}
     groups = np.array_split(np.arange(curve.size), min(LOSS_POINTS, curve.size))
-    return {"steps": [int((g[-1] + 1) * timeline.loss_every) for g in groups],
-            "values": [round(float(curve[g].mean()), 4) for g in groups]}  # fmt: skip
+    return {
+        "steps": [int((g[-1] + 1) * timeline.loss_every) for g in groups],
+        "values": [round(float(curve[g].mean()), 4) for g in groups],
+    }
 
 
 def _with_means(maps: np.ndarray) -> np.ndarray:

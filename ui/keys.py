@@ -123,7 +123,7 @@ KEYS: dict[str, Key] = {
     **{
         f"url_{name}": Key(int, None, f"a link's {name}, applied once the result says what is in range")
         for name in ("step", "layer", "head")
-    },  # fmt: skip
+    },
     "url_branch": Key(tuple, None, "a link's what-if (step, token id) pairs, applied once the result is decoded"),
     "url_read": Key(bool, None, "whether this visit's link has been read"),
     "view": Key(str, None, "the Attention maps page's view"),

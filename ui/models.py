@@ -132,18 +132,29 @@ def tuned_lens(name: str) -> TunedLens | None:
 
 @RESULTS
 def tuned_lens_cached(
-    _checkpoint: Checkpoint, checkpoint_key: str, strategy: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...],
-    *, _result: DecodeResult, _tuned: TunedLens,
-) -> LogitLens:  # fmt: skip
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    strategy: str,
+    src_ids: tuple[int, ...],
+    tgt_ids: tuple[int, ...],
+    *,
+    _result: DecodeResult,
+    _tuned: TunedLens,
+) -> LogitLens:
     """The tuned lens over a result's layer outputs, shared by the visitors who look at the same result."""
     return read_with(_checkpoint.model, _tuned, _result.lens, _result.tgt_ids)
 
 
 @RESULTS
 def candidate_words_cached(
-    _checkpoint: Checkpoint, checkpoint_key: str, strategy: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...],
-    *, _result: DecodeResult,
-) -> list[list[str | None]]:  # fmt: skip
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    strategy: str,
+    src_ids: tuple[int, ...],
+    tgt_ids: tuple[int, ...],
+    *,
+    _result: DecodeResult,
+) -> list[list[str | None]]:
     """The word each of a result's candidates would make, shared by the visitors who look at the same result."""
     return candidate_words(_checkpoint.model, _checkpoint.tokenizer, _result)
 
@@ -169,9 +180,16 @@ def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str
 
 @RESULTS
 def report_cached(
-    _checkpoint: Checkpoint, checkpoint_key: str, text: str, strategy: str, tgt_ids: tuple[int, ...], name: str,
-    *, _result: DecodeResult, _progress: Callable[[int], None] | None = None,
-) -> str:  # fmt: skip
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    text: str,
+    strategy: str,
+    tgt_ids: tuple[int, ...],
+    name: str,
+    *,
+    _result: DecodeResult,
+    _progress: Callable[[int], None] | None = None,
+) -> str:
     """The HTML report of a result (5 MB, most of it plotly.js), shared by the visitors who ask for the same one."""
     return html_report(_result, text, name, _progress)
 
@@ -288,17 +306,32 @@ def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_i
 
 @RESULTS
 def attribution_cached(
-    _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], n_steps: int,
-    *, _result: DecodeResult, _should_stop: Callable[[], bool], _progress: Callable[[int, int], None] | None = None,
-) -> Attribution:  # fmt: skip
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    src_ids: tuple[int, ...],
+    tgt_ids: tuple[int, ...],
+    n_steps: int,
+    *,
+    _result: DecodeResult,
+    _should_stop: Callable[[], bool],
+    _progress: Callable[[int, int], None] | None = None,
+) -> Attribution:
     """Every attribution of a result, keyed by its tokens (a decode and a teacher forcing of the same tokens agree)."""
     return attribute(_checkpoint.model, _result, n_steps, _should_stop, _progress)
 
 
 @RESULTS
 def contrastive_cached(
-    _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], step: int,
-    foil: int, n_steps: int, *, _result: DecodeResult, _should_stop: Callable[[], bool],
-) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    src_ids: tuple[int, ...],
+    tgt_ids: tuple[int, ...],
+    step: int,
+    foil: int,
+    n_steps: int,
+    *,
+    _result: DecodeResult,
+    _should_stop: Callable[[], bool],
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Integrated gradients of log p(output token) - log p(foil) at one step."""
     return contrastive(_checkpoint.model, _result, step, foil, n_steps, _should_stop)

@@ -46,8 +46,9 @@ def _settings_form() -> bool:
     with st.form("sentence_form", border=False):
         # Translate right under the sentence, above the settings: in view at 1440x900 (on a smaller one, the label
         # says how to translate without it).
-        st.text_area(keys.SENTENCE_LABEL, height=100, max_chars=keys.MAX_TYPED_CHARACTERS,
-                     **keys.shared("text", in_form=True))  # fmt: skip
+        st.text_area(
+            keys.SENTENCE_LABEL, height=100, max_chars=keys.MAX_TYPED_CHARACTERS, **keys.shared("text", in_form=True)
+        )
         translate = st.form_submit_button(
             "Translate", type="primary", width="stretch", on_click=keys.store, args=FORM_KEYS, key="translate"
         )
@@ -55,14 +56,22 @@ def _settings_form() -> bool:
             st.radio("Strategy", STRATEGIES, horizontal=True, **keys.shared("strategy", in_form=True))
             ranges = keys.SETTING_RANGES
             st.slider("Beam width", *ranges["beam_width"], **keys.shared("beam_width", in_form=True))
-            st.slider("Length penalty (beam, 0 = none)", *ranges["length_penalty"], step=0.1,
-                      **keys.shared("length_penalty", in_form=True))  # fmt: skip
-            st.slider("Temperature (sampling)", *ranges["temperature"], step=0.1,
-                      **keys.shared("temperature", in_form=True))  # fmt: skip
+            st.slider(
+                "Length penalty (beam, 0 = none)",
+                *ranges["length_penalty"],
+                step=0.1,
+                **keys.shared("length_penalty", in_form=True),
+            )
+            st.slider(
+                "Temperature (sampling)", *ranges["temperature"], step=0.1, **keys.shared("temperature", in_form=True)
+            )
             st.number_input("Top-k (sampling, 0 = all)", *ranges["top_k"], **keys.shared("top_k", in_form=True))
             st.number_input("Seed (sampling)", *ranges["seed"], **keys.shared("seed", in_form=True))
-            st.number_input("Output tokens at most (0 = twice the source + 10)", *ranges["max_new_tokens"],
-                            **keys.shared("max_new_tokens", in_form=True))  # fmt: skip
+            st.number_input(
+                "Output tokens at most (0 = twice the source + 10)",
+                *ranges["max_new_tokens"],
+                **keys.shared("max_new_tokens", in_form=True),
+            )
         return translate
 
 

@@ -104,9 +104,15 @@ def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: TokenizerBase) 
     return lens_data(rows, tokenizer) | {"kl": [rounded(np.array(lens.kl_logit)), rounded(np.array(lens.kl_tuned))]}
 
 
-def step_data(result: DecodeResult, tokenizer: TokenizerBase, step: int, words: bool, identity: str,
-              tuned: tuple[LogitLens, TunedLens] | None = None,
-              candidate_words: list[list[str | None]] | None = None) -> dict:  # fmt: skip
+def step_data(
+    result: DecodeResult,
+    tokenizer: TokenizerBase,
+    step: int,
+    words: bool,
+    identity: str,
+    tuned: tuple[LogitLens, TunedLens] | None = None,
+    candidate_words: list[list[str | None]] | None = None,
+) -> dict:
     """Everything the step view shows, for every step, as JSON-ready values; `tuned`: a tuned lens' guesses and the
     lens (whose held-out KL figures the view gives); `candidate_words`: the word each candidate would make
     (decoding.candidate_words)."""
@@ -115,8 +121,9 @@ def step_data(result: DecodeResult, tokenizer: TokenizerBase, step: int, words: 
     cross, cross_labels = over_words(result.cross.numpy(), result.src_pieces, words)  # (L, H, T, S)
     self_labels, self_rows = [], []
     for t in range(steps):
-        rows, labels = over_words(result.decoder_self[:, :, t, : t + 1].numpy(), result.decoder_input_pieces[: t + 1],
-                                  words)  # fmt: skip
+        rows, labels = over_words(
+            result.decoder_self[:, :, t, : t + 1].numpy(), result.decoder_input_pieces[: t + 1], words
+        )
         self_labels.append([readable_label(label) for label in labels])
         self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
@@ -182,16 +189,24 @@ def sent_step_data(sent_json: str) -> dict:
     return data
 
 
-def step_player(result: DecodeResult, tokenizer: TokenizerBase, checkpoint_key: str, step: int, words: bool,
-                presentation: bool, tuned: tuple[LogitLens, TunedLens] | None = None,
-                candidate_words: list[list[str | None]] | None = None) -> StepAction | None:  # fmt: skip
+def step_player(
+    result: DecodeResult,
+    tokenizer: TokenizerBase,
+    checkpoint_key: str,
+    step: int,
+    words: bool,
+    presentation: bool,
+    tuned: tuple[LogitLens, TunedLens] | None = None,
+    candidate_words: list[list[str | None]] | None = None,
+) -> StepAction | None:
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
     the candidates would make); the visitor's action of this run, if any."""
     identity = result_identity(result, checkpoint_key)
     data = step_data(result, tokenizer, step, words, identity, tuned, candidate_words) | {
-        "presentation": presentation, "scroll_into_view": st.session_state.pop("scroll_to_output", False),
-        "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned"
-        else "logit"}  # fmt: skip
+        "presentation": presentation,
+        "scroll_into_view": st.session_state.pop("scroll_to_output", False),
+        "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit",
+    }
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action

@@ -157,8 +157,9 @@ UPLOAD_MAX_LINE_BYTES = 20_000
 def uploaded_lines(uploaded: UploadedFile, max_lines: int = UPLOAD_MAX_LINES) -> list[str]:
     """The first max_lines lines of an uploaded text file, plain or gzipped, read as a stream (the rest is never
     decompressed); refused past the upload limit once decompressed, or for a line longer than a paragraph."""
-    return text_lines(uploaded.getvalue(), UPLOAD_LIMIT_MB * 2**20, min(max_lines, UPLOAD_MAX_LINES),
-                      UPLOAD_MAX_LINE_BYTES)  # fmt: skip
+    return text_lines(
+        uploaded.getvalue(), UPLOAD_LIMIT_MB * 2**20, min(max_lines, UPLOAD_MAX_LINES), UPLOAD_MAX_LINE_BYTES
+    )
 
 
 def add_upload(filename: str, data: bytes) -> str:
@@ -181,14 +182,18 @@ def add_upload(filename: str, data: bytes) -> str:
     config, cost = load_cost(data)
     maps = (config.n_encoder_layers + 2 * config.n_decoder_layers) * config.n_heads
     if maps > UPLOAD_MAX_ATTENTION_MAPS:
-        raise CheckpointTooLarge(f"the model draws {maps:,} attention maps a step (layers x heads, self and cross), "
-                                 f"over the {UPLOAD_MAX_ATTENTION_MAPS:,} an upload may draw here")  # fmt: skip
+        raise CheckpointTooLarge(
+            f"the model draws {maps:,} attention maps a step (layers x heads, self and cross), "
+            f"over the {UPLOAD_MAX_ATTENTION_MAPS:,} an upload may draw here"
+        )
     held = sum(kept.cost for other, kept in uploads.items() if other != name)
     if held + cost > UPLOAD_LIMIT_ELEMENTS:
         others = f"; your other uploads hold {held:,} of the {UPLOAD_LIMIT_ELEMENTS:,}" if held else ""
-        raise CheckpointTooLarge(f"the model is too large here: it holds {cost:,} numbers (parameters, position "
-                                 f"tables and tokenizer), over the limit of {UPLOAD_LIMIT_ELEMENTS - held:,} for "
-                                 f"uploads in one session{others}")  # fmt: skip
+        raise CheckpointTooLarge(
+            f"the model is too large here: it holds {cost:,} numbers (parameters, position "
+            f"tables and tokenizer), over the limit of {UPLOAD_LIMIT_ELEMENTS - held:,} for "
+            f"uploads in one session{others}"
+        )
     visitor = visitor_id()
     key = SERVER_UPLOADS.reserve(
         cost, SERVER_UPLOAD_LIMIT_ELEMENTS, visitor, VISITOR_UPLOAD_LIMIT_ELEMENTS, uploads, name

@@ -97,11 +97,17 @@ def write_url() -> None:
     the lens a link opened with and the what-if branch on screen (its step, 1-based, and token id: "what_if=2.417")."""
     state = st.session_state
     text = state.get("applied_text", "")
-    params = {"ckpt": state.get("checkpoint"), "from": state.get("source_language"), "into": state.get("target_language"),
-              "text": url_text(text)}  # fmt: skip
+    params = {
+        "ckpt": state.get("checkpoint"),
+        "from": state.get("source_language"),
+        "into": state.get("target_language"),
+        "text": url_text(text),
+    }
     if len(params["text"]) < len(text):
-        st.caption(f"The link to this view holds the sentence's first {len(params['text']):,} characters only, "
-                   "so that it opens in every browser.")  # fmt: skip
+        st.caption(
+            f"The link to this view holds the sentence's first {len(params['text']):,} characters only, "
+            "so that it opens in every browser."
+        )
     applied, default = state.get("applied_settings"), DecodeSettings()
     if applied is not None:
         params |= {

@@ -73,8 +73,10 @@ def parse_pharaoh(
         for i, kind, j in links:
             for side, index, length in (("source", i, src_length), ("target", j, tgt_length)):
                 if not base <= index < length + base:
-                    raise GoldError(f"line {number}: {side} word {index} is out of range: the {side} line has "
-                                    f"{length} words, counted from {base}")  # fmt: skip
+                    raise GoldError(
+                        f"line {number}: {side} word {index} is out of range: the {side} line has "
+                        f"{length} words, counted from {base}"
+                    )
             (sure if kind == "-" else possible).add((i - base, j - base))
         golds.append(GoldAlignment(frozenset(sure), frozenset(sure | possible)))
     return golds, one_based
@@ -134,8 +136,10 @@ def word_rows(
     for piece, words in enumerate(src_words):
         to_words[piece, words.start : words.stop] = 1.0 / max(len(words), 1)
     by_source = piece_rows.astype(np.float64) @ to_words  # (..., T, Sw)
-    rows = [by_source[..., [t + shift for t, words in enumerate(tgt_words) if word in words], :].mean(axis=-2)
-            for word in range(n_tgt)]  # fmt: skip
+    rows = [
+        by_source[..., [t + shift for t, words in enumerate(tgt_words) if word in words], :].mean(axis=-2)
+        for word in range(n_tgt)
+    ]
     words = np.stack(rows, axis=-2)
     return words / np.maximum(words.sum(axis=-1, keepdims=True), 1e-12)
 
@@ -191,14 +195,20 @@ class AlignmentReport:
     def table(self) -> list[dict]:
         """One row per method, best AER first: what the CLI prints and writes, and the page shows."""
         return [
-            {"rank": rank, "method": s.method.measure,
-             "layer": None if s.method.layer is None else s.method.layer + 1,
-             "head": "" if s.method.layer is None else "mean" if s.method.head is None else str(s.method.head + 1),
-             "convention": s.method.convention, "extraction": s.method.extraction,
-             "aer": s.counts.aer, "precision": s.counts.precision, "recall": s.counts.recall,
-             "links": s.counts.predicted}
+            {
+                "rank": rank,
+                "method": s.method.measure,
+                "layer": None if s.method.layer is None else s.method.layer + 1,
+                "head": "" if s.method.layer is None else "mean" if s.method.head is None else str(s.method.head + 1),
+                "convention": s.method.convention,
+                "extraction": s.method.extraction,
+                "aer": s.counts.aer,
+                "precision": s.counts.precision,
+                "recall": s.counts.recall,
+                "links": s.counts.predicted,
+            }
             for rank, s in enumerate(self.scores, 1)
-        ]  # fmt: skip
+        ]
 
 
 def measures(
@@ -214,8 +224,9 @@ def measures(
                 found[(name, layer, head)] = maps[layer, head]
             found[(name, layer, None)] = maps[layer].mean(axis=0)
     if integrated_gradients:  # row t: the step producing token t, as an attention row
-        found[("integrated gradients", None, None)] = np.abs(source_integrated_gradients(model, src_ids, tgt_ids,
-                                                                                        IG_STEPS))  # fmt: skip
+        found[("integrated gradients", None, None)] = np.abs(
+            source_integrated_gradients(model, src_ids, tgt_ids, IG_STEPS)
+        )
     return found
 
 
@@ -278,9 +289,12 @@ def align_corpus(
 
 def aer_grid(report: AlignmentReport, measure: str, convention: str, extraction: str) -> np.ndarray:
     """(layers, heads + 1) AER of a measure's heads and, in the last column, each layer's mean."""
-    found = {(s.method.layer, s.method.head): s.counts.aer for s in report.scores
-             if (s.method.measure, s.method.convention, s.method.extraction) == (measure, convention, extraction)
-             and s.method.layer is not None}  # fmt: skip
+    found = {
+        (s.method.layer, s.method.head): s.counts.aer
+        for s in report.scores
+        if (s.method.measure, s.method.convention, s.method.extraction) == (measure, convention, extraction)
+        and s.method.layer is not None
+    }
     layers = max(layer for layer, _ in found) + 1
     heads = max(head for _, head in found if head is not None) + 1
     grid = np.full((layers, heads + 1), np.nan)

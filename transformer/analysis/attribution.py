@@ -124,8 +124,10 @@ def attribute(
     src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
     score = scorer(model, src, decoder_input)
     with torch.no_grad():
-        scores = [score(*inputs, steps.to(src.device), tokens.to(src.device)).float().cpu().numpy()
-                  for inputs in (embedded, tuple(torch.zeros_like(e) for e in embedded))]  # fmt: skip
+        scores = [
+            score(*inputs, steps.to(src.device), tokens.to(src.device)).float().cpu().numpy()
+            for inputs in (embedded, tuple(torch.zeros_like(e) for e in embedded))
+        ]
     return Attribution(
         source_pieces=result.src_pieces,
         target_pieces=result.tgt_pieces,
@@ -175,16 +177,27 @@ def source_integrated_gradients(model: Transformer, src_ids: list[int], tgt_ids:
 
 
 def contrastive(
-    model: Transformer, result: DecodeResult, step: int, foil: int, n_steps: int = DEFAULT_STEPS,
+    model: Transformer,
+    result: DecodeResult,
+    step: int,
+    foil: int,
+    n_steps: int = DEFAULT_STEPS,
     should_stop: Callable[[], bool] = lambda: False,
-) -> tuple[np.ndarray, np.ndarray, float]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Why the output token rather than `foil` at `step`: integrated gradients of log p(token) - log p(foil).
 
     Returns the source row (S,), the prefix row (T,) and the convergence delta.
     """
-    (source, prefix), delta = _integrated_gradients(model, result.src_ids, result.tgt_ids, torch.tensor([step]),
-                                                    torch.tensor([result.tgt_ids[step]]), torch.tensor([foil]), n_steps,
-                                                    should_stop)  # fmt: skip
+    (source, prefix), delta = _integrated_gradients(
+        model,
+        result.src_ids,
+        result.tgt_ids,
+        torch.tensor([step]),
+        torch.tensor([result.tgt_ids[step]]),
+        torch.tensor([foil]),
+        n_steps,
+        should_stop,
+    )
     return source[0], prefix[0], float(delta[0])
 
 
@@ -193,8 +206,10 @@ def value_weighted_attention(
 ) -> dict[AttentionKind, np.ndarray]:
     """Kobayashi et al.'s ||alpha_tj f_h(x_j)|| for every kind, layer and head, as shares of each row."""
     src, decoder_input = _inputs(model, src_ids, tgt_ids)
-    layers = {kind: model.config.n_encoder_layers if kind.queries_from_source else model.config.n_decoder_layers
-              for kind in AttentionKind}  # fmt: skip
+    layers = {
+        kind: model.config.n_encoder_layers if kind.queries_from_source else model.config.n_decoder_layers
+        for kind in AttentionKind
+    }
     probe = Probe(record_at=frozenset((kind, layer) for kind, count in layers.items() for layer in range(count)))
     with torch.inference_mode():
         model(src, decoder_input, probe=probe)
@@ -247,8 +262,10 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 
 def _inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     device = model_device(model)
-    return (torch.tensor([src_ids], device=device),
-            torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=device))  # fmt: skip
+    return (
+        torch.tensor([src_ids], device=device),
+        torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=device),
+    )
 
 
 def scorer(model: Transformer, src: torch.Tensor, decoder_input: torch.Tensor, contrastive: bool = False) -> Callable:
@@ -277,13 +294,16 @@ def embedded_inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int], 
     """The ids of source and decoder input (1, S), (1, T), and `copies` copies of their token embeddings."""
     src, decoder_input = _inputs(model, src_ids, tgt_ids)
     with torch.no_grad():
-        embedded = tuple(embed(ids).expand(copies, -1, -1).clone().requires_grad_()
-                         for embed, ids in ((model.src_embed, src), (model.tgt_embed, decoder_input)))  # fmt: skip
+        embedded = tuple(
+            embed(ids).expand(copies, -1, -1).clone().requires_grad_()
+            for embed, ids in ((model.src_embed, src), (model.tgt_embed, decoder_input))
+        )
     return src, decoder_input, embedded
 
 
-def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps, should_stop=lambda: False,
-                          progress=None):  # fmt: skip
+def _integrated_gradients(
+    model, src_ids, tgt_ids, steps, tokens, foils, n_steps, should_stop=lambda: False, progress=None
+):
     """captum's integrated gradients for each (step, token[, foil]): (source (N, S), prefix (N, T)), deltas (N,).
 
     Steps go in groups of STEPS_PER_GROUP whose decoder input is cut after the group's last step: a causal
@@ -307,9 +327,15 @@ def _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, foils, n_steps
         method = IntegratedGradients(scorer(model, src, decoder_input, contrastive=foils is not None))
         chunk = max(1, ROWS_PER_PASS // (src.size(1) + length))
         with torch.enable_grad():
-            attributions, delta = method.attribute(embedded, baselines=tuple(torch.zeros_like(e) for e in embedded),
-                                                   additional_forward_args=extra, n_steps=n_steps, method=METHOD,
-                                                   internal_batch_size=chunk, return_convergence_delta=True)  # fmt: skip
+            attributions, delta = method.attribute(
+                embedded,
+                baselines=tuple(torch.zeros_like(e) for e in embedded),
+                additional_forward_args=extra,
+                n_steps=n_steps,
+                method=METHOD,
+                internal_batch_size=chunk,
+                return_convergence_delta=True,
+            )
         source[group.numpy()] = attributions[0].sum(-1).detach().float().cpu().numpy()
         prefix[group.numpy(), :length] = attributions[1].sum(-1).detach().float().cpu().numpy()
         deltas[group.numpy()] = delta.detach().float().cpu().numpy()

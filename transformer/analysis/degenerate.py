@@ -52,8 +52,10 @@ def decode_notes(result: DecodeResult, eos_piece: str, unsure_below: float, cali
     repeated = _longest_repeat(result.tgt_pieces)
     if repeated:
         run, times = repeated
-        notes.append(f"The output repeats itself ('{''.join(run).replace(chr(0x2581), ' ').strip()}' {times} times in "
-                     "a row), a sign the model has lost its way.")  # fmt: skip
+        notes.append(
+            f"The output repeats itself ('{''.join(run).replace(chr(0x2581), ' ').strip()}' {times} times in "
+            "a row), a sign the model has lost its way."
+        )
     if result.tgt_pieces and result.tgt_pieces[-1] != eos_piece:
         notes.append(f"The output stopped at the length limit ({result.steps} tokens) without ending: it is cut.")
     return notes

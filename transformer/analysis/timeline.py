@@ -105,12 +105,19 @@ class Timeline:
             for e, snapshot in enumerate(self.snapshots):
                 for layer, head in np.ndindex(*self.entropy[kind].shape[1:]):
                     aer = self.aer[e, layer, head] if self.aer is not None and kind is AttentionKind.CROSS else None
-                    rows.append({"snapshot": snapshot.label, "epoch": snapshot.epoch, "kind": kind.value,
-                                 "layer": layer + 1, "head": head + 1,
-                                 "entropy": round(float(self.entropy[kind][e, layer, head]), 5),
-                                 "distance_from_last": round(float(self.distance[kind][e, layer, head]), 5),
-                                 "aer": "" if aer is None or np.isnan(aer) else round(float(aer), 5),
-                                 "settled_at": self.snapshots[settled[layer, head]].label})  # fmt: skip
+                    rows.append(
+                        {
+                            "snapshot": snapshot.label,
+                            "epoch": snapshot.epoch,
+                            "kind": kind.value,
+                            "layer": layer + 1,
+                            "head": head + 1,
+                            "entropy": round(float(self.entropy[kind][e, layer, head]), 5),
+                            "distance_from_last": round(float(self.distance[kind][e, layer, head]), 5),
+                            "aer": "" if aer is None or np.isnan(aer) else round(float(aer), 5),
+                            "settled_at": self.snapshots[settled[layer, head]].label,
+                        }
+                    )
         return rows
 
 
@@ -158,16 +165,22 @@ def build_timeline(
         method = f"attention · {best.convention} · {best.extraction} over {len(reports[-1].aligned)} pairs"
         aer = np.stack([aer_grid(report, "attention", best.convention, best.extraction) for report in reports])
     timelines = [
-        ProbeTimeline(source, reference, readings[-1][p][0].src_pieces, readings[-1][p][0].tgt_pieces,
-                      [read[p][2] for read in readings],
-                      {kind: np.stack([read[p][1][kind] for read in readings]) for kind in KINDS},
-                      np.stack([read[p][0].token_probs.numpy() for read in readings]).astype(np.float32),
-                      np.stack([read[p][0].lens.chosen_rank.numpy() for read in readings]).astype(np.float32))
+        ProbeTimeline(
+            source,
+            reference,
+            readings[-1][p][0].src_pieces,
+            readings[-1][p][0].tgt_pieces,
+            [read[p][2] for read in readings],
+            {kind: np.stack([read[p][1][kind] for read in readings]) for kind in KINDS},
+            np.stack([read[p][0].token_probs.numpy() for read in readings]).astype(np.float32),
+            np.stack([read[p][0].lens.chosen_rank.numpy() for read in readings]).astype(np.float32),
+        )
         for p, (source, reference) in enumerate(probes)
-    ]  # fmt: skip
+    ]
     name = Path(snapshots[-1].file).stem or "untrained"
-    return Timeline(name, snapshots, timelines, *head_measures(timelines),
-                    None if aer is None else aer.astype(np.float32), method)  # fmt: skip
+    return Timeline(
+        name, snapshots, timelines, *head_measures(timelines), None if aer is None else aer.astype(np.float32), method
+    )
 
 
 def head_measures(probes: Sequence[ProbeTimeline]) -> tuple[dict, dict]:

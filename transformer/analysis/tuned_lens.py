@@ -65,12 +65,16 @@ def read_with(model: Transformer, tuned: TunedLens, lens: LogitLens, tgt_ids: Se
     return LogitLens(*(torch.stack(part) for part in zip(*layers, last)), states=translated)
 
 
-def _batches(tokenizer: TokenizerBase, model: Transformer, sources: Sequence[str], targets: Sequence[str],
-             tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+def _batches(
+    tokenizer: TokenizerBase, model: Transformer, sources: Sequence[str], targets: Sequence[str], tokens: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Length-sorted batches of about `tokens` target tokens: (src (B, S), decoder input (B, T + 1))."""
     config = model.config
-    pairs = [(source_ids(tokenizer, s, config.max_len)[0], source_ids(tokenizer, t, config.max_len, "target")[0])
-             for s, t in zip(sources, targets) if s.strip() and t.strip()]  # fmt: skip
+    pairs = [
+        (source_ids(tokenizer, s, config.max_len)[0], source_ids(tokenizer, t, config.max_len, "target")[0])
+        for s, t in zip(sources, targets)
+        if s.strip() and t.strip()
+    ]
     pairs.sort(key=lambda pair: len(pair[1]))
     batches, start = [], 0
     while start < len(pairs):
@@ -154,8 +158,9 @@ def fit_tuned_lens(
             if progress:
                 progress(step + 1, float(loss.detach()))
         fitted = TunedLens(weights.detach().clone(), biases.detach().clone())
-        return TunedLens(fitted.weights, fitted.biases, tuple(mean_kl(model, None, test)),
-                         tuple(mean_kl(model, fitted, test)))  # fmt: skip
+        return TunedLens(
+            fitted.weights, fitted.biases, tuple(mean_kl(model, None, test)), tuple(mean_kl(model, fitted, test))
+        )
     finally:
         for parameter, needed in zip(model.parameters(), frozen):
             parameter.requires_grad_(needed)
@@ -175,8 +180,13 @@ def file_sha256(path: str | Path) -> str:
 
 
 def save_tuned_lens(path: str | Path, lens: TunedLens, checkpoint_sha256: str, corpus: str) -> None:
-    metadata = {"format": "tuned-lens", "checkpoint_sha256": checkpoint_sha256, "corpus": corpus,
-                "kl_logit": json.dumps(lens.kl_logit), "kl_tuned": json.dumps(lens.kl_tuned)}  # fmt: skip
+    metadata = {
+        "format": "tuned-lens",
+        "checkpoint_sha256": checkpoint_sha256,
+        "corpus": corpus,
+        "kl_logit": json.dumps(lens.kl_logit),
+        "kl_tuned": json.dumps(lens.kl_tuned),
+    }
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     save_file({"weights": lens.weights.contiguous(), "biases": lens.biases.contiguous()}, str(path), metadata)
 

@@ -87,8 +87,10 @@ def attention_stages(inputs: SublayerInputs, head: int) -> AttentionStages:
     def per_head(linear: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, linear.weight, linear.bias).view(len(x), n_heads, d_k).transpose(0, 1)  # (H, T, d_k)
 
-    query, key, value = (per_head(p, x) for p, x in ((module.q_proj, inputs.queries), (module.k_proj, inputs.context),
-                                                     (module.v_proj, inputs.context)))  # fmt: skip
+    query, key, value = (
+        per_head(p, x)
+        for p, x in ((module.q_proj, inputs.queries), (module.k_proj, inputs.context), (module.v_proj, inputs.context))
+    )
     scores = query @ key.transpose(1, 2)  # (H, T_q, T_k)
     scaled = scores / math.sqrt(d_k) if module.scaled else scores
     if inputs.position_bias is not None:

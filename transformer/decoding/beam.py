@@ -102,8 +102,10 @@ class _Search:
 
     def tree(self, eos_probs: list[float]) -> BeamTree:
         """Everything this search kept and finished, with the winner's path (eos_probs: along that path)."""
-        kept = [[(o, t, s, s / length_penalty(step + 1, self.alpha)) for o, t, s in zip(*at)]
-                for step, at in enumerate(zip(self.origins, self.added, self.scores))]  # fmt: skip
+        kept = [
+            [(o, t, s, s / length_penalty(step + 1, self.alpha)) for o, t, s in zip(*at)]
+            for step, at in enumerate(zip(self.origins, self.added, self.scores))
+        ]
         ended = [(step, hypothesis, token, raw, score) for score, step, hypothesis, token, raw in self.finished]
         if self.finished:
             best = max(self.finished)
@@ -244,8 +246,9 @@ def beam_search(
 ) -> DecodeResult:
     """Beam search over one sentence; the record (candidates, attention) is the winning hypothesis'."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
-    trace = beam_search_ids(model, ids, width, alpha, max_new_tokens, need_weights=True,
-                            forced=tokenizer.target_prefix_ids)  # fmt: skip
+    trace = beam_search_ids(
+        model, ids, width, alpha, max_new_tokens, need_weights=True, forced=tokenizer.target_prefix_ids
+    )
     tokens, indices, encoder = trace.tokens, trace.hypotheses, trace.encoder_attentions
     chosen = [trace.steps[t] for t in range(len(tokens))]
     log_probs = torch.stack([s.log_probs[i] for s, i in zip(chosen, indices)])

@@ -57,13 +57,31 @@ def grow_tree(
     for step, hypotheses in enumerate(kept):
         for slot, (origin, token, log_prob, score) in enumerate(hypotheses):
             at[step, slot, False] = len(rows)
-            rows.append(dict(step=step, slot=slot, parent=at.get((step - 1, origin, False)), token=token,
-                             log_prob=log_prob, score=score, finished=False))  # fmt: skip
+            rows.append(
+                dict(
+                    step=step,
+                    slot=slot,
+                    parent=at.get((step - 1, origin, False)),
+                    token=token,
+                    log_prob=log_prob,
+                    score=score,
+                    finished=False,
+                )
+            )
         ended = [entry for entry in finished if entry[0] == step]
         for k, (_, origin, token, log_prob, score) in enumerate(ended):
             at[step, k, True] = len(rows)
-            rows.append(dict(step=step, slot=len(hypotheses) + k, parent=at.get((step - 1, origin, False)),
-                             token=token, log_prob=log_prob, score=score, finished=True))  # fmt: skip
+            rows.append(
+                dict(
+                    step=step,
+                    slot=len(hypotheses) + k,
+                    parent=at.get((step - 1, origin, False)),
+                    token=token,
+                    log_prob=log_prob,
+                    score=score,
+                    finished=True,
+                )
+            )
     last = len(kept) - 1
     alive = [row["finished"] or row["step"] == last for row in rows]
     for i in range(len(rows) - 1, -1, -1):  # children come after their parents: one pass from the end

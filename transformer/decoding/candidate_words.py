@@ -73,8 +73,9 @@ def candidate_words(
     decoder_input = torch.tensor([[config.start_id, *result.tgt_ids[:-1]]], device=device)
     steps, width = result.topk_ids.shape
     cache = model.start_cache(encoded.memory, capacity=steps + MAX_CONTINUATION + 1)
-    cache = model.decode(decoder_input, encoded.memory, src_mask, target_mask(decoder_input, config.pad_id),
-                         cache=cache, probe=probe).cache  # fmt: skip
+    cache = model.decode(
+        decoder_input, encoded.memory, src_mask, target_mask(decoder_input, config.pad_id), cache=cache, probe=probe
+    ).cache
     real = decoder_input != config.pad_id
     real[:, 0] = True
     pieces = [[tokenizer.id_to_piece(i) for i in ids] for ids in result.topk_ids.tolist()]
@@ -86,18 +87,28 @@ def candidate_words(
     for first in range(0, steps, chunk):
         chosen = range(first, min(first + chunk, steps))
         # a candidate of the last step the model's max_len allows has no room to be taken, nor continued
-        cells = [(step, rank) for step in chosen for rank in range(width)
-                 if words[step][rank] is not None and step + 1 < config.max_len]  # fmt: skip
-        _continue(model, tokenizer, encoded.memory, src_mask, cache, real, cells,
-                  result.topk_ids, words, probe)  # fmt: skip
+        cells = [
+            (step, rank)
+            for step in chosen
+            for rank in range(width)
+            if words[step][rank] is not None and step + 1 < config.max_len
+        ]
+        _continue(model, tokenizer, encoded.memory, src_mask, cache, real, cells, result.topk_ids, words, probe)
     return [[None if word is None or len(word) == 1 else readable("".join(word)) for word in row] for row in words]
 
 
 def _continue(
-    model: Transformer, tokenizer: TokenizerBase, memory: torch.Tensor, src_mask: torch.Tensor, cache: list[LayerCache],
-    real: torch.Tensor, cells: list[tuple[int, int]], topk_ids: torch.Tensor, words: list[list[list[str]]],
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    memory: torch.Tensor,
+    src_mask: torch.Tensor,
+    cache: list[LayerCache],
+    real: torch.Tensor,
+    cells: list[tuple[int, int]],
+    topk_ids: torch.Tensor,
+    words: list[list[list[str]]],
     probe: Probe | None,
-) -> None:  # fmt: skip
+) -> None:
     """Continues the candidates `cells` ((step, rank) each) greedily, together, appending to their `words` each
     piece that carries the word on; the candidate of step t sits at position t + 1 and sees keys 0..t only."""
     if not cells:
@@ -112,8 +123,16 @@ def _continue(
     for continued in range(MAX_CONTINUATION + 1):
         keys = keys.extended(last, pad_id)
         key_positions = torch.cat([key_positions, positions[:, None]], dim=1)
-        decoded = model.decode(last[:, None], memory.expand(len(cells), -1, -1), src_mask, keys.mask(), cache=cache,
-                               probe=probe, positions=positions, key_positions=key_positions)  # fmt: skip
+        decoded = model.decode(
+            last[:, None],
+            memory.expand(len(cells), -1, -1),
+            src_mask,
+            keys.mask(),
+            cache=cache,
+            probe=probe,
+            positions=positions,
+            key_positions=key_positions,
+        )
         last = model.output_logits(decoded.hidden[:, -1]).argmax(dim=-1)  # the log-softmax keeps the order
         kept = []
         for place, ((step, rank), token, position) in enumerate(zip(cells, last.tolist(), positions.tolist())):

@@ -134,9 +134,13 @@ def generate(
         last = token[:, None]
         keys = keys.extended(token, config.pad_id)
     return Generation(
-        torch.stack(tokens, 1), torch.stack(log_probs_per_step, 1), encoded.attentions, self_rows, cross_rows,
+        torch.stack(tokens, 1),
+        torch.stack(log_probs_per_step, 1),
+        encoded.attentions,
+        self_rows,
+        cross_rows,
         state_rows,
-    )  # fmt: skip
+    )
 
 
 def forced_prefix(tokenizer: TokenizerBase, prefix: Sequence[int] = ()) -> list[int]:
@@ -192,7 +196,7 @@ def decode_ids(
         generation.log_probs[0],
         logit_lens(
             model, torch.stack([row[0] for row in generation.state_rows], dim=1), generation.log_probs[0], tokens
-        ),  # fmt: skip
+        ),
         torch.cat(generation.encoder_attentions),
         lower_triangle([row[0] for row in generation.self_rows]),
         torch.stack([row[0] for row in generation.cross_rows], dim=2),  # (L, H, T, S)

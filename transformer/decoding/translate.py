@@ -39,9 +39,14 @@ def translate_texts(
     if settings.strategy == "beam":
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            found = beam_search_batch(model, [sources[i] for i in chunk], settings.beam_width,
-                                      settings.length_penalty, [limit(len(sources[i])) for i in chunk],
-                                      tokenizer.target_prefix_ids)  # fmt: skip
+            found = beam_search_batch(
+                model,
+                [sources[i] for i in chunk],
+                settings.beam_width,
+                settings.length_penalty,
+                [limit(len(sources[i])) for i in chunk],
+                tokenizer.target_prefix_ids,
+            )
             for i, tokens in zip(chunk, found):
                 outputs[i] = tokenizer.decode(tokens)
             if progress:

@@ -52,8 +52,9 @@ def bart_config(hf: dict[str, Any], tokenizer: JsonTokenizer) -> TransformerConf
     if hf.get("vocab_size") != tokenizer.vocab_size:
         unsupported.append(f"{shown(hf.get('vocab_size'))} tokens against the tokenizer's {tokenizer.vocab_size}")
     if unsupported:
-        raise ConfigError(f"this {FAMILIES[hf['model_type']]} model has {', '.join(unsupported)}, which this format "
-                          "cannot hold")  # fmt: skip
+        raise ConfigError(
+            f"this {FAMILIES[hf['model_type']]} model has {', '.join(unsupported)}, which this format cannot hold"
+        )
     eos = hf.get("eos_token_id")
     return TransformerConfig(
         **shape_fields(hf, tokenizer.vocab_size),
@@ -83,14 +84,17 @@ def import_bart(
     hf_config = read_config_json(directory)
     kind = hf_config.get("model_type")
     if kind not in FAMILIES:
-        raise CheckpointError(f"{directory} is not a Hugging Face BART or mBART model directory (model_type bart or "
-                              "mbart)")  # fmt: skip
+        raise CheckpointError(
+            f"{directory} is not a Hugging Face BART or mBART model directory (model_type bart or mbart)"
+        )
     settings = optional_object(directory, "tokenizer_config.json")
     tokenizer = read_tokenizer_json(directory, byte_level_files=kind == "bart")
     if kind == "mbart":
         if settings.get("tokenizer_class", "MBart50Tokenizer") != "MBart50Tokenizer":
-            raise CheckpointError(f"{directory.name}: the tokenizer {str(settings.get('tokenizer_class'))[:40]} is not "
-                                  "read (mBART's puts the language code after the text; mBART-50's before it is)")  # fmt: skip
+            raise CheckpointError(
+                f"{directory.name}: the tokenizer {str(settings.get('tokenizer_class'))[:40]} is not "
+                "read (mBART's puts the language code after the text; mBART-50's before it is)"
+            )
         pair = {"src": source_language or settings.get("src_lang"), "tgt": target_language or settings.get("tgt_lang")}
         tokenizer = with_language_pair(tokenizer, directory, pair["src"], pair["tgt"])
         metadata: dict[str, Any] = {"languages": pair}

@@ -28,7 +28,7 @@ def result_arrays(result: DecodeResult, tokenizer: TokenizerBase) -> dict[str, n
         **{
             f"{name}_labels": np.array([readable(p) for p in getattr(result, f"{name}_pieces")])
             for name in ("src", "tgt", "decoder_input")
-        },  # as the figures show them  # fmt: skip
+        },  # as the figures show them
         "token_probs": result.token_probs.numpy(),
         "topk_ids": result.topk_ids.numpy(),
         "topk_pieces": np.array([[tokenizer.id_to_piece(i) for i in row] for row in result.topk_ids.tolist()]),

@@ -29,8 +29,9 @@ def read_tokenizer_json(directory: Path, byte_level_files: bool = False) -> Json
         text = _byte_level_json(directory)
     else:
         wanted = "tokenizer.json, or vocab.json and merges.txt" if byte_level_files else "tokenizer.json"
-        raise CheckpointError(f"{directory} lacks the tokenizer file(s) {wanted} (the tokenizer's save_pretrained "
-                              "writes them)")  # fmt: skip
+        raise CheckpointError(
+            f"{directory} lacks the tokenizer file(s) {wanted} (the tokenizer's save_pretrained writes them)"
+        )
     try:
         return JsonTokenizer(text)
     except TokenizerError as error:
@@ -71,7 +72,8 @@ def _byte_level_json(directory: Path) -> str:
     try:
         bpe = ByteLevelBPETokenizer(str(directory / "vocab.json"), str(directory / "merges.txt"), trim_offsets=True)
     except Exception as error:  # tokenizers raises plain Exception for a malformed file
-        raise CheckpointError(f"{directory.name}: vocab.json and merges.txt are not a BPE tokenizer: "
-                              f"{str(error)[:150]}") from None  # fmt: skip
+        raise CheckpointError(
+            f"{directory.name}: vocab.json and merges.txt are not a BPE tokenizer: {str(error)[:150]}"
+        ) from None
     bpe.add_special_tokens(BYTE_LEVEL_SPECIALS)
     return bpe.to_str()

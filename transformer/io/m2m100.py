@@ -123,8 +123,10 @@ def _tokenizer_settings(directory: Path) -> dict[str, Any]:
             "with vocab.json; NLLB-200's: tokenizer.json)"
         )
     if kind in NLLB_TOKENIZERS and settings.get("legacy_behaviour"):
-        raise CheckpointError(f"{directory.name}: NLLB's legacy_behaviour puts the language code after the text: not "
-                              "read (the default since 2023 puts it before)")  # fmt: skip
+        raise CheckpointError(
+            f"{directory.name}: NLLB's legacy_behaviour puts the language code after the text: not "
+            "read (the default since 2023 puts it before)"
+        )
     return settings
 
 
@@ -156,8 +158,11 @@ def _m2m100_tokenizer(directory: Path, settings: dict[str, Any], model_size: Any
     pieces += [f"madeupword{i:04d}" for i in range(unused_rows(directory, model_size, len(pieces)))]
     try:
         return Tokenizer(
-            read_bounded(directory, names[0], MAX_TOKENIZER_BYTES), None, pieces, f"__{pair['src']}__",
+            read_bounded(directory, names[0], MAX_TOKENIZER_BYTES),
+            None,
+            pieces,
+            f"__{pair['src']}__",
             f"__{pair['tgt']}__",
-        )  # fmt: skip
+        )
     except TokenizerError as error:
         raise CheckpointError(f"{directory.name}: invalid tokenizer files: {str(error)[:200]}") from None

@@ -109,13 +109,16 @@ def read_config_json(directory: Path) -> dict[str, Any]:
     for name in sorted(INTEGER_FIELDS & config.keys()):
         value = config[name]
         if value is not None and (type(value) is not int or not -1 <= value < MAX_CONFIG_INTEGER):
-            raise CheckpointError(f"{directory.name}: config.json's {name} is {str(value)[:20]}, not an integer "
-                                  f"from -1 to {MAX_CONFIG_INTEGER:,}")  # fmt: skip
+            raise CheckpointError(
+                f"{directory.name}: config.json's {name} is {str(value)[:20]}, not an integer "
+                f"from -1 to {MAX_CONFIG_INTEGER:,}"
+            )
     for name in sorted(REAL_FIELDS & config.keys()):
         value = config[name]
         if type(value) not in (int, float) or not 0 <= value < 1:
-            raise CheckpointError(f"{directory.name}: config.json's {name} is {str(value)[:20]}, not a number "
-                                  "from 0 to 1")  # fmt: skip
+            raise CheckpointError(
+                f"{directory.name}: config.json's {name} is {str(value)[:20]}, not a number from 0 to 1"
+            )
     return config
 
 
@@ -338,8 +341,9 @@ def _safetensors(directory: Path, name: str) -> dict[str, torch.Tensor]:
     for tensor, entry in header.items():
         dtype = entry.get("dtype") if isinstance(entry, dict) else None
         if tensor != "__metadata__" and dtype not in DTYPE_BYTES:
-            raise CheckpointError(f"{name}: the tensor {tensor[:80]} is {str(dtype)[:20]}; weights must be F32, "
-                                  "F16 or BF16")  # fmt: skip
+            raise CheckpointError(
+                f"{name}: the tensor {tensor[:80]} is {str(dtype)[:20]}; weights must be F32, F16 or BF16"
+            )
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:

@@ -93,8 +93,10 @@ class CheckpointMetadata:
         if not (self.src_lang or self.tgt_lang or self.data):
             return None
         if self.imported_from and not self.data:
-            return (f"Imported from {self.imported_from}, translating {self.language_pair}; what it was trained on "
-                    "is not recorded in its files.")  # fmt: skip
+            return (
+                f"Imported from {self.imported_from}, translating {self.language_pair}; what it was trained on "
+                "is not recorded in its files."
+            )
         # "train_src" in files of a single corpus, "train 1", "train 2", ... since training takes several
         corpora = [entry for name, entry in self.data.items() if name == "train_src" or name.startswith("train ")]
         lines = sum(entry.get("lines") or 0 for entry in corpora)
@@ -118,13 +120,18 @@ def read_metadata(raw: Any) -> CheckpointMetadata:
     scores = {
         str(name)[:MAX_TEXT]: Score(
             _number(s.get("bleu")), _number(s.get("chrf")), _integer(s.get("beam")), _integer(s.get("sentences"))
-        )  # fmt: skip
+        )
         for name, s in _object(raw.get("scores")).items()
         if isinstance(s, dict)  # bare numbers (a training run's validation BLEU) are not a full score
     }
-    return CheckpointMetadata(_text(languages.get("src")), _text(languages.get("tgt")), data,
-                              _training(raw["training"]) if isinstance(raw.get("training"), dict) else None, scores,
-                              _text(_object(raw.get("imported")).get("from")))  # fmt: skip
+    return CheckpointMetadata(
+        _text(languages.get("src")),
+        _text(languages.get("tgt")),
+        data,
+        _training(raw["training"]) if isinstance(raw.get("training"), dict) else None,
+        scores,
+        _text(_object(raw.get("imported")).get("from")),
+    )
 
 
 def _training(raw: dict[str, Any]) -> TrainingRecord:

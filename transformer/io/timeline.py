@@ -47,8 +47,9 @@ def run_snapshots(
     for i, path in enumerate(map(Path, files)):
         checkpoint = first if i == 0 else load_checkpoint(path)
         if not checkpoint.same_model_as(first):
-            raise ValueError(f"{path.name} is not of the same run as {Path(files[0]).name}: its model or "
-                             "vocabulary differs")  # fmt: skip
+            raise ValueError(
+                f"{path.name} is not of the same run as {Path(files[0]).name}: its model or vocabulary differs"
+            )
         snapshot = snapshot_of(checkpoint, path.name)
         progress(snapshot.label)
         yield snapshot, checkpoint.model, checkpoint.tokenizer
@@ -82,8 +83,9 @@ def timeline_of_run(
     training = read_metadata(load_checkpoint(files[-1]).metadata).training
     if training is None:
         return timeline
-    return replace(timeline, loss_curve=np.array(training.loss_curve, dtype=np.float32),
-                   loss_every=training.loss_curve_every)  # fmt: skip
+    return replace(
+        timeline, loss_curve=np.array(training.loss_curve, dtype=np.float32), loss_every=training.loss_curve_every
+    )
 
 
 def run_point(path: str | Path) -> tuple[int, int] | None:

@@ -106,8 +106,13 @@ def _snapshot(value: Any) -> Snapshot:
     if bleu is not None and not (type(bleu) in (int, float) and math.isfinite(bleu)):
         raise TimelineError("a snapshot's val_bleu is not a number")
     _count(step, "steps", 0)
-    return Snapshot(_text(value.get("label"), "a snapshot's label"), _count(value.get("epoch"), "snapshots", 0), step,
-                    None if bleu is None else float(bleu), _text(value.get("file"), "a snapshot's file"))  # fmt: skip
+    return Snapshot(
+        _text(value.get("label"), "a snapshot's label"),
+        _count(value.get("epoch"), "snapshots", 0),
+        step,
+        None if bleu is None else float(bleu),
+        _text(value.get("file"), "a snapshot's file"),
+    )
 
 
 def _description(header: dict[str, Any]) -> dict[str, Any]:
@@ -115,8 +120,9 @@ def _description(header: dict[str, Any]) -> dict[str, Any]:
     if metadata.get("format") != FORMAT_NAME:
         raise TimelineError(f"not a timeline file (its format is not {FORMAT_NAME})")
     if metadata.get("format_version") != FORMAT_VERSION:
-        raise TimelineError(f"timeline format version {str(metadata.get('format_version'))[:20]!r}; this reads "
-                            f"version {FORMAT_VERSION}")  # fmt: skip
+        raise TimelineError(
+            f"timeline format version {str(metadata.get('format_version'))[:20]!r}; this reads version {FORMAT_VERSION}"
+        )
     try:
         description = json.loads(metadata.get("timeline"))
     except (ValueError, RecursionError, TypeError):
@@ -145,15 +151,26 @@ def _expected(description: dict[str, Any]) -> tuple[dict[str, tuple[int, ...]], 
     for p, raw in enumerate(raw_probes):
         if not isinstance(raw, dict):
             raise TimelineError(f"probe {p + 1} is not a JSON object")
-        s, t = len(_texts(raw.get("src_pieces"), f"probe {p + 1}'s source pieces")), len(
-            _texts(raw.get("tgt_pieces"), f"probe {p + 1}'s reference pieces"))  # fmt: skip
-        probes.append({"source": _text(raw.get("source"), f"probe {p + 1}'s source"),
-                       "reference": _text(raw.get("reference"), f"probe {p + 1}'s reference"),
-                       "src_pieces": raw["src_pieces"], "tgt_pieces": raw["tgt_pieces"],
-                       "outputs": _texts(raw.get("outputs"), f"probe {p + 1}'s outputs", e)})  # fmt: skip
-        expected |= {f"probe.{p}.encoder": (e, encoder, heads, s, s), f"probe.{p}.decoder": (e, decoder, heads, t, t),
-                     f"probe.{p}.cross": (e, decoder, heads, t, s), f"probe.{p}.token_probs": (e, t),
-                     f"probe.{p}.lens_rank": (e, decoder, t)}  # fmt: skip
+        s, t = (
+            len(_texts(raw.get("src_pieces"), f"probe {p + 1}'s source pieces")),
+            len(_texts(raw.get("tgt_pieces"), f"probe {p + 1}'s reference pieces")),
+        )
+        probes.append(
+            {
+                "source": _text(raw.get("source"), f"probe {p + 1}'s source"),
+                "reference": _text(raw.get("reference"), f"probe {p + 1}'s reference"),
+                "src_pieces": raw["src_pieces"],
+                "tgt_pieces": raw["tgt_pieces"],
+                "outputs": _texts(raw.get("outputs"), f"probe {p + 1}'s outputs", e),
+            }
+        )
+        expected |= {
+            f"probe.{p}.encoder": (e, encoder, heads, s, s),
+            f"probe.{p}.decoder": (e, decoder, heads, t, t),
+            f"probe.{p}.cross": (e, decoder, heads, t, s),
+            f"probe.{p}.token_probs": (e, t),
+            f"probe.{p}.lens_rank": (e, decoder, t),
+        }
     for kind, layers in (("encoder", encoder), ("decoder", decoder), ("cross", decoder)):
         expected |= {f"{kind}.entropy": (e, layers, heads), f"{kind}.distance": (e, layers, heads)}
     if description.get("aer_method") is not None:
@@ -201,15 +218,28 @@ def load_timeline_bytes(data: bytes) -> Timeline:
         raise TimelineError(str(error).replace("the config", "the timeline's description")) from None
     every = description.get("loss_every")
     return Timeline(
-        _text(description.get("model"), "model"), snapshots,
-        [ProbeTimeline(p["source"], p["reference"], p["src_pieces"], p["tgt_pieces"], p["outputs"],
-                       {kind: arrays[f"probe.{i}.{kind.value}"].astype(np.float16) for kind in KINDS},
-                       arrays[f"probe.{i}.token_probs"], arrays[f"probe.{i}.lens_rank"]) for i, p in enumerate(probes)],
+        _text(description.get("model"), "model"),
+        snapshots,
+        [
+            ProbeTimeline(
+                p["source"],
+                p["reference"],
+                p["src_pieces"],
+                p["tgt_pieces"],
+                p["outputs"],
+                {kind: arrays[f"probe.{i}.{kind.value}"].astype(np.float16) for kind in KINDS},
+                arrays[f"probe.{i}.token_probs"],
+                arrays[f"probe.{i}.lens_rank"],
+            )
+            for i, p in enumerate(probes)
+        ],
         {kind: arrays[f"{kind.value}.entropy"] for kind in KINDS},
         {kind: arrays[f"{kind.value}.distance"] for kind in KINDS},
-        arrays.get("cross.aer"), description.get("aer_method") or "", arrays["loss_curve"],
+        arrays.get("cross.aer"),
+        description.get("aer_method") or "",
+        arrays["loss_curve"],
         every if type(every) is int and every > 0 else 1,
-    )  # fmt: skip
+    )
 
 
 def load_timeline(path: str | Path) -> Timeline:

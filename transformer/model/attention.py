@@ -115,9 +115,13 @@ class MultiHeadAttention(nn.Module):
             if position_bias is not None:  # one additive mask: the bias, and -inf where the mask hides a key
                 mask = position_bias if mask is None else position_bias.masked_fill(~mask, float("-inf"))
             heads = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0,
+                query,
+                key,
+                value,
+                attn_mask=mask,
+                dropout_p=self.dropout.p if self.training else 0.0,
                 scale=None if self.scaled else 1.0,
-            )  # fmt: skip
+            )
             p_attn = None
         if keep is not None:
             heads = heads * keep.to(heads)

@@ -61,8 +61,9 @@ def epoch_indices(sizes: Sequence[int], weights: Sequence[float], seed: int, epo
     return indices
 
 
-def vocabulary_sample(texts: Sequence[tuple[list[str], list[str]]], weights: Sequence[float], size: int,
-                      seed: int) -> list[str]:  # fmt: skip
+def vocabulary_sample(
+    texts: Sequence[tuple[list[str], list[str]]], weights: Sequence[float], size: int, seed: int
+) -> list[str]:
     """About `size` sentences, both sides, drawn from the corpora in the proportions an epoch reads them, so
     that the vocabulary fits the mix the model learns from (and training it takes seconds, not an hour)."""
     generator = torch.Generator().manual_seed(seed)
@@ -96,9 +97,14 @@ def _cache_key(tokenizer: Tokenizer, corpora: Sequence[Corpus], max_len: int) ->
     return digest.hexdigest()
 
 
-def prepared_pairs(tokenizer: Tokenizer, corpora: Sequence[Corpus], max_len: int, cache: Path,
-                   texts: Sequence[tuple[list[str], list[str]]] | None = None,
-                   write: bool = True) -> list[list[Pair]]:  # fmt: skip
+def prepared_pairs(
+    tokenizer: Tokenizer,
+    corpora: Sequence[Corpus],
+    max_len: int,
+    cache: Path,
+    texts: Sequence[tuple[list[str], list[str]]] | None = None,
+    write: bool = True,
+) -> list[list[Pair]]:
     """Each corpus's id pairs, read from `cache` when it was made for these files and this tokenizer, else
     encoded (from `texts` if given, else read from the files) and cached (if `write`: one process of several)."""
     key = _cache_key(tokenizer, corpora, max_len)

@@ -51,6 +51,11 @@ def evaluate_files(
 
 def save_scores(path: str | Path, scores: Scores, name: str) -> None:
     """Stores the scores under metadata['scores'][name] in the checkpoint file."""
-    entry = {"bleu": round(scores.bleu, 2), "chrf": round(scores.chrf, 2), "beam": scores.beam,
-             "sentences": scores.sentences, "bleu_signature": scores.bleu_signature}  # fmt: skip
+    entry = {
+        "bleu": round(scores.bleu, 2),
+        "chrf": round(scores.chrf, 2),
+        "beam": scores.beam,
+        "sentences": scores.sentences,
+        "bleu_signature": scores.bleu_signature,
+    }
     update_metadata(Path(path), lambda metadata: metadata.setdefault("scores", {}).update({name: entry}))

@@ -40,13 +40,34 @@ def train_reversal(out: str | Path, seed: int = 1, epochs: int = 30, quiet: bool
         train_src, train_tgt = _write(directory, "train", reversal_pairs(6000, seed))
         val_src, val_tgt = _write(directory, "val", reversal_pairs(200, seed + 1))
         settings = TrainSettings(
-            train_src=train_src, train_tgt=train_tgt, val_src=val_src, val_tgt=val_tgt, out=str(out),
-            src_lang="digits", tgt_lang="digits reversed", tokenizer_type="word",
-            model=TransformerConfig(len(WORDS) + 4, len(WORDS) + 4, d_model=64, n_heads=4, d_ff=256,
-                                    n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_len=32),
-            epochs=epochs, max_tokens=1500, lr_factor=0.4, warmup=300, label_smoothing=0.0, patience=6,
-            seed=seed, save_dtype="float32",
-        )  # fmt: skip
+            train_src=train_src,
+            train_tgt=train_tgt,
+            val_src=val_src,
+            val_tgt=val_tgt,
+            out=str(out),
+            src_lang="digits",
+            tgt_lang="digits reversed",
+            tokenizer_type="word",
+            model=TransformerConfig(
+                len(WORDS) + 4,
+                len(WORDS) + 4,
+                d_model=64,
+                n_heads=4,
+                d_ff=256,
+                n_encoder_layers=2,
+                n_decoder_layers=2,
+                dropout=0.0,
+                max_len=32,
+            ),
+            epochs=epochs,
+            max_tokens=1500,
+            lr_factor=0.4,
+            warmup=300,
+            label_smoothing=0.0,
+            patience=6,
+            seed=seed,
+            save_dtype="float32",
+        )
         progress = train(settings, quiet=quiet)
         settings.state_path.unlink(missing_ok=True)
     return progress.best_bleu

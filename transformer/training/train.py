@@ -86,8 +86,10 @@ class TrainSettings:
         weights = tuple(float(w) for w in self.train_weights) or (1.0,) * len(self.train_src)
         object.__setattr__(self, "train_weights", weights)
         if not len(self.train_src) == len(self.train_tgt) == len(weights):
-            raise ValueError(f"{len(self.train_src)} source files, {len(self.train_tgt)} target files and "
-                             f"{len(weights)} weights: give one of each per training corpus")  # fmt: skip
+            raise ValueError(
+                f"{len(self.train_src)} source files, {len(self.train_tgt)} target files and "
+                f"{len(weights)} weights: give one of each per training corpus"
+            )
         if not self.val_src:
             raise ValueError("give at least one validation set (--val-src and --val-tgt)")
         if len(self.val_src) != len(self.val_tgt):
@@ -241,9 +243,14 @@ def train(
     texts = None if state else [read_parallel(corpus.src, corpus.tgt) for corpus in settings.corpora]
     tokenizer = state.tokenizer if state else _joint_tokenizer(texts, settings, rank, world)
     config = replace(
-        settings.model, src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size,
-        pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-    )  # fmt: skip
+        settings.model,
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+    )
     if state:
         check_same_model(settings.state_path, state.config, config)
     model = Transformer(config).to(device)
@@ -257,14 +264,22 @@ def train(
     pairs = [pair for corpus in corpora for pair in corpus]
     names = [v.name for v in settings.validation_sets]
     validation = [
-        ValidationSet(name if names.count(name) == 1 else f"{i + 1}:{name}", src, ref,
-                      encode_pairs(tokenizer, src, ref, config.max_len))
+        ValidationSet(
+            name if names.count(name) == 1 else f"{i + 1}:{name}",
+            src,
+            ref,
+            encode_pairs(tokenizer, src, ref, config.max_len),
+        )
         for i, (name, (src, ref)) in enumerate(zip(names, validation_texts))
-    ]  # fmt: skip
-    data = {f"train {i + 1}": {"path": c.src, "lines": len(p), "weight": c.weight}
-            for i, (c, p) in enumerate(zip(settings.corpora, corpora))}  # fmt: skip
-    data |= {f"val {i + 1}": {"path": corpus.src, "lines": len(v.src)}
-             for i, (corpus, v) in enumerate(zip(settings.validation_sets, validation))}  # fmt: skip
+    ]
+    data = {
+        f"train {i + 1}": {"path": c.src, "lines": len(p), "weight": c.weight}
+        for i, (c, p) in enumerate(zip(settings.corpora, corpora))
+    }
+    data |= {
+        f"val {i + 1}": {"path": corpus.src, "lines": len(v.src)}
+        for i, (corpus, v) in enumerate(zip(settings.validation_sets, validation))
+    }
     loss_fn = nn.CrossEntropyLoss(ignore_index=PAD_ID, label_smoothing=settings.label_smoothing, reduction="sum")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda" or settings.cpu_bfloat16)
     best_weights = None
@@ -285,8 +300,13 @@ def train(
         batches = rank_batches(
             token_batches(pairs, settings.max_tokens, settings.seed, progress.epoch, drawn), rank, world
         )
-        bar = tqdm(total=len(batches), initial=progress.batch, desc=f"epoch {progress.epoch + 1}",
-                   disable=quiet or rank > 0, unit="batch")  # fmt: skip
+        bar = tqdm(
+            total=len(batches),
+            initial=progress.batch,
+            desc=f"epoch {progress.epoch + 1}",
+            disable=quiet or rank > 0,
+            unit="batch",
+        )
         window_tokens, window_start, window_batches = 0, time.perf_counter(), 0
         pending: list[torch.Tensor] = []
         # Reading a loss waits for the GPU: there only every few steps, so the CPU prepares the next batches
@@ -297,8 +317,19 @@ def train(
             # run, on one process or several, draws exactly what an uninterrupted one would.
             torch.manual_seed(settings.seed * 1_000_003 + progress.step * world + rank)
             lr = noam_rate(progress.step + 1, config.d_model, settings.lr_factor, settings.warmup)
-            pending.append(training_step(compute_logits, model, optimizer, loss_fn, [t.to(device) for t in batch],
-                                         lr, settings.clip_norm, world, autocast))  # fmt: skip
+            pending.append(
+                training_step(
+                    compute_logits,
+                    model,
+                    optimizer,
+                    loss_fn,
+                    [t.to(device) for t in batch],
+                    lr,
+                    settings.clip_norm,
+                    world,
+                    autocast,
+                )
+            )
             progress.step += 1
             progress.batch = index + 1
             progress.lr_curve.append(lr)
@@ -310,9 +341,13 @@ def train(
                 window_tokens += _record_losses(progress, pending)
                 progress.elapsed_seconds = time.perf_counter() - started
                 seconds = time.perf_counter() - window_start
-                bar.set_postfix(loss=f"{progress.loss_curve[-1]:.3f}", tok_s=f"{window_tokens / seconds:.0f}",
-                                left=time_left(settings, progress, len(batches), seconds / window_batches,
-                                               time.perf_counter() - call_started))  # fmt: skip
+                bar.set_postfix(
+                    loss=f"{progress.loss_curve[-1]:.3f}",
+                    tok_s=f"{window_tokens / seconds:.0f}",
+                    left=time_left(
+                        settings, progress, len(batches), seconds / window_batches, time.perf_counter() - call_started
+                    ),
+                )
             if save_now:
                 save_state(settings.state_path, model, optimizer, tokenizer, progress, asdict(settings))
             if stop_now:
@@ -324,8 +359,14 @@ def train(
         stop = False
         if rank == 0:  # validates and saves while the other ranks wait at the broadcast below
             scores = validate(model, tokenizer, validation, settings)
-            progress.epochs.append({"epoch": progress.epoch, "step": progress.step, **scores,
-                                    "seconds": round(time.perf_counter() - started, 1)})  # fmt: skip
+            progress.epochs.append(
+                {
+                    "epoch": progress.epoch,
+                    "step": progress.step,
+                    **scores,
+                    "seconds": round(time.perf_counter() - started, 1),
+                }
+            )
             if not quiet:
                 tqdm.write(
                     f"epoch {progress.epoch}: val loss {scores['val_loss']:.3f}, val BLEU {scores['val_bleu']:.2f}"
@@ -381,8 +422,9 @@ def time_left(
     return f"{total // 3600}h{total % 3600 // 60:02d}m" if total >= 3600 else f"{total // 60}m{total % 60:02d}s"
 
 
-def _joint_tokenizer(texts: list[tuple[list[str], list[str]]], settings: TrainSettings, rank: int,
-                     world: int) -> Tokenizer:  # fmt: skip
+def _joint_tokenizer(
+    texts: list[tuple[list[str], list[str]]], settings: TrainSettings, rank: int, world: int
+) -> Tokenizer:
     """Trained on rank 0 (on a sample of the weighted mix) and sent to the others, so every rank encodes alike."""
     proto = None
     if rank == 0:

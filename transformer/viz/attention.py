@@ -164,8 +164,11 @@ def with_layer_means(rows: np.ndarray) -> np.ndarray:
 def head_row_labels(layers: int, heads: int, layer_names: list[str] | None = None) -> list[str]:
     """The names of `with_layer_means`' rows, layer by layer: "layer 1 · head 1" ... "layer 1 · mean"."""
     names = layer_names or [f"layer {i + 1}" for i in range(layers)]
-    return [f"{names[layer]} · {f'head {h + 1}' if h < heads else 'mean'}" for layer in range(layers)
-            for h in range(heads + 1)]  # fmt: skip
+    return [
+        f"{names[layer]} · {f'head {h + 1}' if h < heads else 'mean'}"
+        for layer in range(layers)
+        for h in range(heads + 1)
+    ]
 
 
 def step_attention(

@@ -36,11 +36,21 @@ def measures_over_tokens(
         place = dict(len=0.9, y=0.5) if len(scales) == 1 else dict(len=0.42, y=0.77 - 0.54 * len(fig.data))
         colorbar = dict(thickness=10, title=scale, yanchor="middle", **place)
         fig.add_trace(
-            go.Heatmap(z=z, x=x, y=names, customdata=values, xgap=1, ygap=2, hoverongaps=False, name=scale,
-                       hovertemplate=hover, colorbar=colorbar, **colours)
-        )  # fmt: skip
+            go.Heatmap(
+                z=z,
+                x=x,
+                y=names,
+                customdata=values,
+                xgap=1,
+                ygap=2,
+                hoverongaps=False,
+                name=scale,
+                hovertemplate=hover,
+                colorbar=colorbar,
+                **colours,
+            )
+        )
     fig.update_layout(title=title, height=140 + 46 * len(names), margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(type="category", showgrid=False, tickangle=-45)
-    fig.update_yaxes(type="category", showgrid=False, autorange="reversed", categoryorder="array",
-                     categoryarray=names)  # fmt: skip
+    fig.update_yaxes(type="category", showgrid=False, autorange="reversed", categoryorder="array", categoryarray=names)
     return fit_labels(fig)

@@ -45,8 +45,9 @@ def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y
     fig = go.Figure(
         [go.Bar(x=labels, y=np.asarray(values, dtype=np.float32), name=name) for name, values in series.items()]
     )
-    fig.update_layout(title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=80, b=10),
-                      legend=LEGEND_ABOVE)  # fmt: skip
+    fig.update_layout(
+        title=title, barmode="group", height=380, margin=dict(l=10, r=10, t=80, b=10), legend=LEGEND_ABOVE
+    )
     fig.update_xaxes(type="category", tickangle=-60)
     fig.update_yaxes(title=y_title)
     return fit_labels(fig)

@@ -69,13 +69,21 @@ def matrix_heatmap(
         plot_bgcolor=MASKED_COLOR,
     )
     numbered = "linear"  # an axis without tokens: positions or dimensions, numbered from 0
-    fig.update_xaxes(type="category" if column_pieces else numbered, title=x_title, showgrid=False,
-                     range=[-0.5, columns - 0.5])  # fmt: skip
-    fig.update_yaxes(type="category" if row_pieces else numbered, title=y_title, showgrid=False,
-                     range=[rows - 0.5, -0.5])  # fmt: skip
+    fig.update_xaxes(
+        type="category" if column_pieces else numbered, title=x_title, showgrid=False, range=[-0.5, columns - 0.5]
+    )
+    fig.update_yaxes(
+        type="category" if row_pieces else numbered, title=y_title, showgrid=False, range=[rows - 0.5, -0.5]
+    )
     if highlight_row is not None:
-        fig.add_shape(type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5,
-                      line=dict(color="#e4572e", width=3))  # fmt: skip
+        fig.add_shape(
+            type="rect",
+            x0=-0.5,
+            x1=columns - 0.5,
+            y0=highlight_row - 0.5,
+            y1=highlight_row + 0.5,
+            line=dict(color="#e4572e", width=3),
+        )
     return fit_labels(fig)
 
 
@@ -101,11 +109,24 @@ def mask_heatmap(keep: np.ndarray, query_pieces: list[str], key_pieces: list[str
         )
     )
     for name, colour in (("may look", KEEP_COLOR), ("masked (−∞ before the softmax)", MASKED_COLOR)):
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, hoverinfo="skip",
-                                 marker=dict(symbol="square", size=12, color=colour)))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=name,
+                hoverinfo="skip",
+                marker=dict(symbol="square", size=12, color=colour),
+            )
+        )
     rows, columns = keep.shape
-    fig.update_layout(title=title, height=max(260, min(820, 130 + 20 * rows)), margin=dict(l=10, r=10, t=80, b=10),
-                      legend=LEGEND_ABOVE, showlegend=True)  # fmt: skip
+    fig.update_layout(
+        title=title,
+        height=max(260, min(820, 130 + 20 * rows)),
+        margin=dict(l=10, r=10, t=80, b=10),
+        legend=LEGEND_ABOVE,
+        showlegend=True,
+    )
     fig.update_xaxes(type="category", title="key", tickangle=-60, range=[-0.5, columns - 0.5], showgrid=False)
     fig.update_yaxes(type="category", title="query", range=[rows - 0.5, -0.5], showgrid=False)
     return fit_labels(fig)

@@ -70,8 +70,10 @@ def figure_section(title: str, figure: go.Figure) -> str:
     escaped, so no text inside can end the element)."""
     spec = figure.to_json().replace("<", "\\u003c")
     height = figure.layout.height or 450
-    return (f'<h2>{html.escape(title)}</h2>\n<div class="figure" style="height:{height}px"></div>'
-            f'<script type="application/json">{spec}</script>')  # fmt: skip
+    return (
+        f'<h2>{html.escape(title)}</h2>\n<div class="figure" style="height:{height}px"></div>'
+        f'<script type="application/json">{spec}</script>'
+    )
 
 
 def html_report(
