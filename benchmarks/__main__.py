@@ -12,26 +12,12 @@ from ui.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, machine, step_view_row
 from .attribution_speed import attribution_row
-from .model_speed import Row, batched_beam_row, corpus_batch_row, decode_rows, lower_bound_row, training_row
+from .model_speed import batched_beam_row, corpus_batch_row, decode_rows, lower_bound_row, table, training_row
 from .report_speed import report_rows
 from .training_step import training_step_rows
 
 MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
 BEAM_SENTENCES = 200
-
-
-def table(rows: list[Row]) -> str:
-    lines = [
-        "| what | baseline (same run) | baseline ms | ours ms | ours / baseline | target | note |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for row in rows:
-        baseline = "" if row.baseline_ms is None else f"{row.baseline_ms:.1f}"
-        ratio = "" if row.ratio is None else f"{row.ratio:.3f}"
-        lines.append(
-            f"| {row.what} | {row.baseline} | {baseline} | {row.ours_ms:.1f} | {ratio} | {row.target} | {row.note} |"
-        )
-    return "\n".join(lines)
 
 
 def main() -> None:

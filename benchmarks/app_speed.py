@@ -11,19 +11,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 from playwright.sync_api import Page
 
-from transformer.analysis.views import attention_view
-from transformer.decoding.candidate_words import candidate_words
-from transformer.decoding.greedy import decode, decode_ids
-from transformer.decoding.lens import logit_lens
-from transformer.decoding.result import DecodeResult
-from transformer.io.checkpoint import Checkpoint
-from transformer.model.encoder_decoder import Transformer
-from transformer.model.kinds import AttentionKind
-from transformer.viz.attention import attention_heatmap, heads_or_means
-from ui.keys import SENTENCE_LABEL
-from ui.step_player import PLAY_RATES, step_data
-
-from .browser import (
+from tests.fixtures.browser import (
     ARTIFACTS,
     CLICK_UNTIL_DRAWN,
     LAUNCH,
@@ -38,7 +26,19 @@ from .browser import (
     wait_for_step_view,
     wait_idle,
 )
-from .load import percentile
+from tests.fixtures.sessions import percentile
+from transformer.analysis.views import attention_view
+from transformer.decoding.candidate_words import candidate_words
+from transformer.decoding.greedy import decode, decode_ids
+from transformer.decoding.lens import logit_lens
+from transformer.decoding.result import DecodeResult
+from transformer.io.checkpoint import Checkpoint
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
+from transformer.viz.attention import attention_heatmap, heads_or_means
+from ui.keys import SENTENCE_LABEL
+from ui.step_player import PLAY_RATES, step_data
+
 from .model_speed import SENTENCE, Row, median_ms, no_eos_chooser
 
 TWENTY_WORDS = [

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb, save_t5
 from benchmarks.model_speed import Row, median_ms, no_eos_chooser
+from tests.fixtures.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb, save_t5
 from transformer.decoding.greedy import generate
 from transformer.decoding.result import source_ids
 from transformer.io.hugging_face import import_hf
@@ -181,7 +181,7 @@ def main() -> None:
                     f"ratio {rows[-1].ratio:.2f}; {rows[-1].note}",
                     flush=True,
                 )
-    from benchmarks.__main__ import table
+    from benchmarks.model_speed import table
 
     print("\n" + table(rows), flush=True)
     if not args.skip_nllb_600m:

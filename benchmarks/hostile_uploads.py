@@ -24,11 +24,10 @@ from playwright.sync_api import Page
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
+from tests.fixtures.browser import ARTIFACTS, LAUNCH, app_server, chromium, wait_idle
+from tests.fixtures.crafted import with_header, with_metadata
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.header import read_header
-
-from .browser import ARTIFACTS, LAUNCH, app_server, chromium, wait_idle
-from .crafted import with_header, with_metadata
 
 UPLOAD_INPUT = '[data-testid="stFileUploaderDropzoneInput"]'
 PANICKING_CHARSMAP = bytes.fromhex("080000004a58b791df6af1d8")  # loads, then panics in the library on any text

@@ -10,88 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-from dataclasses import dataclass
 
-from playwright.async_api import async_playwright
-
-from transformer.decoding.greedy import decode
-from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from transformer.text.pieces import readable_label
-
-from .browser import (
-    ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    CLICK_UNTIL_DRAWN,
-    PLAYER,
-    app_server,
-    proxy_server,
-    step_view_drawn,
-)
-
-SENTENCES = [
-    "Two dogs are playing in the snow.",
-    "A man is riding a bicycle down the street.",
-    "A little girl is climbing into a wooden playhouse.",
-    "Three women are sitting on a bench in the park.",
-    "A boy in a red shirt jumps into the lake.",
-    "An old man is reading a newspaper at the cafe.",
-    "Two children are building a sandcastle on the beach.",
-    "A woman with a blue hat is selling flowers.",
-    "A group of people are waiting for the bus.",
-    "A black cat is sleeping on the sofa.",
-    "A chef is cooking vegetables in a large pan.",
-    "Four men are playing football on the grass.",
-]
-STEPS = 3
-SOURCE_LABELS = (
-    f"[...({PLAYER}).querySelector('.map').querySelectorAll('.key-label.bottom')].map(label => label.textContent)"
-)
-
-
-@dataclass
-class SessionReport:
-    sentence: str
-    expected: str
-    translate_ms: float
-    step_ms: list[float]
-    correct: bool
-    own_attention: bool
-
-
-async def one_session(browser, url: str, sentence: str, expected: str, source_pieces: list[str]) -> SessionReport:
-    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = await context.new_page()
-    await page.goto(url)
-    await page.wait_for_function(step_view_drawn(), timeout=120_000)
-    await page.get_by_label("Sentence").fill(sentence)
-    translate_ms = await page.evaluate(CLICK_UNTIL_DRAWN, ["Translate", expected, 1])
-    step_ms = [await page.evaluate(CLICK_UNTIL_DRAWN, ["Next", f"Step {i + 2} of", i + 2]) for i in range(STEPS)]
-    text = await page.inner_text("body")
-    labels = await page.evaluate(SOURCE_LABELS)
-    await context.close()
-    own = labels == [readable_label(piece) for piece in source_pieces]  # the step view's source labels
-    return SessionReport(sentence, expected, translate_ms, step_ms, expected in text, own)
-
-
-async def run_sessions(url: str, sessions: int) -> list[SessionReport]:
-    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    chosen = [SENTENCES[i % len(SENTENCES)] for i in range(sessions)]
-    results = [decode(checkpoint.model, checkpoint.tokenizer, s) for s in chosen]
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            return await asyncio.wait_for(
-                asyncio.gather(*(one_session(browser, url, s, r.text, r.src_pieces) for s, r in zip(chosen, results))),
-                timeout=600,
-            )
-        finally:
-            await browser.close()
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+from tests.fixtures.browser import ARTIFACTS, app_server, proxy_server
+from tests.fixtures.sessions import SessionReport, percentile, run_sessions
 
 
 def load_test(sessions: int = 10, replicas: int | None = None) -> tuple[list[SessionReport], str, list[float]]:

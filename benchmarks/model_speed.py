@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tests.fixtures.baselines import recompute_greedy
 from transformer.decoding.beam import beam_search, beam_search_ids
 from transformer.decoding.greedy import decode, generate
 from transformer.decoding.result import source_ids
@@ -20,8 +21,6 @@ from transformer.io.checkpoint import Checkpoint
 from transformer.model.attention import side_by_side
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.layers import sinusoidal_table
-
-from .baselines import recompute_greedy
 
 SENTENCE = "A man in a red shirt is riding a bicycle down the street while two dogs run beside him."
 
@@ -40,6 +39,20 @@ class Row:
     @property
     def ratio(self) -> float | None:
         return None if self.baseline_ms is None else self.ours_ms / self.baseline_ms
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| what | baseline (same run) | baseline ms | ours ms | ours / baseline | target | note |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for row in rows:
+        baseline = "" if row.baseline_ms is None else f"{row.baseline_ms:.1f}"
+        ratio = "" if row.ratio is None else f"{row.ratio:.3f}"
+        lines.append(
+            f"| {row.what} | {row.baseline} | {baseline} | {row.ours_ms:.1f} | {ratio} | {row.target} | {row.note} |"
+        )
+    return "\n".join(lines)
 
 
 def median_ms(run: Callable[[], object], repeats: int, warmup: int = 1) -> float:

@@ -16,13 +16,10 @@ import numpy as np
 import sacrebleu
 import torch
 
-from transformer.analysis.degenerate import UNSURE_BELOW, mean_log_prob
+from transformer.analysis.degenerate import GOOD, POOR, UNSURE_BELOW, calibrated, mean_log_prob, noted
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
-
-POOR, GOOD = 20.0, 60.0  # sentence chrF
-MOST_GOOD_NOTED = 0.10  # the calibration's bound: notes on at most this share of good outputs
 
 
 def measure(checkpoint_path: Path, pairs: list[tuple[Path, Path]], per_set: int) -> dict[str, np.ndarray]:
@@ -40,20 +37,6 @@ def measure(checkpoint_path: Path, pairs: list[tuple[Path, Path]], per_set: int)
 
 def percent(share: float) -> str:
     return "–" if np.isnan(share) else f"{share:.0%}"
-
-
-def noted(rows: np.ndarray, below: float) -> tuple[float, float]:
-    """Shares of poor and of good outputs that get the note (NaN where a set has none)."""
-    chrf, confidence = rows[:, 0], rows[:, 1]
-    flagged = confidence < below
-    poor, good = chrf < POOR, chrf > GOOD
-    return (flagged[poor].mean() if poor.any() else np.nan, flagged[good].mean() if good.any() else np.nan)
-
-
-def calibrated(rows: np.ndarray) -> float | None:
-    """The highest threshold that notes at most MOST_GOOD_NOTED of the good outputs (the most poor ones noted)."""
-    good = np.sort(rows[rows[:, 0] > GOOD, 1])
-    return float(good[int(MOST_GOOD_NOTED * good.size)]) if good.size else None  # that many good ones below it
 
 
 def main() -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 
+from tests.fixtures.browser import REPORT_SCREEN_DRAWN, chromium
 from transformer.decoding.greedy import decode
 from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import Checkpoint
 from transformer.viz.report import html_report, plotly_js, report_figures
 
 from .app_speed import TWENTY_WORDS
-from .browser import REPORT_SCREEN_DRAWN, chromium
 from .model_speed import Row
 
 EVERY_PLOT_DRAWN = (

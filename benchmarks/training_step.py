@@ -24,7 +24,7 @@ from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.training.train import training_step
 
-from .model_speed import Row
+from .model_speed import Row, table
 
 GENERAL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, n_encoder_layers=4, n_decoder_layers=3,
                             dropout=0.0, max_len=128)  # fmt: skip
@@ -101,8 +101,6 @@ def main() -> None:
         from transformer.io.checkpoint import load_checkpoint
 
         config = load_checkpoint(args.checkpoint).config
-    from .__main__ import table
-
     print(table(training_step_rows(config, args.repeats)))
 
 

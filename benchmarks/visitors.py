@@ -17,145 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import random
 import signal
 import statistics
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import websockets
-from streamlit.proto.BackMsg_pb2 import BackMsg
-from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-from streamlit.proto.WidgetStates_pb2 import WidgetState
-
-from transformer.decoding.greedy import decode
-from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from ui.keys import SENTENCE_LABEL
-from ui.step_player import sent_step_data
-
-from .browser import ARTIFACTS, proxy_server
-from .load import SENTENCES, percentile
-
-OPEN_STEP = 2  # the step (0-based) whose Attention maps each visitor opens
-# The widget a component's triggers arrive on: Streamlit's internal key prefix, the component's id, "__events".
-TRIGGERS = "$$STREAMLIT_INTERNAL_KEY_{}__events"
-RUN_TIMEOUT = 120.0  # seconds for one run of the page before the visitor counts an error
-DONE = {ForwardMsg.FINISHED_SUCCESSFULLY, ForwardMsg.FINISHED_FRAGMENT_RUN_SUCCESSFULLY}
-
-
-@dataclass
-class Page:
-    """What one run of the page drew, as far as a visitor needs it: widget ids, the text, any exception."""
-
-    widgets: dict[str, tuple[str, str]] = field(default_factory=dict)  # label -> (widget id, fragment id)
-    text: list[str] = field(default_factory=list)
-    exceptions: list[str] = field(default_factory=list)
-    step_view: tuple[str, dict] | None = None  # the explorer's step view: its id and the data it was sent
-    charts: int = 0
-
-    def read(self, message: ForwardMsg) -> None:
-        if message.WhichOneof("type") != "delta" or message.delta.WhichOneof("type") != "new_element":
-            return
-        element = message.delta.new_element
-        kind = element.WhichOneof("type")
-        if kind == "markdown":
-            self.text.append(element.markdown.body.replace("\\", ""))
-        elif kind == "exception":
-            self.exceptions.append(element.exception.message)
-        elif kind == "bidi_component":
-            self.step_view = (element.bidi_component.id, sent_step_data(element.bidi_component.json))
-        elif kind == "plotly_chart":
-            self.charts += 1
-        elif kind in ("button", "text_area"):
-            widget = getattr(element, kind)
-            self.widgets[widget.label] = (widget.id, message.delta.fragment_id)
-
-
-@dataclass
-class Visit:
-    sentence: str
-    translate_ms: float | None = None
-    open_ms: float | None = None
-    error: str | None = None
-
-
-class Visitor:
-    """One browser tab's side of the conversation: rerun requests out, the page's messages in."""
-
-    def __init__(self, connection) -> None:
-        self.connection = connection
-        self.page = Page()
-
-    async def run(self, widgets: list[WidgetState], fragment_id: str = "") -> float:
-        """Asks for a run (a click, a typed value) and reads until it finishes; returns its milliseconds."""
-        message = BackMsg()
-        message.rerun_script.widget_states.widgets.extend(widgets)
-        message.rerun_script.fragment_id = fragment_id
-        started = time.perf_counter()
-        await self.connection.send(message.SerializeToString())
-        page = Page(widgets=dict(self.page.widgets)) if fragment_id else Page()
-        while True:
-            reply = ForwardMsg()
-            reply.ParseFromString(await asyncio.wait_for(self.connection.recv(), RUN_TIMEOUT))
-            page.read(reply)
-            if reply.WhichOneof("type") == "script_finished" and reply.script_finished in DONE:
-                break
-        self.page = page
-        if page.exceptions:
-            raise RuntimeError(f"the page raised: {page.exceptions[0]}")
-        return (time.perf_counter() - started) * 1000
-
-    def widget(self, label: str) -> tuple[str, str]:
-        if label not in self.page.widgets:
-            raise RuntimeError(f"no {label!r} on the page")
-        return self.page.widgets[label]
-
-
-async def visit(url: str, sentence: str, expected: str, delay: float) -> Visit:
-    """Opens the app, types the sentence, translates, opens Attention maps at OPEN_STEP; outcome and timings."""
-    await asyncio.sleep(delay)
-    result = Visit(sentence)
-    try:
-        async with websockets.connect(
-            f"{url.replace('http', 'ws', 1)}/_stcore/stream",
-            subprotocols=["streamlit"],
-            max_size=None,
-            open_timeout=RUN_TIMEOUT,
-        ) as connection:
-            visitor = Visitor(connection)
-            await visitor.run([])  # the first page, as the browser asks for it on opening
-            text_id, _ = visitor.widget(SENTENCE_LABEL)
-            translate_id, _ = visitor.widget("Translate")
-            typed = WidgetState(id=text_id, string_value=sentence)
-            result.translate_ms = await visitor.run([typed, WidgetState(id=translate_id, trigger_value=True)])
-            if not any(expected in text for text in visitor.page.text):
-                raise RuntimeError("the translation on the page is not the model's")
-            if visitor.page.step_view is None or not expected.startswith(visitor.page.step_view[1]["so_far"][-1]):
-                raise RuntimeError("the step view did not get this translation's steps")
-            view_id, _ = visitor.page.step_view
-            action = WidgetState(id=TRIGGERS.format(view_id))
-            action.json_trigger_value = json.dumps(
-                [{"event": "action", "value": {"name": "attention", "step": OPEN_STEP}}]
-            )
-            result.open_ms = await visitor.run([action])
-            if not visitor.page.charts:
-                raise RuntimeError("Attention maps drew no map")
-    except Exception as error:  # every failure is a finding to count, not a crash of the generator
-        result.error = f"{type(error).__name__}: {error}"
-    return result
-
-
-async def classroom(url: str, visitors: int, ramp_seconds: float, seed: int = 0) -> list[Visit]:
-    """`visitors` visits arriving at random over ramp_seconds, each with a sentence and its expected translation."""
-    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    chosen = [SENTENCES[i % len(SENTENCES)] for i in range(visitors)]
-    expected = {s: decode(checkpoint.model, checkpoint.tokenizer, s).text for s in set(chosen)}
-    arrivals = random.Random(seed)
-    return await asyncio.gather(*(visit(url, s, expected[s], arrivals.uniform(0, ramp_seconds)) for s in chosen))
+from tests.fixtures.browser import ARTIFACTS, proxy_server
+from tests.fixtures.sessions import percentile
+from tests.fixtures.visitors import Visit, classroom
 
 
 class HealthProbe:

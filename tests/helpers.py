@@ -17,9 +17,9 @@ from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
+from fixtures.crafted import with_config, with_header, with_metadata  # noqa: F401 (the test modules import them from here)
 from streamlit.testing.v1 import AppTest
 
-from benchmarks.crafted import with_config, with_header, with_metadata  # noqa: F401 (the test modules import them from here)
 from transformer.model.config import TransformerConfig
 from transformer.text.tokenizer import Tokenizer
 from ui.step_player import sent_step_data

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 import torch
+from fixtures.hf_models import save_bart, save_mbart50
 from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import (
     BartForConditionalGeneration,
@@ -20,7 +21,6 @@ from transformers import (
     MBartForConditionalGeneration,
 )
 
-from benchmarks.hf_models import save_bart, save_mbart50
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from benchmarks.browser import (
+from fixtures.browser import (
     ARTIFACTS,
     PLAYER,
     REPORT_ALL_DRAWN,
@@ -19,6 +18,7 @@ from benchmarks.browser import (
     wait_for_step_view,
     wait_idle,
 )
+
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.timeline_file import load_timeline, timeline_path
 

@@ -3,9 +3,9 @@ import threading
 
 import pytest
 import torch
+from fixtures.baselines import recompute_greedy
 from helpers import make_sentences
 
-from benchmarks.baselines import recompute_greedy
 from transformer.decoding.beam import beam_search, beam_search_batch, beam_search_ids
 from transformer.decoding.forcing import branch, teacher_force_ids
 from transformer.decoding.greedy import decode, decode_ids, sampling_chooser

@@ -44,7 +44,7 @@ def test_a_start_prints_no_config_warning(tmp_path):
     restart": the warm-up thread read the options before the command line's were loaded."""
     import time
 
-    from benchmarks.browser import app_server
+    from fixtures.browser import app_server
 
     log = tmp_path / "server.log"
     with app_server(log):

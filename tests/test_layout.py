@@ -63,6 +63,10 @@ def test_each_layer_imports_only_the_layers_below_it():
 
 def test_no_import_cycle_between_modules():
     graph = {module: {n for n in names if n.startswith("transformer.")} for module, names in package_modules().items()}
+    assert_acyclic(graph)
+
+
+def assert_acyclic(graph: dict[str, set[str]]) -> None:
     graph = {module: {n for n in targets if n in graph and n != module} for module, targets in graph.items()}
     state: dict[str, str] = {}
 
@@ -77,6 +81,23 @@ def test_no_import_cycle_between_modules():
     for module in graph:
         if module not in state:
             visit(module, [])
+
+
+def test_the_tests_import_nothing_from_the_benchmarks():
+    """Benchmarks reuse the tests' fixtures (tests/fixtures), never the reverse."""
+    for path in (REPO / "tests").rglob("*.py"):
+        assert not any(name.split(".")[0] == "benchmarks" for name in imports(path)), path
+
+
+def test_no_import_cycle_between_benchmarks():
+    graph = {}
+    for path in (REPO / "benchmarks").glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found.add(f"benchmarks.{node.module}" if node.level else node.module)
+        graph[module_name(path)] = found
+    assert_acyclic(graph)
 
 
 def test_the_formatter_formats_nearly_everything():

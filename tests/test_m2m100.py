@@ -12,10 +12,10 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from fixtures.hf_models import save_m2m100, save_nllb
 from helpers import assert_same_as_transformers, make_sentences, step_view, weights_megabytes
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
-from benchmarks.hf_models import save_m2m100, save_nllb
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts

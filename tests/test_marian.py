@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
+from fixtures.hf_models import save_marian
 from helpers import assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MarianMTModel, MarianTokenizer
 
-from benchmarks.hf_models import save_marian
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint

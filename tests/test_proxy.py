@@ -8,11 +8,10 @@ import os
 import signal
 
 import pytest
+from fixtures.browser import ARTIFACTS, chromium, proxy_server, wait_for_heatmaps, wait_idle
+from fixtures.sessions import run_sessions
+from fixtures.visitors import classroom, visit
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-from benchmarks.browser import ARTIFACTS, chromium, proxy_server, wait_for_heatmaps, wait_idle
-from benchmarks.load import run_sessions
-from benchmarks.visitors import classroom, visit
 
 pytestmark = pytest.mark.browser
 RUN_DIR = ARTIFACTS / "proxy"

@@ -12,10 +12,10 @@ import shutil
 
 import pytest
 import torch
+from fixtures.hf_models import save_t5
 from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MT5ForConditionalGeneration, T5ForConditionalGeneration, T5Tokenizer
 
-from benchmarks.hf_models import save_t5
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text

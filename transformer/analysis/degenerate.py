@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from transformer.decoding.result import DecodeResult
 
 FRAGMENTED_SHARE = 0.35  # of source pieces that are one or two letters inside a word
 REPEATS = 4  # the same piece (or a short run of pieces) this many times in a row
+# How the unsure note is calibrated (benchmarks/output_notes.py measures it on dev sets): outputs of sentence chrF
+# under POOR are poor, over GOOD good, and the threshold notes at most MOST_GOOD_NOTED of the good ones.
+POOR, GOOD = 20.0, 60.0  # sentence chrF
+MOST_GOOD_NOTED = 0.10  # the calibration's bound: notes on at most this share of good outputs
 # Mean natural log-probability of the output's own tokens below which a decode is called unsure, for each shipped
 # model (by name): the highest threshold that notes at most 10 % of the good outputs, measured by
 # `python -m benchmarks.output_notes` on 150 sentences of each dev set (FLORES, newstest2013, Tatoeba, Multi30k val).
@@ -74,3 +80,17 @@ def _longest_repeat(pieces: list[str]) -> tuple[list[str], int] | None:
             if times >= needed and (best is None or times * size > len(best[0]) * best[1]):
                 best = (run, times)
     return best
+
+
+def noted(rows: np.ndarray, below: float) -> tuple[float, float]:
+    """Shares of poor and of good outputs that get the note (NaN where a set has none)."""
+    chrf, confidence = rows[:, 0], rows[:, 1]
+    flagged = confidence < below
+    poor, good = chrf < POOR, chrf > GOOD
+    return (flagged[poor].mean() if poor.any() else np.nan, flagged[good].mean() if good.any() else np.nan)
+
+
+def calibrated(rows: np.ndarray) -> float | None:
+    """The highest threshold that notes at most MOST_GOOD_NOTED of the good outputs (the most poor ones noted)."""
+    good = np.sort(rows[rows[:, 0] > GOOD, 1])
+    return float(good[int(MOST_GOOD_NOTED * good.size)]) if good.size else None  # that many good ones below it
