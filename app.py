@@ -7,9 +7,11 @@ decoding) itself; this script only lists the pages. Pages have no icon: Streamli
 
 import streamlit as st
 
-from ui.work import page_run
+from ui.server.wiring import wire
+from ui.services.work import page_run
 
-with page_run():  # at most a few page runs compute at once (ui/work.py says why)
+wire()
+with page_run():  # at most a few page runs compute at once (ui/services/work.py says why)
     st.navigation(
         {
             "Explore": [

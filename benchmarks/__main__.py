@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
-from ui.work import TRANSLATE_BATCH
+from ui.services.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, machine, step_view_row
 from .attribution_speed import attribution_row

@@ -36,8 +36,8 @@ from transformer.io.checkpoint import Checkpoint
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_heatmap, heads_or_means
-from ui.keys import SENTENCE_LABEL
-from ui.step_player import PLAY_RATES, step_data
+from ui.players.step_player import PLAY_RATES, step_data
+from ui.state.keys import SENTENCE_LABEL
 
 from .model_speed import SENTENCE, Row, median_ms, no_eos_chooser
 
@@ -205,7 +205,7 @@ def browser_rows(translations: int = 5, steps: int = 20) -> list[Row]:
             plain.drawn_ms,
             launched.drawn_ms,
             "≤ 4000 ms",
-            f"python -m ui.launch to the step view drawn, median of 3 each; server answers at "
+            f"python -m ui.server.launch to the step view drawn, median of 3 each; server answers at "
             f"{launched.answered_ms:.0f} ms, sidebar drawn at {launched.sidebar_ms:.0f} ms; a trivial Streamlit + "
             f"Plotly page (benchmarks/apps/trivial_page.py) to its figure drawn: {trivial.drawn_ms:.0f} ms",
         ),

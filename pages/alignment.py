@@ -16,11 +16,12 @@ from transformer.analysis.alignment import (
 from transformer.io.export import csv_text
 from transformer.viz.alignment import alignment_heatmap
 from transformer.viz.matrices import matrix_heatmap
-from ui import keys, models, uploads, url
-from ui.charts import show, table
-from ui.sidebar import page_frame
-from ui.text import literal
-from ui.work import Progress, heavy_job
+from ui.services import models, uploads
+from ui.services.work import Progress, heavy_job
+from ui.state import keys, url
+from ui.widgets.charts import show, table
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 MAX_PAIRS = 2000
 EXAMPLE = Path(__file__).parent.parent / "tests" / "data" / "alignment"  # 24 caption pairs aligned by hand

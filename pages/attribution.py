@@ -13,13 +13,14 @@ from transformer.viz.attribution import measures_over_tokens
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from transformer.viz.style import plotly_text
-from ui import models, url
-from ui.charts import show, table
-from ui.controls import layer_head, words_toggle
-from ui.controls import step as controls_step
-from ui.sidebar import page_frame
-from ui.text import literal
-from ui.work import ATTRIBUTION_BUDGET, Progress, heavy_job, stop_button
+from ui.services import models
+from ui.services.work import ATTRIBUTION_BUDGET, Progress, heavy_job, stop_button
+from ui.state import url
+from ui.widgets.charts import show, table
+from ui.widgets.controls import layer_head, words_toggle
+from ui.widgets.controls import step as controls_step
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 GRADIENTS = ("gradient × input", "integrated gradients")  # signed: red raised the token's probability, blue lowered it
 EXPLANATIONS = {

@@ -10,10 +10,11 @@ from transformer.analysis.head_stats import parameter_counts
 from transformer.io.checkpoint import CheckpointError
 from transformer.io.metadata import TrainingRecord, read_metadata
 from transformer.viz.charts import lines
-from ui import uploads, url
-from ui.charts import show, table
-from ui.sidebar import page_frame
-from ui.text import literal
+from ui.services import uploads
+from ui.state import url
+from ui.widgets.charts import show, table
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 explored = page_frame()
 checkpoint = explored.checkpoint

@@ -7,11 +7,12 @@ from transformer.analysis.head_stats import js_divergence
 from transformer.analysis.views import attention_view
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
-from ui import models, url
-from ui.charts import show
-from ui.controls import kind_layer_head, words_toggle
-from ui.sidebar import page_frame
-from ui.text import literal
+from ui.services import models
+from ui.state import url
+from ui.widgets.charts import show
+from ui.widgets.controls import kind_layer_head, words_toggle
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 explored = page_frame()
 session = st.session_state

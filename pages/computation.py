@@ -9,12 +9,13 @@ from transformer.model.attention import MultiHeadAttention
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable_label
 from transformer.viz.matrices import matrix_heatmap
-from ui import keys as session_keys
-from ui import models, url
-from ui.charts import show
-from ui.controls import kind_layer_head
-from ui.sidebar import page_frame
-from ui.text import literal
+from ui.services import models
+from ui.state import keys as session_keys
+from ui.state import url
+from ui.widgets.charts import show
+from ui.widgets.controls import kind_layer_head
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 explored = page_frame()
 checkpoint, result = explored.checkpoint, explored.result

@@ -9,10 +9,11 @@ from transformer.analysis.attribution import corpus_agreement
 from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.export import csv_text
-from ui import keys, uploads, url
-from ui.sidebar import page_frame
-from ui.text import literal
-from ui.work import TRANSLATE_BATCH, Progress, heavy_job
+from ui.services import uploads
+from ui.services.work import TRANSLATE_BATCH, Progress, heavy_job
+from ui.state import keys, url
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 MAX_SENTENCES = 2000
 MAX_AGREEMENT_SENTENCES = 200  # integrated gradients cost about two seconds a sentence

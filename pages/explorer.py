@@ -9,13 +9,14 @@ from transformer.decoding.result import DecodeInputError
 from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
-from ui import keys, models, url
-from ui.charts import show
-from ui.controls import words_toggle
-from ui.sidebar import Explored, page_frame, take_branch, take_prefix
-from ui.step_player import step_player
-from ui.text import literal
-from ui.welcome import first_steps
+from ui.players.step_player import step_player
+from ui.services import models
+from ui.state import keys, url
+from ui.widgets.charts import show
+from ui.widgets.controls import words_toggle
+from ui.widgets.sidebar import Explored, page_frame, take_branch, take_prefix
+from ui.widgets.text import literal
+from ui.widgets.welcome import first_steps
 
 
 def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:

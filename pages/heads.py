@@ -16,11 +16,13 @@ from transformer.io.export import csv_text
 from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
-from ui import controls, keys, models, uploads, url
-from ui.charts import show, table
-from ui.sidebar import page_frame
-from ui.text import literal
-from ui.work import Progress
+from ui.services import models, uploads
+from ui.services.work import Progress
+from ui.state import keys, url
+from ui.widgets import controls
+from ui.widgets.charts import show, table
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 explored = page_frame()
 session = st.session_state

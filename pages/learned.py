@@ -7,11 +7,12 @@ import streamlit as st
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.timeline_file import TimelineError
 from transformer.model.kinds import AttentionKind
-from ui import keys, models
-from ui.epoch_player import EpochView, epoch_player, within_budget
-from ui.sidebar import page_frame
-from ui.text import literal
-from ui.url import url_text
+from ui.players.epoch_player import EpochView, epoch_player, within_budget
+from ui.services import models
+from ui.state import keys
+from ui.state.url import url_text
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 explored = page_frame()
 session, params = st.session_state, st.query_params

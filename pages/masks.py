@@ -11,11 +11,12 @@ from transformer.model.kinds import AttentionKind
 from transformer.model.masks import padding_mask, subsequent_mask, target_mask
 from transformer.training.batches import collate
 from transformer.viz.matrices import mask_heatmap, matrix_heatmap
-from ui import models, url
-from ui.charts import show
-from ui.controls import kind_layer_head
-from ui.sidebar import page_frame
-from ui.text import literal
+from ui.services import models
+from ui.state import url
+from ui.widgets.charts import show
+from ui.widgets.controls import kind_layer_head
+from ui.widgets.sidebar import page_frame
+from ui.widgets.text import literal
 
 explored = page_frame()
 session = st.session_state

@@ -7,9 +7,10 @@ import torch
 
 from transformer.viz.charts import curves, grouped_bars, lines
 from transformer.viz.matrices import matrix_heatmap
-from ui import models, url
-from ui.charts import show
-from ui.sidebar import page_frame
+from ui.services import models
+from ui.state import url
+from ui.widgets.charts import show
+from ui.widgets.sidebar import page_frame
 
 MAX_POSITIONS_DRAWN = 512
 

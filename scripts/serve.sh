@@ -3,7 +3,7 @@
 #
 #   bash scripts/serve.sh [--replicas N] [--port PORT] [--address ADDRESS] [--run-dir DIR]
 #
-# Each replica is a `streamlit run app.py` (through ui.launch, which loads the model at once) on
+# Each replica is a `streamlit run app.py` (through ui.server.launch, which loads the model at once) on
 # loopback (ports PORT+1 .. PORT+N); nginx listens on ADDRESS:PORT (default 0.0.0.0:8500, the
 # room's network), proxies the websocket, and keeps each visitor on one replica by a cookie (a
 # room behind one NAT address shares an IP, so an IP hash would put everyone on one replica). A replica that stops loses only its own visitors'
@@ -47,7 +47,7 @@ trap stop EXIT
 trap 'exit 130' INT TERM
 
 start_replica() {  # replica k on port PORT+k; its name (replica-k) is all the visitors' cookie says of it
-  TRANSFORMER_EXPLORER_REPLICA="replica-$1" .venv/bin/python -m ui.launch --server.port "$((port + $1))" \
+  TRANSFORMER_EXPLORER_REPLICA="replica-$1" .venv/bin/python -m ui.server.launch --server.port "$((port + $1))" \
     --server.address 127.0.0.1 >>"$run/replica-$1.log" 2>&1 &
   pids[$(($1 - 1))]=$!
 }
@@ -116,7 +116,7 @@ $security_headers
     proxy_next_upstream error timeout http_502 http_503;  # a stopped replica: try the next one
 
     location / {
-      proxy_pass http://replicas;  # each page names the app's root itself (ui/asgi.py)
+      proxy_pass http://replicas;  # each page names the app's root itself (ui/server/asgi.py)
     }
     location = /_stcore/metrics { return 404; }  # the server's own counters are not the room's to read
     location = /_stcore/stream {

@@ -22,7 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from transformer.model.config import TransformerConfig
 from transformer.text.tokenizer import Tokenizer
-from ui.step_player import sent_step_data
+from ui.players.step_player import sent_step_data
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,7 +15,7 @@ from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.kinds import AttentionKind
-from ui.packing import unpacked
+from ui.players.packing import unpacked
 
 SENTENCE = "Two dogs are playing in the snow."
 CAPTIONS = {"ckpt": "en-fr-captions"}  # the model of image captions, for what it does outside them
@@ -89,13 +89,13 @@ def test_the_step_view_offers_the_tuned_lens_shipped_beside_the_default(explorer
 
 
 def test_a_tuned_lens_that_does_not_fit_its_checkpoint_is_said_and_not_used(monkeypatch):
-    import ui.models
+    import ui.services.models
     from transformer.analysis.tuned_lens import TunedLensError
 
     def refused(name):
         raise TunedLensError("en-fr.safetensors was fitted to another checkpoint (its SHA-256 differs)")
 
-    monkeypatch.setattr(ui.models, "tuned_lens", refused)
+    monkeypatch.setattr(ui.services.models, "tuned_lens", refused)
     at = translate(start(), SENTENCE)
     assert not at.exception and step_view(at)["tuned_lens"] is None
     assert any("tuned lens beside this checkpoint is not used" in c.value for c in at.caption)
@@ -553,7 +553,7 @@ def test_the_csv_button_of_a_view_of_many_maps_names_the_map_it_exports():
 def test_a_newcomer_is_told_what_to_do_can_try_an_example_and_learns_what_the_model_knows():
     """The landing page said nothing about what to do, offered nothing to click, and the model's domain showed only
     as a file name at the bottom of the sidebar."""
-    from ui.welcome import EXAMPLES
+    from ui.widgets.welcome import EXAMPLES
 
     at = start()
     guide = at.expander[0]

@@ -235,39 +235,39 @@ def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypat
     from streamlit.runtime.scriptrunner_utils.exceptions import StopException
     from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequestType
 
-    import ui.work
+    import ui.services.work
     from transformer.analysis.attribution import AttributionStopped
 
-    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
+    monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
     order = []
 
     def other_visitor():
-        with ui.work.heavy_job("attributions"):
+        with ui.services.work.heavy_job("attributions"):
             order.append("second")
 
-    _hold_the_slot(ui.work.SLOTS)
+    _hold_the_slot(ui.services.work.SLOTS)
     waiting = threading.Thread(target=other_visitor)
     waiting.start()
     waiting.join(timeout=1.0)
     assert waiting.is_alive() and not order  # queued, not computing beside the first
     order.append("first done")
-    ui.work.SLOTS.release()
+    ui.services.work.SLOTS.release()
     waiting.join(timeout=10)
     assert order == ["first done", "second"]
 
     requests = types.SimpleNamespace(_state=ScriptRequestType.STOP)  # Streamlit asked this run to stop: a closed tab
-    monkeypatch.setattr(ui.work, "get_script_run_ctx", lambda: types.SimpleNamespace(script_requests=requests))
-    _hold_the_slot(ui.work.SLOTS)
+    monkeypatch.setattr(ui.services.work, "get_script_run_ctx", lambda: types.SimpleNamespace(script_requests=requests))
+    _hold_the_slot(ui.services.work.SLOTS)
     with pytest.raises(StopException):  # waiting, the visitor leaves: the wait ends, and its place in line with it
-        with ui.work.heavy_job("attributions"):
+        with ui.services.work.heavy_job("attributions"):
             pytest.fail("ran although its visitor had left")
-    assert ui.work.SLOTS.waiting() == 0
-    ui.work.SLOTS.release()
+    assert ui.services.work.SLOTS.waiting() == 0
+    ui.services.work.SLOTS.release()
     with pytest.raises(StopException):  # computing, the visitor leaves: the work stops, quietly for Streamlit
-        with ui.work.heavy_job("attributions") as should_stop:
+        with ui.services.work.heavy_job("attributions") as should_stop:
             assert should_stop()
             raise AttributionStopped()
-    _hold_the_slot(ui.work.SLOTS)  # and the slot is free again
+    _hold_the_slot(ui.services.work.SLOTS)  # and the slot is free again
 
 
 def test_a_visitor_who_leaves_while_the_page_is_written_gives_the_slot_back(monkeypatch):
@@ -278,7 +278,7 @@ def test_a_visitor_who_leaves_while_the_page_is_written_gives_the_slot_back(monk
 
     from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 
-    import ui.work
+    import ui.services.work
 
     class LeftPage:
         """A placeholder on the page of a visitor who has left: writing to it raises, as Streamlit's does."""
@@ -288,20 +288,22 @@ def test_a_visitor_who_leaves_while_the_page_is_written_gives_the_slot_back(monk
 
         info = empty
 
-    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
-    monkeypatch.setattr(ui.work, "st", types.SimpleNamespace(empty=LeftPage))
+    monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
+    monkeypatch.setattr(ui.services.work, "st", types.SimpleNamespace(empty=LeftPage))
     for leaves in ("on taking the slot", "while computing"):
         with pytest.raises(StopException):
-            with ui.work.heavy_job("attributions"):
+            with ui.services.work.heavy_job("attributions"):
                 if leaves == "while computing":
                     raise StopException()
-        assert ui.work.SLOTS.take(ui.work.SLOTS.ask(), timeout=1), leaves  # the slot is free for the next visitor
-        ui.work.SLOTS.release()
-    _hold_the_slot(ui.work.SLOTS)
+        assert ui.services.work.SLOTS.take(ui.services.work.SLOTS.ask(), timeout=1), (
+            leaves
+        )  # the slot is free for the next visitor
+        ui.services.work.SLOTS.release()
+    _hold_the_slot(ui.services.work.SLOTS)
     with pytest.raises(StopException):  # in line, the notice of the place in line raises: the line is left
-        with ui.work.heavy_job("attributions"):
+        with ui.services.work.heavy_job("attributions"):
             pytest.fail("ran although its visitor had left")
-    assert ui.work.SLOTS.waiting() == 0
+    assert ui.services.work.SLOTS.waiting() == 0
 
 
 def test_a_long_job_takes_turns_with_those_who_wait_in_the_order_they_came(monkeypatch):
@@ -310,23 +312,23 @@ def test_a_long_job_takes_turns_with_those_who_wait_in_the_order_they_came(monke
     import threading
     import time
 
-    import ui.work
+    import ui.services.work
 
-    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
-    monkeypatch.setattr(ui.work, "TURN_SECONDS", 0.0)
+    monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
+    monkeypatch.setattr(ui.services.work, "TURN_SECONDS", 0.0)
     order, started = [], threading.Event()
 
     def long_job():
-        with ui.work.heavy_job("alignments") as should_stop:
+        with ui.services.work.heavy_job("alignments") as should_stop:
             started.set()
             order.append("long: part 1")
-            while ui.work.SLOTS.waiting() < 2:  # the others queue meanwhile
+            while ui.services.work.SLOTS.waiting() < 2:  # the others queue meanwhile
                 time.sleep(0.01)
             assert not should_stop()  # gives its turn to both, in order, and resumes
             order.append("long: part 2")
 
     def short_job(name):
-        with ui.work.heavy_job("attributions"):
+        with ui.services.work.heavy_job("attributions"):
             order.append(name)
 
     threads = [threading.Thread(target=long_job)]
@@ -338,7 +340,7 @@ def test_a_long_job_takes_turns_with_those_who_wait_in_the_order_they_came(monke
         deadline = time.monotonic() + 10
         # each in line before the next comes (or already served: the long job may yield before this loop looks,
         # and the line empty out; waiting for a count that never comes again hung the suite)
-        while ui.work.SLOTS.waiting() < len(threads) - 1 and name not in order and time.monotonic() < deadline:
+        while ui.services.work.SLOTS.waiting() < len(threads) - 1 and name not in order and time.monotonic() < deadline:
             time.sleep(0.01)
     for thread in threads:
         thread.join(timeout=10)
@@ -350,33 +352,35 @@ def test_model_calls_on_an_uploaded_model_wait_for_a_heavy_slot_and_shipped_ones
     wait, and a decode inside an attribution's slot (one thread) takes no second slot."""
     import threading
 
-    import ui.models
-    import ui.work
+    import ui.services.models
+    import ui.services.work
     from transformer.decoding.settings import DecodeSettings
     from transformer.io.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(checkpoint_path)
-    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
-    _hold_the_slot(ui.work.SLOTS)  # another visitor's attribution
+    monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
+    _hold_the_slot(ui.services.work.SLOTS)  # another visitor's attribution
     done = []
     upload = threading.Thread(
-        target=lambda: done.append(ui.models.decode_cached(checkpoint, "upload:0123", "the dog runs", DecodeSettings()))
+        target=lambda: done.append(
+            ui.services.models.decode_cached(checkpoint, "upload:0123", "the dog runs", DecodeSettings())
+        )
     )
     upload.start()
     upload.join(timeout=1.0)
     assert upload.is_alive() and not done  # waits its turn
-    shipped = ui.models.decode_cached(checkpoint, "tiny.safetensors@1", "the dog runs", DecodeSettings())
-    ui.work.SLOTS.release()
+    shipped = ui.services.models.decode_cached(checkpoint, "tiny.safetensors@1", "the dog runs", DecodeSettings())
+    ui.services.work.SLOTS.release()
     upload.join(timeout=30)
     assert done and done[0].tgt_ids == shipped.tgt_ids
-    with ui.work.heavy_job("attributions"):  # work inside work: no deadlock on the only slot
-        ui.models.decode_cached(checkpoint, "upload:0123", "a red ball", DecodeSettings())
+    with ui.services.work.heavy_job("attributions"):  # work inside work: no deadlock on the only slot
+        ui.services.models.decode_cached(checkpoint, "upload:0123", "a red ball", DecodeSettings())
 
 
 def test_a_waiting_job_is_told_its_place_in_line():
-    import ui.work
+    import ui.services.work
 
-    slots = ui.work.Slots(1)
+    slots = ui.services.work.Slots(1)
     _hold_the_slot(slots)
     first, second = slots.ask(), slots.ask()
     assert (slots.position(first), slots.position(second), slots.waiting()) == (1, 2, 2)
@@ -390,9 +394,9 @@ def test_a_waiting_job_is_told_its_place_in_line():
 def test_the_page_names_the_cap_when_a_decode_is_too_long_to_attribute(monkeypatch):
     from helpers import start, translate
 
-    import ui.work
+    import ui.services.work
 
-    monkeypatch.setattr(ui.work, "ATTRIBUTION_BUDGET", 500)
+    monkeypatch.setattr(ui.services.work, "ATTRIBUTION_BUDGET", 500)
     at = translate(start(), "A little girl in a pink dress climbs the stairs.")
     at = at.switch_page("pages/attribution.py").run()
     assert not at.exception
@@ -403,7 +407,7 @@ def test_the_page_names_the_cap_when_a_decode_is_too_long_to_attribute(monkeypat
 def test_the_contrastive_caption_shows_token_pieces_as_text():
     from helpers import start, translate
 
-    from ui.text import literal
+    from ui.widgets.text import literal
 
     at = translate(start(), "Two dogs play.")
     at.session_state["step"] = len(at.session_state["result"].tgt_ids) - 1  # the step that produces </s>
@@ -416,7 +420,7 @@ def test_the_contrastive_caption_shows_token_pieces_as_text():
 def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped, monkeypatch):
     import types
 
-    import ui.work
+    import ui.services.work
 
     result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
     heard = []
@@ -425,17 +429,17 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
 
     shown = []
     monkeypatch.setattr(
-        ui.work.st,
+        ui.services.work.st,
         "progress",
         lambda value, text: types.SimpleNamespace(
             progress=lambda value, text: shown.append((value, text)), empty=lambda: None
         ),
     )
     clock = iter([100.0, 110.0])  # started at 100 s; 10 s later, one item of three is done
-    monkeypatch.setattr(ui.work.time, "monotonic", lambda: next(clock))
-    ui.work.Progress("Translating", 3, "sentences", costs=[1, 1, 2])(1)
+    monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: next(clock))
+    ui.services.work.Progress("Translating", 3, "sentences", costs=[1, 1, 2])(1)
     assert shown == [(0.25, "Translating: 1 of 3 sentences · about 30 s left")]  # a quarter of the work in 10 s
-    assert ui.work.duration(200) == "about 3 min"
+    assert ui.services.work.duration(200) == "about 3 min"
 
 
 def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(monkeypatch):
@@ -444,29 +448,29 @@ def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(mo
     import threading
     import types
 
-    import ui.work
+    import ui.services.work
 
     now = [0.0]
-    monkeypatch.setattr(ui.work, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
-    monkeypatch.setattr(ui.work, "SLOTS", ui.work.Slots(1))
-    monkeypatch.setattr(ui.work, "TURN_SECONDS", 0.0)
+    monkeypatch.setattr(ui.services.work, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
+    monkeypatch.setattr(ui.services.work, "TURN_SECONDS", 0.0)
     shown = []
     monkeypatch.setattr(
-        ui.work.st,
+        ui.services.work.st,
         "progress",
         lambda value, text: types.SimpleNamespace(progress=lambda value, text: shown.append(text), empty=lambda: None),
     )
 
     def other_visitors_turn(ticket):
-        assert ui.work.SLOTS.take(ticket, timeout=10)
+        assert ui.services.work.SLOTS.take(ticket, timeout=10)
         now[0] += 100.0  # their attribution computes for 100 s
-        ui.work.SLOTS.release()
+        ui.services.work.SLOTS.release()
 
-    progress = ui.work.Progress("Aligning", 4, "pairs")
-    with ui.work.heavy_job("alignments") as should_stop:
+    progress = ui.services.work.Progress("Aligning", 4, "pairs")
+    with ui.services.work.heavy_job("alignments") as should_stop:
         now[0] = 10.0
         progress(1)  # a pair in 10 s: 30 s for the other three
-        other = threading.Thread(target=other_visitors_turn, args=(ui.work.SLOTS.ask(),))
+        other = threading.Thread(target=other_visitors_turn, args=(ui.services.work.SLOTS.ask(),))
         other.start()
         assert not should_stop()  # gives the slot to the visitor in line, and waits for it back
         other.join(timeout=10)
@@ -478,12 +482,12 @@ def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(mo
 def test_attribution_can_be_stopped_and_started_again(monkeypatch):
     from helpers import start, step_action, translate
 
-    import ui.work  # each run of the page imports stop_button from it afresh
+    import ui.services.work  # each run of the page imports stop_button from it afresh
 
     at = translate(start(), "Two dogs are playing in the snow.")
     at = step_action(at, name="attention", step=1)
     with monkeypatch.context() as pressed:  # Stop pressed while computing: the rerun finds it pressed
-        pressed.setattr(ui.work, "stop_button", lambda key, container=None: True)
+        pressed.setattr(ui.services.work, "stop_button", lambda key, container=None: True)
         at = at.switch_page("pages/attribution.py").run()
     assert not at.exception and any("Attribution stopped" in i.value for i in at.info)
     assert len(at.get("plotly_chart")) == 0

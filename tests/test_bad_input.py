@@ -52,14 +52,14 @@ def test_empty_input_gets_a_message(text):
 
 
 def test_out_of_memory_is_a_message_and_the_server_goes_on(monkeypatch):
-    import ui.models
-    import ui.uploads
+    import ui.services.models
+    import ui.services.uploads
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
     at = start()
-    monkeypatch.setattr(ui.models, "decode_cached", out_of_memory)
+    monkeypatch.setattr(ui.services.models, "decode_cached", out_of_memory)
     at = translate(at, "A sentence the server cannot fit.")
     assert not at.exception and "Out of memory" in at.error[0].value
     monkeypatch.undo()
@@ -69,13 +69,13 @@ def test_out_of_memory_is_a_message_and_the_server_goes_on(monkeypatch):
 def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch):
     from helpers import REPO
 
-    import ui.models
-    import ui.uploads
+    import ui.services.models
+    import ui.services.uploads
 
     for name in ("en-fr-captions.safetensors", "reverse.safetensors"):
         shutil.copy(REPO / "checkpoints" / name, tmp_path / name)
-    monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    monkeypatch.setattr(ui.services.models, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start()
     at.selectbox(key="widget_checkpoint").set_value("reverse").run()
     at = translate(at, "one two three")
@@ -97,12 +97,12 @@ def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch
 def test_compare_with_a_checkpoint_that_cannot_be_used_says_why(tmp_path, monkeypatch):
     from helpers import REPO
 
-    import ui.models
+    import ui.services.models
 
     shutil.copy(REPO / "checkpoints" / "en-fr-captions.safetensors", tmp_path / "en-fr-captions.safetensors")
     (tmp_path / "broken.safetensors").write_bytes(b"\x80\x04 not a checkpoint")
-    monkeypatch.setattr(ui.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    monkeypatch.setattr(ui.services.models, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start().switch_page("pages/compare.py").run()
     at.selectbox(key="compare_with").set_value("broken").run()
     assert not at.exception and "Checkpoint broken cannot be used" in at.error[0].value
@@ -166,7 +166,7 @@ def test_no_number_in_a_link_can_crash_the_page(digits):
 def test_links_the_app_writes_stay_short_enough_to_open():
     from urllib.parse import quote
 
-    from ui.url import MAX_URL_TEXT_BYTES
+    from ui.state.url import MAX_URL_TEXT_BYTES
 
     sentence = "🐕 ✓ " * 400  # every character is 4 or 3 bytes of UTF-8, 9 to 12 once percent-encoded
     at = translate(start(), sentence)

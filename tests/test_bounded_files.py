@@ -53,13 +53,13 @@ KINDS = ["dev-zero", "pipe", "sparse"]
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_model_card_that_is_no_regular_file_or_is_huge_costs_nothing(kind, tmp_path, monkeypatch):
-    import ui.welcome
+    import ui.widgets.welcome
 
     (tmp_path / "cards").mkdir()
     hostile(tmp_path / "cards", kind, "m.md")
-    monkeypatch.setattr(ui.welcome, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.widgets.welcome, "CHECKPOINT_DIR", tmp_path)
     with measured() as cost:
-        outcome = finishes(lambda: ui.welcome.model_card("m"))
+        outcome = finishes(lambda: ui.widgets.welcome.model_card("m"))
     assert "error" not in outcome, outcome  # a MemoryError at 6.5 GB from /dev/zero before
     assert cost.peak_growth_mb < 50, cost  # the sparse file was read whole: 3 GB
     if kind == "sparse":  # its first 4 KB (zeros) are shown, the rest never read

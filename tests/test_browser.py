@@ -661,7 +661,7 @@ def test_the_beam_tree_stays_readable_and_a_hypothesis_opens_as_a_branch(server,
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
-# The How it learned view (ui/epoch_player.js) in its shadow root: the caption's epoch, the map's title.
+# The How it learned view (ui/players/epoch_player.js) in its shadow root: the caption's epoch, the map's title.
 EPOCH_CAPTION = f"{PLAYER}?.querySelector('.epochs .caption b')?.textContent"
 EPOCH_MAP = f"{PLAYER}?.querySelector('.epoch-map .map-title')?.textContent"
 SNAPSHOTS = load_timeline(timeline_path(DEFAULT_CHECKPOINT)).snapshots  # the shipped timeline's, in order

@@ -9,7 +9,7 @@ from helpers import REPO, make_sentences, start, translate
 
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import Checkpoint, load_checkpoint
-from ui.cache import RESULTS, ResultCache, nbytes
+from ui.services.cache import RESULTS, ResultCache, nbytes
 
 
 class Clock:

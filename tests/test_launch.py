@@ -1,4 +1,4 @@
-"""`python -m ui.launch`: the warm-up fills the same caches the first page reads."""
+"""`python -m ui.server.launch`: the warm-up fills the same caches the first page reads."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import sys
 
 from helpers import REPO, start, step_view
 
-import ui.launch
-import ui.models
-from ui.keys import DEFAULT_SENTENCE
+import ui.server.launch
+import ui.services.models
+from ui.state.keys import DEFAULT_SENTENCE
 
 
 def test_the_first_page_finds_the_warm_ups_decode(monkeypatch):
-    monkeypatch.setattr(ui.launch, "serving", lambda: True)
-    ui.launch.warm_up()
+    monkeypatch.setattr(ui.server.launch, "serving", lambda: True)
+    ui.server.launch.warm_up()
 
     def no_decode(*args, **kwargs):
         raise AssertionError("the first page decoded again: the warm-up missed the page's cache key")
 
-    monkeypatch.setattr(ui.models, "decode_text", no_decode)
+    monkeypatch.setattr(ui.services.models, "decode_text", no_decode)
     at = start()
     assert not at.exception and at.session_state["applied_text"] == DEFAULT_SENTENCE
     assert step_view(at)["steps"] == at.session_state["result"].steps
@@ -58,12 +58,12 @@ def test_the_package_is_imported_before_the_warm_up_thread_starts():
     half-imported module, an ImportError on that visitor's page (seen with Chromium opening a page at once). So
     the warm-up starts with everything it and the pages import already there (a fresh process: this one has all)."""
     launch = (
-        "import sys, threading; import streamlit.web.cli as cli; import ui.launch as launch;"
+        "import sys, threading; import streamlit.web.cli as cli; import ui.server.launch as launch;"
         "cli.main = lambda: 0; seen = [];"
         "threading.Thread.start = lambda thread: seen.append(sorted(sys.modules));"
         "launch.sys.argv = ['launch'];"
         "\ntry: launch.main()\nexcept SystemExit: pass\n"
-        "print(all(name in seen[0] for name in ('ui.models', 'transformer.model.encoder_decoder', "
+        "print(all(name in seen[0] for name in ('ui.services.models', 'transformer.model.encoder_decoder', "
         "'transformer.decoding.settings')))"
     )
     run = subprocess.run([sys.executable, "-c", launch], cwd=REPO, capture_output=True, text=True)

@@ -10,11 +10,11 @@ import numpy as np
 from helpers import REPO, errors
 from streamlit.testing.v1 import AppTest
 
-import ui.models
+import ui.services.models
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.model.kinds import AttentionKind
-from ui.packing import unpacked
+from ui.players.packing import unpacked
 
 TIMELINE = load_timeline(timeline_path(DEFAULT_CHECKPOINT))
 
@@ -66,7 +66,7 @@ def test_a_link_opens_the_epoch_probe_and_head_it_names():
 def test_a_hostile_timeline_is_one_line_on_the_page(monkeypatch, tmp_path):
     hostile = tmp_path / "hostile.safetensors"
     hostile.write_bytes(pickle.dumps({"epochs": 3}))
-    monkeypatch.setattr(ui.models, "timeline_path", lambda path: hostile)
+    monkeypatch.setattr(ui.services.models, "timeline_path", lambda path: hostile)
     at = opened()
     assert not at.exception
     assert "cannot be read" in errors(at) and "refused because loading one can execute code" in errors(at)
@@ -103,17 +103,17 @@ def test_typed_sentences_share_the_servers_checkpoints_and_read_in_a_slot(monkey
     """8 tabs typing at once each loaded every epoch's checkpoint from disk outside the slots (+1.4 GB that stayed):
     the reading now takes the server's one copy of each file, in a heavy-job slot."""
     import transformer.io.timeline
-    import ui.work
+    import ui.services.work
 
     from_disk, in_slot = [], []
     monkeypatch.setattr(transformer.io.timeline, "load_checkpoint", lambda path: from_disk.append(path))
-    reading = ui.models.sentence_timeline
+    reading = ui.services.models.sentence_timeline
 
     def recorded(*args, **kwargs):
-        in_slot.append(getattr(ui.work._THIS_THREAD, "holds_slot", False))
+        in_slot.append(getattr(ui.services.work._THIS_THREAD, "holds_slot", False))
         return reading(*args, **kwargs)
 
-    monkeypatch.setattr(ui.models, "sentence_timeline", recorded)
+    monkeypatch.setattr(ui.services.models, "sentence_timeline", recorded)
     for sentence in ("A small dog sleeps.", "The red car is fast."):
         at = opened({"sentence": sentence})
         assert not at.exception and len(sent(at)["labels"]) >= 2
@@ -124,7 +124,7 @@ def test_a_long_typed_sentence_is_shortened_in_the_link():
     """2,000 emoji made a 24 KB address that the proxy refuses (414)."""
     from urllib.parse import quote
 
-    from ui.url import MAX_URL_TEXT_BYTES
+    from ui.state.url import MAX_URL_TEXT_BYTES
 
     sentence = "🙂" * 2000
     at = opened({"sentence": sentence})
@@ -135,11 +135,11 @@ def test_a_long_typed_sentence_is_shortened_in_the_link():
 def test_a_long_run_sends_the_player_what_one_page_can_carry(monkeypatch):
     """A 30 MB timeline sent 43.6 MB to every tab: the player gets evenly spaced snapshots within its budget, the
     first and the last among them, and the page says so."""
-    from ui.epoch_player import MAX_PLAYER_MAP_BYTES
+    from ui.players.epoch_player import MAX_PLAYER_MAP_BYTES
 
     count = len(TIMELINE.snapshots)
     long_run = TIMELINE.at([e for e in range(count) for _ in range(60)])  # each snapshot 60 times over
-    monkeypatch.setattr(ui.models, "timeline", lambda name: long_run)
+    monkeypatch.setattr(ui.services.models, "timeline", lambda name: long_run)
     at = opened()
     assert not at.exception
     payload = at.get("bidi_component")[0].proto.json

@@ -9,16 +9,16 @@ import tomllib
 
 from helpers import REPO
 
-import ui.work
+import ui.services.work
 
 
 def test_at_most_page_runs_compute_at_once_and_the_others_are_served_in_turn(monkeypatch):
-    monkeypatch.setattr(ui.work, "PAGE_SLOTS", ui.work.Slots(2))
+    monkeypatch.setattr(ui.services.work, "PAGE_SLOTS", ui.services.work.Slots(2))
     inside, most, served = [0], [0], []
     lock = threading.Lock()
 
     def page(number: int) -> None:
-        with ui.work.page_run():
+        with ui.services.work.page_run():
             with lock:
                 inside[0] += 1
                 most[0] = max(most[0], inside[0])
@@ -38,14 +38,14 @@ def test_at_most_page_runs_compute_at_once_and_the_others_are_served_in_turn(mon
 def test_a_heavy_job_waiting_in_line_lets_other_pages_run(monkeypatch):
     """Two page runs waiting for the one heavy-job slot would otherwise hold both page slots, and every other
     visitor's ordinary page would wait behind a minute of attribution."""
-    monkeypatch.setattr(ui.work, "PAGE_SLOTS", ui.work.Slots(1))
-    with ui.work.page_run():
-        with ui.work.page_slot_given_up():
-            other = threading.Thread(target=lambda: ui.work.page_run().__enter__())
+    monkeypatch.setattr(ui.services.work, "PAGE_SLOTS", ui.services.work.Slots(1))
+    with ui.services.work.page_run():
+        with ui.services.work.page_slot_given_up():
+            other = threading.Thread(target=lambda: ui.services.work.page_run().__enter__())
             other.start()
             other.join(5)
             assert not other.is_alive()  # it got the slot this run gave up
-            ui.work.PAGE_SLOTS.release()  # and gives it back
+            ui.services.work.PAGE_SLOTS.release()  # and gives it back
 
 
 def test_streamlit_runs_no_full_garbage_collection_after_each_page():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ui.replica import moved_from_another
+from ui.server.replica import moved_from_another
 
 
 @pytest.mark.parametrize(

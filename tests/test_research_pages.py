@@ -29,7 +29,7 @@ from helpers import (
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_cost
 from transformer.io.header import read_header
-from ui.packing import unpacked
+from ui.players.packing import unpacked
 
 
 class RunsCode:
@@ -57,59 +57,59 @@ def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
 def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpoint_path, monkeypatch):
     import gc
 
-    import ui.uploads
+    import ui.services.uploads
 
     tiny = checkpoint_path.read_bytes()
     _, one = load_cost(tiny)
-    monkeypatch.setattr(ui.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # one tiny upload, not two
-    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # one tiny upload, not two
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
     first = upload(start(), "mine.safetensors", tiny)
-    assert not first.error and ui.uploads.SERVER_UPLOADS.held() == one
+    assert not first.error and ui.services.uploads.SERVER_UPLOADS.held() == one
     second = upload(start(), "theirs.safetensors", tiny)  # another tab: its own session allowance is untouched
     assert "other visitors' uploads hold" in errors(second) and "theirs (uploaded)" not in str(second.session_state)
     del first  # the first visitor's session ends: its model is freed, and its share of the budget with it
     gc.collect()
-    assert ui.uploads.SERVER_UPLOADS.held() == 0
+    assert ui.services.uploads.SERVER_UPLOADS.held() == 0
     second = upload(second, "theirs.safetensors", tiny)
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
 
 
 def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(checkpoint_path, monkeypatch):
     """Five tabs of one visitor held 123.8M of the server's 128M: a visitor (a browser) now has one share."""
-    import ui.uploads
+    import ui.services.uploads
 
     tiny = checkpoint_path.read_bytes()
     _, one = load_cost(tiny)
-    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
-    monkeypatch.setattr(ui.uploads, "VISITOR_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
+    monkeypatch.setattr(ui.services.uploads, "VISITOR_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     visitor = {"now": "browser:a"}
-    monkeypatch.setattr(ui.uploads, "visitor_id", lambda: visitor["now"])
+    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: visitor["now"])
     first_tab = upload(start(), "mine.safetensors", tiny)
     assert not first_tab.error
     second_tab = upload(start(), "mine-again.safetensors", tiny)  # a new tab: a new session, the same browser
     assert "your uploads in other tabs hold" in errors(second_tab)
     visitor["now"] = "browser:b"
     other = upload(start(), "theirs.safetensors", tiny)
-    assert not other.error and ui.uploads.SERVER_UPLOADS.held("browser:b") == one
+    assert not other.error and ui.services.uploads.SERVER_UPLOADS.held("browser:b") == one
 
 
 def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(checkpoint_path, monkeypatch):
-    import ui.uploads
+    import ui.services.uploads
 
     tiny = checkpoint_path.read_bytes()
     _, one = load_cost(tiny)
-    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
-    monkeypatch.setattr(ui.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     visitor = {"now": "browser:a"}
-    monkeypatch.setattr(ui.uploads, "visitor_id", lambda: visitor["now"])
+    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: visitor["now"])
     first = upload(start(), "mine.safetensors", tiny)
     assert not first.error and first.session_state["checkpoint"] == "mine (uploaded)"
     visitor["now"] = "browser:b"
     assert "other visitors' uploads hold" in errors(upload(start(), "theirs.safetensors", tiny))  # in use: kept
-    monkeypatch.setattr(ui.uploads, "UPLOAD_IDLE_SECONDS", 0.0)  # from now on, unused is idle
+    monkeypatch.setattr(ui.services.uploads, "UPLOAD_IDLE_SECONDS", 0.0)  # from now on, unused is idle
     second = upload(start(), "theirs.safetensors", tiny)
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
-    assert ui.uploads.SERVER_UPLOADS.held() == one
+    assert ui.services.uploads.SERVER_UPLOADS.held() == one
     first.run()
     assert first.session_state["checkpoint"] != "mine (uploaded)" and not first.exception
     assert any("mine (uploaded) was freed" in message.value.replace("\\", "") for message in first.sidebar.info)
@@ -119,9 +119,9 @@ def test_an_upload_is_budgeted_by_what_it_holds_before_anything_is_built(checkpo
     """Parameters alone undercount an upload: a 27 MB file with a 1M-token tokenizer held 0.4 GB; 128+128 layers of
     64 heads (6.5M parameters) drew a 358 MB step view. Both are refused from the header, and a refused upload
     leaves nothing reserved."""
-    import ui.uploads
+    import ui.services.uploads
 
-    monkeypatch.setattr(ui.uploads, "SERVER_UPLOADS", ui.uploads.UploadLedger())
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
     reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
     tokenizer = read_header(reverse)["__metadata__"]["tokenizer"]
     at = start()
@@ -132,12 +132,12 @@ def test_an_upload_is_budgeted_by_what_it_holds_before_anything_is_built(checkpo
     at = upload(at, "deep.safetensors", with_config(reverse, n_encoder_layers=128, n_decoder_layers=128, n_heads=64))
     assert "24,576 attention maps a step" in errors(at)
     at = upload(at, "broken.safetensors", with_metadata(checkpoint_path.read_bytes(), tokenizer="not base64!"))
-    assert "invalid tokenizer" in errors(at) and ui.uploads.SERVER_UPLOADS.held() == 0
+    assert "invalid tokenizer" in errors(at) and ui.services.uploads.SERVER_UPLOADS.held() == 0
 
 
 def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch):
-    import ui.models
-    import ui.uploads
+    import ui.services.models
+    import ui.services.uploads
 
     reverse = (REPO / "checkpoints" / "reverse.safetensors").read_bytes()
     at = start()
@@ -149,7 +149,9 @@ def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch)
     assert "too large" in errors(at)
     tiny = checkpoint_path.read_bytes()
     _, one = load_cost(tiny)
-    monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # room for one tiny upload, not two
+    monkeypatch.setattr(
+        ui.services.uploads, "UPLOAD_LIMIT_ELEMENTS", one + one // 2
+    )  # room for one tiny upload, not two
     at = upload(start(), "first.safetensors", tiny)  # a new session: nothing uploaded yet
     assert not at.error and at.session_state["checkpoint"] == "first (uploaded)"
     at = upload(at, "second.safetensors", tiny)
@@ -199,10 +201,10 @@ def test_a_pickle_upload_is_refused_and_never_runs(tmp_path):
 
 
 def test_an_upload_over_the_limit_names_the_limit(checkpoint_path, monkeypatch):
-    import ui.models
-    import ui.uploads
+    import ui.services.models
+    import ui.services.uploads
 
-    monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_MB", 1)
+    monkeypatch.setattr(ui.services.uploads, "UPLOAD_LIMIT_MB", 1)
     at = upload(start(), "reverse.safetensors", (REPO / "checkpoints" / "reverse.safetensors").read_bytes())
     assert "1.2 MB, over the upload limit of 1 MB" in errors(at)
 
@@ -273,10 +275,12 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
 
 
 def test_corpus_progress_counts_the_sentences_translated_not_the_blank_lines(monkeypatch):
-    import ui.work
+    import ui.services.work
 
     shown = []
-    monkeypatch.setattr(ui.work.Progress, "__call__", lambda self, done, total=None: shown.append((done, self.total)))
+    monkeypatch.setattr(
+        ui.services.work.Progress, "__call__", lambda self, done, total=None: shown.append((done, self.total))
+    )
     at = start().switch_page("pages/corpus.py").run()
     sources = "Two dogs are playing in the snow.\n\nA man is riding a bicycle.\n\n"
     at.file_uploader(key="corpus_src").set_value(("src.txt", sources.encode(), "text/plain"))
@@ -287,10 +291,10 @@ def test_corpus_progress_counts_the_sentences_translated_not_the_blank_lines(mon
 
 
 def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypatch):
-    import ui.models
-    import ui.uploads
+    import ui.services.models
+    import ui.services.uploads
 
-    monkeypatch.setattr(ui.uploads, "UPLOAD_LIMIT_MB", 1)
+    monkeypatch.setattr(ui.services.uploads, "UPLOAD_LIMIT_MB", 1)
     # 400 MB of lines of 10,000 bytes: the 200 lines the page reads are already past 1 MB
     bomb = gzip.compress((b"a" * 9_999 + b"\n") * 800, compresslevel=9) * 50
     at = start().switch_page("pages/corpus.py").run()
@@ -427,12 +431,12 @@ def test_a_config_with_a_string_dropout_is_refused_with_its_reason():
 
 
 def test_out_of_memory_during_an_upload_is_a_message(monkeypatch):
-    import ui.uploads
+    import ui.services.uploads
 
     def out_of_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(ui.uploads, "load_checkpoint_bytes", out_of_memory)
+    monkeypatch.setattr(ui.services.uploads, "load_checkpoint_bytes", out_of_memory)
     at = upload(start(), "big.safetensors", (REPO / "checkpoints" / "reverse.safetensors").read_bytes())
     assert not at.exception and "no memory to spare" in errors(at)
 

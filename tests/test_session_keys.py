@@ -1,4 +1,4 @@
-"""Every session key the app uses is declared once in ui/keys.py, with its type and default."""
+"""Every session key the app uses is declared once in ui/state/keys.py, with its type and default."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 
 from helpers import REPO, start, step_action, translate
 
-from ui.keys import KEYS
+from ui.state.keys import KEYS
 
 # How the pages and ui/ name a session key: attribute, item, get/setdefault/pop, a shared widget, a membership test.
 ACCESSES = [
@@ -20,13 +20,13 @@ ACCESSES = [
 
 def test_every_session_key_in_the_code_is_declared():
     used = {}
-    for path in [*REPO.glob("pages/*.py"), *REPO.glob("ui/*.py"), REPO / "app.py"]:
+    for path in [*REPO.glob("pages/*.py"), *REPO.glob("ui/**/*.py"), REPO / "app.py"]:
         for pattern in ACCESSES:
             for match in re.finditer(pattern, path.read_text()):
                 used.setdefault(match.group(1), path.name)
     assert used, "the patterns found no session key at all"
     undeclared = {name: where for name, where in used.items() if name not in KEYS}
-    assert not undeclared, f"session keys used but not declared in ui/keys.py: {undeclared}"
+    assert not undeclared, f"session keys used but not declared in ui/state/keys.py: {undeclared}"
 
 
 def test_defaults_have_their_declared_types_and_a_visit_keeps_to_them():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ui.packing import QUANTUM, packed, unpacked
+from ui.players.packing import QUANTUM, packed, unpacked
 
 
 def test_weights_travel_to_within_one_quantum_and_nan_stays_nan():

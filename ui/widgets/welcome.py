@@ -6,8 +6,8 @@ import streamlit as st
 
 from transformer.io.checkpoint import CHECKPOINT_DIR
 from transformer.text.files import FileRefused, read_head
-from ui import keys
-from ui.text import literal
+from ui.state import keys
+from ui.widgets.text import literal
 
 MAX_CARD_BYTES = 4096
 # Sentences the shipped default translates right, each showing something in its cross-attention, for a first click.

@@ -16,12 +16,12 @@ from transformer.decoding.result import DecodeInputError, DecodeResult, truncati
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint
 from transformer.io.metadata import read_metadata
-from ui import keys, models, url
-from ui.text import literal
-from ui.uploads import SERVER_UPLOADS
-
-from .charts import close_sidebar_if_presenting, presentation_style, sidebar_state
-from .replica import say_if_moved
+from ui.server.replica import say_if_moved
+from ui.services import models
+from ui.services.uploads import SERVER_UPLOADS
+from ui.state import keys, url
+from ui.widgets.charts import close_sidebar_if_presenting, presentation_style, sidebar_state
+from ui.widgets.text import literal
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Explored:
 
 FORM_KEYS = ("text", *keys.SETTINGS)
 LANGUAGE_KEYS = ("source_language", "target_language")
-ICON = str(Path(__file__).parent / "static" / "icon.png")  # served by the app: an emoji or :material: icon is not
+ICON = str(Path(__file__).parents[1] / "static" / "icon.png")  # served by the app: an emoji or :material: icon is not
 
 
 def _settings_form() -> bool:

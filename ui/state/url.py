@@ -10,7 +10,7 @@ import streamlit as st
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import RENAMED_CHECKPOINTS
 from transformer.model.kinds import AttentionKind
-from ui.keys import ATTENTION_VIEWS, MAX_CHARACTERS, SETTING_RANGES, SETTINGS
+from ui.state.keys import ATTENTION_VIEWS, MAX_CHARACTERS, SETTING_RANGES, SETTINGS
 
 
 def read_url_once(checkpoints: dict) -> None:

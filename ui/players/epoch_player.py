@@ -2,7 +2,7 @@
 
 Every snapshot's maps (each kind, layer and head, with each layer's mean), the probability it gave each reference
 token, the logit lens's ranks and every head's measures are sent once; the slider, Play and the kind, layer and head
-choices then draw in the browser (ui/epoch_player.js), which writes the view into the address bar.
+choices then draw in the browser (ui/players/epoch_player.js), which writes the view into the address bar.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
 from transformer.viz.attention import with_layer_means
 from transformer.viz.style import colorscale_stops
-from ui.packing import QUANTUM, packed, rounded
+from ui.players.packing import QUANTUM, packed, rounded
 
 HERE = Path(__file__).parent
 EPOCH_PLAYER = st.components.v2.component(

@@ -6,7 +6,7 @@ import streamlit as st
 
 from transformer.decoding.result import DecodeResult
 from transformer.model.kinds import AttentionKind
-from ui import keys
+from ui.state import keys
 
 
 def attention_kind(container=st, horizontal: bool = False, page_default: AttentionKind | None = None) -> AttentionKind:

@@ -24,8 +24,8 @@ from transformer.io.checkpoint import (
     load_cost,
 )
 from transformer.text.files import text_lines
-from ui.models import KeyedCheckpoint, device
-from ui.work import UPLOAD_KEY, return_memory
+from ui.services.models import KeyedCheckpoint, device
+from ui.services.work import UPLOAD_KEY, return_memory
 
 UPLOAD_LIMIT_MB = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_MB", "200"))  # also server.maxUploadSize
 

@@ -1,7 +1,7 @@
 """The shared, read-only models and every model call a page makes, cached: pages only read.
 
 A checkpoint file is loaded once per process (st.cache_resource) and never mutated. Results are
-immutable values, so visitors asking the same question share one (ui.cache, bounded by bytes and age);
+immutable values, so visitors asking the same question share one (ui.services.cache, bounded by bytes and age);
 stepping, switching pages or choosing a layer only reads them.
 """
 
@@ -40,11 +40,9 @@ from transformer.io.timeline import sentence_timeline, snapshot_files
 from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.model.probes import Probe
 from transformer.viz.report import html_report
-from ui.cache import RESULTS
-from ui.text import literal
-from ui.work import heavy_job, in_slot_if_uploaded
-
-RESULTS.guard = in_slot_if_uploaded  # every model call on an upload, in a heavy-job slot
+from ui.services.cache import RESULTS
+from ui.services.work import heavy_job
+from ui.widgets.text import literal
 
 
 def device() -> torch.device:

@@ -5,7 +5,7 @@ asks /attention/_stcore/health and /attention/_stcore/host-config, which the ser
 trying /_stcore/ (streamlit/streamlit#7074; Streamlit reads the root from window.__streamlit when a page
 names it). Here every HTML page the server sends names it, as nginx's sub_filter did for a classroom.
 
-    streamlit run ui/asgi.py [options]      (ui.launch does, with the model loading at once)
+    streamlit run ui/server/asgi.py [options]      (ui.server.launch does, with the model loading at once)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamlit import config
 
-APP = Path(__file__).resolve().parent.parent / "app.py"
+APP = Path(__file__).resolve().parents[2] / "app.py"
 
 
 def root_script() -> bytes:

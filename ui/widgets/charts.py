@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from transformer.viz.style import FIGURE_CONFIG
-from ui.url import link_flag
+from ui.state.url import link_flag
 
 PRESENTATION_FONT = 18  # points, for a projector
 PRESENTATION_TITLE_CHARACTERS = 60  # a line of title at that size on a 1024-pixel projector

@@ -1,11 +1,11 @@
-"""Starts the app with its model already on the way: `python -m ui.launch [streamlit run options]`.
+"""Starts the app with its model already on the way: `python -m ui.server.launch [streamlit run options]`.
 
 Under a plain `streamlit run app.py` nothing of the model exists until the first visitor's page
 runs: then it imports PyTorch, reads the default checkpoint and decodes the default sentence
 (about 1.5 s on a 2-core CPU), after the browser has loaded the page's code. Here a thread
 does that work as soon as the server takes connections, while the browser loads, and the first
 page finds the checkpoint and its result in the process's caches (the same ones every page uses). It serves
-ui/asgi.py: app.py, with pages that name the app's root.
+ui/server/asgi.py: app.py, with pages that name the app's root.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def warm_up() -> None:
     while not serving():
         time.sleep(0.05)
     from transformer.decoding.settings import DecodeSettings
-    from ui import models
-    from ui.keys import DEFAULT_SENTENCE
+    from ui.services import models
+    from ui.state.keys import DEFAULT_SENTENCE
 
     path = models.DEFAULT_CHECKPOINT
     try:
@@ -59,8 +59,10 @@ def main() -> None:
     # The package is imported before the server takes connections: imported by the warm-up thread while a first
     # visitor's page imported it too, a thread could meet the other's half-imported module (transformer.model's
     # __init__ and its submodules import each other) and that visitor's page failed with an ImportError.
-    from ui import models  # noqa: F401
+    from ui.server.wiring import wire
+    from ui.services import models  # noqa: F401
 
+    wire()
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     from streamlit.web import cli
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy as np
 import streamlit as st
-from streamlit.components.v2.bidi_component import serialization as bidi_serialization
 
 from transformer.analysis.tuned_lens import TunedLens
 from transformer.analysis.words import over_words
@@ -29,27 +27,12 @@ from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import TokenizerBase
 from transformer.viz.attention import head_row_labels, with_layer_means
 from transformer.viz.style import colorscale_stops
-from ui.packing import QUANTUM, packed, rounded
+from ui.players.packing import QUANTUM, packed, rounded
 
 HERE = Path(__file__).parent
-PAGE_NAMES = frozenset(path.stem for path in (HERE.parent / "pages").glob("*.py"))  # a page's URL path
+PAGE_NAMES = frozenset(path.stem for path in (HERE.parents[1] / "pages").glob("*.py"))  # a page's URL path
 
 
-def _hostile_trigger_refused(deserialize: Callable[[str | None], Any]) -> Callable[[str | None], Any]:
-    """Streamlit's reading of a component's trigger, with what its json.loads raises besides a JSONDecodeError (a
-    trigger nested 200,000 deep, a 5,000-digit number) read as no trigger. Streamlit reads triggers before the
-    page runs, so a raise there ended the visitor's run with the generic error, out of the page's reach."""
-
-    def guarded(text: str | None) -> Any:
-        try:
-            return deserialize(text)
-        except (RecursionError, ValueError):
-            return None
-
-    return guarded
-
-
-bidi_serialization.handle_deserialize = _hostile_trigger_refused(bidi_serialization.handle_deserialize)
 PLAYER = st.components.v2.component(
     "step_player",
     css=(HERE / "player.css").read_text() + (HERE / "step_player.css").read_text(),
