@@ -33,7 +33,7 @@ with st.expander("Upload a checkpoint (this project's .safetensors format)", exp
     if uploaded is not None and st.session_state.get("upload_done") != uploaded.file_id:
         st.session_state.upload_done = uploaded.file_id
         try:
-            name = uploads.add_upload(uploaded.name, uploaded.getvalue())
+            name = uploads.add_upload(uploaded)
         except CheckpointError as error:
             st.error(literal(f"{uploaded.name} was refused: {error}"))
         else:

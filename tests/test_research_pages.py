@@ -30,6 +30,7 @@ from helpers import (
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_cost
 from transformer.io.header import read_header
 from ui.players.packing import unpacked
+from ui.services.uploads import upload_cost
 
 
 class RunsCode:
@@ -60,7 +61,7 @@ def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpo
     import ui.services.uploads
 
     tiny = checkpoint_path.read_bytes()
-    _, one = load_cost(tiny)
+    _, one = upload_cost(tiny)
     monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)  # one tiny upload, not two
     monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
     first = upload(start(), "mine.safetensors", tiny)
@@ -79,7 +80,7 @@ def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(checkpoint_p
     import ui.services.uploads
 
     tiny = checkpoint_path.read_bytes()
-    _, one = load_cost(tiny)
+    _, one = upload_cost(tiny)
     monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
     monkeypatch.setattr(ui.services.uploads, "VISITOR_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     visitor = {"now": "browser:a"}
@@ -97,7 +98,7 @@ def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(ch
     import ui.services.uploads
 
     tiny = checkpoint_path.read_bytes()
-    _, one = load_cost(tiny)
+    _, one = upload_cost(tiny)
     monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
     monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     visitor = {"now": "browser:a"}
@@ -113,6 +114,26 @@ def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(ch
     first.run()
     assert first.session_state["checkpoint"] != "mine (uploaded)" and not first.exception
     assert any("mine (uploaded) was freed" in message.value.replace("\\", "") for message in first.sidebar.info)
+
+
+def test_an_upload_asks_the_budget_for_its_bytes_and_model_before_it_is_copied_or_hashed(checkpoint_path, monkeypatch):
+    """The file's bytes were copied (getvalue) and hashed before any budget was asked, and the ledger counted only
+    the model, not the bytes that stay in the session while the upload is open."""
+    import ui.services.uploads
+
+    tiny = checkpoint_path.read_bytes()
+    _, one = upload_cost(tiny)
+    assert one >= len(tiny) // 4 + load_cost(tiny)[1]
+    hashed = []
+    real_sha256 = ui.services.uploads.hashlib.sha256
+    monkeypatch.setattr(ui.services.uploads.hashlib, "sha256", lambda data: hashed.append(1) or real_sha256(data))
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one - 1)
+    refused = upload(start(), "mine.safetensors", tiny)
+    assert "other visitors' uploads hold" in errors(refused) and hashed == []
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one)
+    taken = upload(start(), "mine.safetensors", tiny)
+    assert not taken.error and hashed == [1] and ui.services.uploads.SERVER_UPLOADS.held() == one
 
 
 def test_an_upload_is_budgeted_by_what_it_holds_before_anything_is_built(checkpoint_path, monkeypatch):
@@ -148,7 +169,7 @@ def test_uploads_are_bounded_in_what_they_allocate(checkpoint_path, monkeypatch)
     at = upload(at, "wide.safetensors", with_config(reverse, **SMALL_FILE_HUGE_CONFIG))
     assert "too large" in errors(at)
     tiny = checkpoint_path.read_bytes()
-    _, one = load_cost(tiny)
+    _, one = upload_cost(tiny)
     monkeypatch.setattr(
         ui.services.uploads, "UPLOAD_LIMIT_ELEMENTS", one + one // 2
     )  # room for one tiny upload, not two

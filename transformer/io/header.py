@@ -59,7 +59,7 @@ def read_header(data: bytes, require_metadata: bool = True, max_header_bytes: in
     if 8 + header_bytes > len(data):
         raise CheckpointError(f"file is truncated: header claims {header_bytes:,} bytes, file has {len(data) - 8:,}")
     try:
-        header = json.loads(data[8 : 8 + header_bytes], object_pairs_hook=_without_duplicates)
+        header = json.loads(bytes(data[8 : 8 + header_bytes]), object_pairs_hook=_without_duplicates)
     except CheckpointError:  # a repeated name
         raise
     except (ValueError, RecursionError):  # also a number past Python's 4,300 digits, a plain ValueError

@@ -23,6 +23,7 @@ from transformer.io.checkpoint import (
     load_checkpoint_bytes,
     load_cost,
 )
+from transformer.model.config import TransformerConfig
 from transformer.text.files import text_lines
 from ui.services.models import KeyedCheckpoint, device
 from ui.services.work import UPLOAD_KEY, return_memory
@@ -157,29 +158,56 @@ UPLOAD_MAX_LINE_BYTES = 20_000
 def uploaded_lines(uploaded: UploadedFile, max_lines: int = UPLOAD_MAX_LINES) -> list[str]:
     """The first max_lines lines of an uploaded text file, plain or gzipped, read as a stream (the rest is never
     decompressed); refused past the upload limit once decompressed, or for a line longer than a paragraph."""
-    return text_lines(
-        uploaded.getvalue(), UPLOAD_LIMIT_MB * 2**20, min(max_lines, UPLOAD_MAX_LINES), UPLOAD_MAX_LINE_BYTES
-    )
+    uploaded.seek(0)  # read in place as a stream: no copy of the file
+    return text_lines(uploaded, UPLOAD_LIMIT_MB * 2**20, min(max_lines, UPLOAD_MAX_LINES), UPLOAD_MAX_LINE_BYTES)
 
 
-def add_upload(filename: str, data: bytes) -> str:
+def upload_cost(data: bytes | memoryview) -> tuple[TransformerConfig, int]:
+    """An uploaded checkpoint's config and its share of the budgets, in numbers of 4 bytes, from its header alone:
+    what its model will hold (load_cost) and the file's own bytes, which Streamlit keeps while the upload is open."""
+    config, elements = load_cost(data)
+    return config, elements + len(data) // 4
+
+
+def add_upload(uploaded: UploadedFile) -> str:
     """Validates an uploaded checkpoint and keeps it in this visitor's session only; returns its name.
 
-    What the model will hold is read from the header and reserved in this session's and the server's budgets
-    before anything is built (a file's parameters alone undercount it: a 27 MB file with a 1M-token tokenizer held
-    0.4 GB). Raises CheckpointError (with the reason) for anything that is not a usable checkpoint.
+    What the upload will hold is read from the header and reserved in this session's, this visitor's and the
+    server's budgets before the file is copied, hashed or built (a file's parameters alone undercount it: a 27 MB
+    file with a 1M-token tokenizer held 0.4 GB). Raises CheckpointError (with the reason) for anything that is not
+    a usable checkpoint.
     """
-    limit = UPLOAD_LIMIT_MB * 1024 * 1024
-    if len(data) > limit:
+    filename, limit = uploaded.name, UPLOAD_LIMIT_MB * 1024 * 1024
+    if uploaded.size > limit:
         raise CheckpointError(
-            f"{filename} is {len(data) / 2**20:.1f} MB, over the upload limit of {UPLOAD_LIMIT_MB} MB"
+            f"{filename} is {uploaded.size / 2**20:.1f} MB, over the upload limit of {UPLOAD_LIMIT_MB} MB"
         )
     uploads = st.session_state.setdefault("uploads", Uploads())
-    digest = hashlib.sha256(data).hexdigest()[:16]
     name = f"{Path(filename).stem} (uploaded)"
     if name not in uploads and len(uploads) >= UPLOADS_PER_SESSION:
         raise CheckpointError(f"at most {UPLOADS_PER_SESSION} uploads per session; reload the page to start afresh")
-    config, cost = load_cost(data)
+    with uploaded.getbuffer() as held_bytes:  # the bytes Streamlit holds, read in place
+        config, cost = upload_cost(held_bytes)
+        _check_session_share(config, cost, uploads, name)
+        key = _reserve(filename, cost, uploads, name)
+        try:
+            digest = hashlib.sha256(held_bytes).hexdigest()[:16]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", CheckpointWarning)  # kept as checkpoint.problems, shown with it
+                checkpoint = load_checkpoint_bytes(bytes(held_bytes), device())
+        except (MemoryError, torch.OutOfMemoryError):
+            SERVER_UPLOADS.release(key)
+            raise CheckpointError("the server has no memory to spare for this model now; try a smaller one") from None
+        except BaseException:
+            SERVER_UPLOADS.release(key)
+            raise
+    weakref.finalize(checkpoint.model, _freed, key)
+    uploads[name] = KeyedCheckpoint(checkpoint, f"{UPLOAD_KEY}{digest}", cost, key)
+    return name
+
+
+def _check_session_share(config: TransformerConfig, cost: int, uploads: Uploads, name: str) -> None:
+    """CheckpointTooLarge for a model that draws too many maps a step or does not fit this session's share."""
     maps = (config.n_encoder_layers + 2 * config.n_decoder_layers) * config.n_heads
     if maps > UPLOAD_MAX_ATTENTION_MAPS:
         raise CheckpointTooLarge(
@@ -191,28 +219,22 @@ def add_upload(filename: str, data: bytes) -> str:
         others = f"; your other uploads hold {held:,} of the {UPLOAD_LIMIT_ELEMENTS:,}" if held else ""
         raise CheckpointTooLarge(
             f"the model is too large here: it holds {cost:,} numbers (parameters, position "
-            f"tables and tokenizer), over the limit of {UPLOAD_LIMIT_ELEMENTS - held:,} for "
-            f"uploads in one session{others}"
+            f"tables and tokenizer, and the file while it is open), over the limit of {UPLOAD_LIMIT_ELEMENTS - held:,} "
+            f"for uploads in one session{others}"
         )
+
+
+def _reserve(filename: str, cost: int, uploads: Uploads, name: str) -> int:
+    """The upload's entry in the server's ledger; CheckpointTooLarge where this visitor's or the server's share has
+    no room."""
+    held = sum(kept.cost for other, kept in uploads.items() if other != name)
     visitor = visitor_id()
     key = SERVER_UPLOADS.reserve(
         cost, SERVER_UPLOAD_LIMIT_ELEMENTS, visitor, VISITOR_UPLOAD_LIMIT_ELEMENTS, uploads, name
     )
     if key is None:
         raise _no_room(CheckpointTooLarge(f"{filename} does not fit"), visitor, held)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", CheckpointWarning)  # kept as checkpoint.problems, shown with it
-            checkpoint = load_checkpoint_bytes(data, device())
-    except (MemoryError, torch.OutOfMemoryError):
-        SERVER_UPLOADS.release(key)
-        raise CheckpointError("the server has no memory to spare for this model now; try a smaller one") from None
-    except BaseException:
-        SERVER_UPLOADS.release(key)
-        raise
-    weakref.finalize(checkpoint.model, _freed, key)
-    uploads[name] = KeyedCheckpoint(checkpoint, f"{UPLOAD_KEY}{digest}", cost, key)
-    return name
+    return key
 
 
 def _freed(key: int) -> None:
