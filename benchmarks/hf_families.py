@@ -24,7 +24,7 @@ from benchmarks.model_speed import Row, median_ms, no_eos_chooser
 from tests.fixtures.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb, save_t5
 from transformer.decoding.greedy import generate
 from transformer.decoding.result import source_ids
-from transformer.io.hugging_face import import_hf
+from transformer.hugging_face.directory import import_hf
 
 from .app_speed import machine
 
@@ -125,7 +125,7 @@ def save_nllb_600m(directory: Path) -> None:
 IMPORT_SCRIPT = """
 import json, re, sys, time
 import torch
-from transformer.io.hugging_face import import_hf
+from transformer.hugging_face.directory import import_hf
 from transformer.decoding.settings import DecodeSettings, decode_text
 torch.set_grad_enabled(False)
 def memory_mb(field):  # this process's own figures (ru_maxrss would carry the parent's over exec)

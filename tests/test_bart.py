@@ -24,9 +24,9 @@ from transformers import (
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
-from transformer.io.bart import import_bart
+from transformer.hugging_face.bart import import_bart
+from transformer.hugging_face.directory import import_hf
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.io.hugging_face import import_hf
 
 SENTENCES = ["the red dog runs.", "a woman jumps in the blue park", "le chien rouge court!"]
 CORPUS = [" ".join(s.split()) for s in make_sentences(300, seed=1)] + ["le chien rouge court la femme!"] * 20

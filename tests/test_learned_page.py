@@ -102,11 +102,11 @@ def test_a_typed_sentence_is_read_through_every_epoch_whose_checkpoint_is_here()
 def test_typed_sentences_share_the_servers_checkpoints_and_read_in_a_slot(monkeypatch):
     """8 tabs typing at once each loaded every epoch's checkpoint from disk outside the slots (+1.4 GB that stayed):
     the reading now takes the server's one copy of each file, in a heavy-job slot."""
-    import transformer.io.timeline
+    import transformer.training.snapshots
     import ui.services.work
 
     from_disk, in_slot = [], []
-    monkeypatch.setattr(transformer.io.timeline, "load_checkpoint", lambda path: from_disk.append(path))
+    monkeypatch.setattr(transformer.training.snapshots, "load_checkpoint", lambda path: from_disk.append(path))
     reading = ui.services.models.sentence_timeline
 
     def recorded(*args, **kwargs):

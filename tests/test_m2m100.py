@@ -19,9 +19,9 @@ from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
+from transformer.hugging_face.directory import describe_hf, import_hf
+from transformer.hugging_face.m2m100 import import_m2m100
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.io.hugging_face import describe_hf, import_hf
-from transformer.io.m2m100 import import_m2m100
 from transformer.text.pieces import readable
 from transformer.viz.charts import token_probabilities
 

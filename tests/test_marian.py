@@ -18,8 +18,8 @@ from transformers import MarianMTModel, MarianTokenizer
 
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.hugging_face.marian import import_marian
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.io.marian import import_marian
 from transformer.model.masks import padding_mask
 
 SOURCE_WORDS = "the a dog cat man woman runs jumps red blue park ball".split()
@@ -241,7 +241,7 @@ def test_a_hostile_marian_directory_is_refused_or_read_safely_in_seconds(marian_
     # In a child process with a deadline: a pipe or /dev/zero read as a file would hang or fill the memory.
     code = (
         "import sys; from pathlib import Path\n"
-        "from transformer.io.hugging_face import describe_hf, import_hf, is_hf_directory\n"
+        "from transformer.hugging_face.directory import describe_hf, import_hf, is_hf_directory\n"
         "from transformer.io.checkpoint import CheckpointError\n"
         "d = Path(sys.argv[1]); print(is_hf_directory(d)); print(describe_hf(d))\n"
         "try:\n    import_hf(d); print('imported')\n"

@@ -20,8 +20,8 @@ from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.greedy import decode
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
+from transformer.hugging_face.directory import describe_hf, import_hf
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from transformer.io.hugging_face import describe_hf, import_hf
 from transformer.model.kinds import AttentionKind
 
 SENTENCES = ["the red dog runs.", "a woman jumps in the blue park", "le chien rouge court!"]

@@ -18,7 +18,7 @@ from transformer.decoding.forcing import teacher_force
 from transformer.io.average import average_checkpoints
 from transformer.io.checkpoint import load_checkpoint, save_checkpoint
 from transformer.io.header import read_header
-from transformer.io.timeline import timeline_of_run, untrained_like
+from transformer.training.snapshots import timeline_of_run, untrained_like
 from transformer.io.timeline_file import TimelineError, load_timeline, load_timeline_bytes, timeline_bytes
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer

@@ -15,8 +15,8 @@ import torch
 
 from transformer.decoding.result import DecodeInputError, DecodeResult, source_ids, truncation_note
 from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, CheckpointError
-from transformer.io.hugging_face import load_checkpoint_or_hf
 from transformer.model.config import TransformerConfig
 from transformer.text.files import TEXT_FILE, decoded_lines, open_regular
 from transformer.text.tokenizer import LONE_SURROGATE
@@ -195,8 +195,8 @@ def cmd_holdout(args: argparse.Namespace) -> int:
 
 
 def cmd_import_hf(args: argparse.Namespace) -> int:
+    from transformer.hugging_face.directory import import_hf
     from transformer.io.checkpoint import save_checkpoint
-    from transformer.io.hugging_face import import_hf
 
     checkpoint = import_hf(args.directory)
     save_checkpoint(args.out, checkpoint.model, checkpoint.tokenizer, checkpoint.metadata, getattr(torch, args.dtype))
@@ -334,7 +334,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     from transformer.analysis.alignment import parse_pharaoh
     from transformer.analysis.timeline import KINDS, GoldPairs
     from transformer.io.export import csv_text
-    from transformer.io.timeline import timeline_of_run
+    from transformer.training.snapshots import timeline_of_run
     from transformer.io.timeline_file import load_timeline, save_timeline, timeline_path
     from transformer.text.files import read_lines, read_parallel
 

@@ -28,6 +28,7 @@ from transformer.decoding.greedy import decode
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.hugging_face.directory import describe_hf, is_hf_directory, load_checkpoint_or_hf
 from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
     DEFAULT_CHECKPOINT,
@@ -35,8 +36,7 @@ from transformer.io.checkpoint import (
     CheckpointError,
     describe,
 )
-from transformer.io.hugging_face import describe_hf, is_hf_directory, load_checkpoint_or_hf
-from transformer.io.timeline import sentence_timeline, snapshot_files
+from transformer.training.snapshots import sentence_timeline, snapshot_files
 from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.model.probes import Probe
 from transformer.viz.report import html_report

@@ -17,24 +17,26 @@ from typing import Any
 
 import torch
 
-from transformer.io.checkpoint import Checkpoint, CheckpointError
-from transformer.io.hf_tokenizers import padded_json_tokenizer, unused_rows, with_language_pair
-from transformer.io.marian import (
-    ACTIVATIONS,
-    FINAL_NORMS,
+from transformer.hugging_face.files import (
     MAX_TOKENIZER_BYTES,
-    check_special_ids,
-    checkpoint_from_state,
     hf_weights,
-    marian_state,
     optional_object,
     read_bounded,
     read_config_json,
     read_json,
     regular_file,
+)
+from transformer.hugging_face.seq2seq import (
+    ACTIVATIONS,
+    FINAL_NORMS,
+    check_special_ids,
+    checkpoint_from_state,
+    marian_state,
     shape_fields,
     shape_problems,
 )
+from transformer.hugging_face.tokenizer_files import padded_json_tokenizer, unused_rows, with_language_pair
+from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 

@@ -15,20 +15,18 @@ from typing import Any
 
 import torch
 
-from transformer.io.checkpoint import Checkpoint, CheckpointError
-from transformer.io.hf_tokenizers import read_tokenizer_json, with_language_pair
-from transformer.io.marian import (
+from transformer.hugging_face.files import hf_weights, optional_object, read_config_json
+from transformer.hugging_face.seq2seq import (
     ACTIVATIONS,
     FINAL_NORMS,
     check_special_ids,
     checkpoint_from_state,
-    hf_weights,
     marian_state,
-    optional_object,
-    read_config_json,
     shape_fields,
     shape_problems,
 )
+from transformer.hugging_face.tokenizer_files import read_tokenizer_json, with_language_pair
+from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.json_tokenizer import JsonTokenizer
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from tokenizers import ByteLevelBPETokenizer
 
+from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, read_bounded, regular_file
 from transformer.io.checkpoint import CheckpointError
-from transformer.io.marian import MAX_TOKENIZER_BYTES, read_bounded, regular_file
 from transformer.model.config import shown
 from transformer.text.json_tokenizer import JsonTokenizer
 from transformer.text.tokenizer import TokenizerError

@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
+from transformer.hugging_face.files import hf_weights, read_config_json
+from transformer.hugging_face.seq2seq import checkpoint_from_state, embedding_matrix
+from transformer.hugging_face.tokenizer_files import padded_json_tokenizer
 from transformer.io.checkpoint import Checkpoint, CheckpointError
-from transformer.io.hf_tokenizers import padded_json_tokenizer
-from transformer.io.marian import checkpoint_from_state, embedding_matrix, hf_weights, read_config_json
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.tokenizer import TokenizerBase
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import torch
 
-from transformer.io.bart import import_bart
+from transformer.hugging_face.bart import import_bart
+from transformer.hugging_face.files import read_config_json, read_json, regular_file
+from transformer.hugging_face.m2m100 import import_m2m100, is_nllb
+from transformer.hugging_face.marian import describe_marian, import_marian
+from transformer.hugging_face.t5 import import_t5
 from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
-from transformer.io.m2m100 import import_m2m100, is_nllb
-from transformer.io.marian import describe_marian, import_marian, read_config_json, read_json, regular_file
-from transformer.io.t5 import import_t5
 
 IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
     "marian": import_marian,
