@@ -1,0 +1,39 @@
+"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,timeline} --help`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from transformer.cli import align, decode, evaluate, models, timeline, train
+from transformer.decoding.result import DecodeInputError
+from transformer.io.checkpoint import CheckpointError
+
+COMMAND_MODULES = (decode, evaluate, train, models, align, timeline)  # the order --help lists them
+
+CONSOLE_COMMAND = "transformer-explorer"  # pyproject.toml's [project.scripts]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    command = Path(sys.argv[0]).name
+    parser = argparse.ArgumentParser(
+        prog=command if command == CONSOLE_COMMAND else "python -m transformer", description=__doc__
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.add_parsers(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (CheckpointError, DecodeInputError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a full disk, a folder without write permission: the files written before are intact
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}; files written before it are intact", file=sys.stderr)
+        return 2

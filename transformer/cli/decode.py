@@ -1,0 +1,94 @@
+"""Decoding from the command line: `translate` (sentences, one a line), `inspect` (every attention map of one sentence) and `attribute` (which source tokens each output token depends on)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from transformer.cli.common import (
+    add_checkpoint,
+    add_decode_fields,
+    decode_argument,
+    decode_settings,
+    device,
+    write_arrays,
+)
+from transformer.decoding.result import source_ids, truncation_note
+from transformer.hugging_face.directory import load_checkpoint_or_hf
+from transformer.text.files import TEXT_FILE, decoded_lines, open_regular
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from transformer.decoding.translate import translate_texts
+
+    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
+    source = args.input or "standard input"
+    if args.input:
+        with open_regular(args.input, TEXT_FILE) as handle:
+            lines, problems = decoded_lines(handle)
+    else:
+        lines, problems = decoded_lines(sys.stdin.buffer)
+    for problem in problems:  # the good lines are still translated, one output line per input line
+        print(f"{source}: {problem}; its output line is left empty", file=sys.stderr)
+    max_len = checkpoint.config.max_len
+    for number, line in enumerate(lines, 1):
+        ids, cut = source_ids(checkpoint.tokenizer, line, max_len) if line.strip() else ([], False)
+        if cut:
+            print(f"{source}: line {number}: {truncation_note(max_len, len(ids) - 1)}", file=sys.stderr)
+    for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, decode_settings(args)):
+        print(line)
+    return 1 if problems else 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from transformer.io.export import result_arrays
+
+    checkpoint, result = decode_argument(args)
+    out = write_arrays(args, result_arrays(result, checkpoint.tokenizer))
+    print(result.text)
+    print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens)", file=sys.stderr)
+    return 0
+
+
+def cmd_attribute(args: argparse.Namespace) -> int:
+    from transformer.analysis.attribution import attribute
+
+    checkpoint, result = decode_argument(args)
+    arrays = attribute(checkpoint.model, result, n_steps=args.steps).arrays()
+    out = write_arrays(args, arrays)
+    print(result.text)
+    delta = float(abs(arrays["convergence_delta"]).max())
+    print(
+        f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens; largest convergence delta "
+        f"{delta:.3g})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """Registers this module's commands."""
+    translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
+    add_checkpoint(translate)
+    add_decode_fields(translate)
+    translate.add_argument("--input", help="file to translate instead of stdin")
+    translate.set_defaults(run=cmd_translate)
+
+    inspect = commands.add_parser("inspect", help="decode one sentence and write every attention map")
+    add_checkpoint(inspect)
+    inspect.add_argument("--text", required=True)
+    inspect.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
+    inspect.add_argument("--format", choices=["npz", "json"], default="npz")
+    add_decode_fields(inspect)
+    inspect.set_defaults(run=cmd_inspect)
+
+    attribution = commands.add_parser(
+        "attribute", help="integrated gradients, gradient x input and value-weighted attention for each output token"
+    )
+    add_checkpoint(attribution)
+    attribution.add_argument("--text", required=True)
+    attribution.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
+    attribution.add_argument("--format", choices=["npz", "json"], default="npz")
+    attribution.add_argument("--steps", type=int, default=32, help="interpolation steps of integrated gradients")
+    add_decode_fields(attribution)
+    attribution.set_defaults(run=cmd_attribute)
