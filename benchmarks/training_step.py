@@ -22,7 +22,7 @@ from torch import nn
 
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
-from transformer.training.train import training_step
+from transformer.training.step import training_step
 
 from .model_speed import Row, table
 

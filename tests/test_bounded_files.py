@@ -146,8 +146,8 @@ def test_a_timeline_of_two_runs_is_refused_before_any_probe_is_read(tmp_path, ch
     from test_timeline import PROBES
 
     from transformer.io.checkpoint import save_checkpoint
-    from transformer.training.snapshots import timeline_of_run
     from transformer.model.encoder_decoder import Transformer
+    from transformer.training.snapshots import timeline_of_run
 
     first = load_checkpoint(checkpoint_path)
     other = tmp_path / "other.safetensors"

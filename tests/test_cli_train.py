@@ -12,8 +12,9 @@ from helpers import REPO, reversal_corpus, run_cli, start, step_view, upload
 from transformer.io.checkpoint import load_checkpoint, update_metadata
 from transformer.model.config import TransformerConfig
 from transformer.training.evaluate import score
+from transformer.training.settings import TrainSettings
 from transformer.training.state import Progress
-from transformer.training.train import TrainSettings, time_left, train
+from transformer.training.train import time_left, train
 
 
 def test_translate_and_inspect_end_to_end(tmp_path, checkpoint_path):
@@ -341,7 +342,7 @@ def test_a_full_disk_during_training_is_one_line(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("cpu_bfloat16", [False, True])
 def test_cpu_bfloat16_runs_the_matrix_products_in_bfloat16_and_still_learns(tmp_path, monkeypatch, cpu_bfloat16):
     """--cpu-bfloat16 computes the training steps' layers in bfloat16 (autocast); the weights stay float32."""
-    monkeypatch.setattr("transformer.training.train._device", lambda rank: torch.device("cpu"))
+    monkeypatch.setattr("transformer.training.train.device_for_rank", lambda rank: torch.device("cpu"))
     seen: set[torch.dtype] = set()
 
     def linear_outputs(module, _inputs, output):

@@ -16,7 +16,8 @@ from transformer.text.files import read_lines
 from transformer.text.holdout import hold_out
 from transformer.text.tokenizer import Tokenizer, train_tokenizer
 from transformer.training.corpora import Corpus, epoch_indices, prepared_pairs, vocabulary_sample
-from transformer.training.train import TrainSettings, train
+from transformer.training.settings import TrainSettings
+from transformer.training.train import train
 
 TINY = TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32)
 

@@ -19,7 +19,8 @@ from transformer.io.checkpoint import load_checkpoint
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.training.batches import collate
-from transformer.training.train import _Logits, training_step
+from transformer.training.distributed import Logits
+from transformer.training.step import training_step
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 SIZES = ["--vocab-size", "40", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1",
@@ -107,7 +108,7 @@ def _rank(rank: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     torch.manual_seed(0)
     model = Transformer(_config())
-    loss = _step(model, torch.nn.parallel.DistributedDataParallel(_Logits(model)), [[0, 1], [2, 3]][rank], 2)
+    loss = _step(model, torch.nn.parallel.DistributedDataParallel(Logits(model)), [[0, 1], [2, 3]][rank], 2)
     if rank == 0:
         gradients = {name: p.grad for name, p in model.named_parameters()}  # after DDP's all-reduce and clipping
         torch.save({"loss": loss, "state": model.state_dict(), "gradients": gradients}, out)  # written by this test

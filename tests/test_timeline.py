@@ -18,12 +18,13 @@ from transformer.decoding.forcing import teacher_force
 from transformer.io.average import average_checkpoints
 from transformer.io.checkpoint import load_checkpoint, save_checkpoint
 from transformer.io.header import read_header
-from transformer.training.snapshots import timeline_of_run, untrained_like
 from transformer.io.timeline_file import TimelineError, load_timeline, load_timeline_bytes, timeline_bytes
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
-from transformer.training.train import TrainSettings, epoch_path, train
+from transformer.training.settings import TrainSettings
+from transformer.training.snapshots import timeline_of_run, untrained_like
+from transformer.training.train import epoch_path, train
 
 PROBES = [("a b c d", "d c b a"), ("red blue green", "green blue red")]
 

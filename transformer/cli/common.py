@@ -143,7 +143,7 @@ def field_values(args: argparse.Namespace, settings: type, skip: Collection[str]
 
 
 def add_train_fields(parser: argparse.ArgumentParser) -> None:
-    from transformer.training.train import DEFAULT_MODEL, TrainSettings
+    from transformer.training.settings import DEFAULT_MODEL, TrainSettings
 
     add_fields(parser, TrainSettings, skip={"model"})
     model = parser.add_argument_group("the model (TransformerConfig); the tokenizer sets the special ids")

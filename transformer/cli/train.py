@@ -17,7 +17,8 @@ from transformer.model.config import TransformerConfig
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from transformer.training.train import TrainSettings, train
+    from transformer.training.settings import TrainSettings
+    from transformer.training.train import train
 
     values = field_values(args, TrainSettings, skip={"model"})
     for name in ("train_src", "train_tgt", "val_src", "val_tgt", "train_weights", "snapshot_epochs"):

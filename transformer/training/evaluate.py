@@ -1,4 +1,5 @@
-"""BLEU and chrF of a checkpoint's translations, with sacreBLEU's signature."""
+"""BLEU and chrF of a checkpoint's translations, with sacreBLEU's signature; and validation during training (teacher-forced
+loss and greedy BLEU on each set, their mean choosing the best checkpoint)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import sacrebleu
+import torch
+from torch import nn
 from tqdm import tqdm
 
 from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import Checkpoint, update_metadata
+from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import read_parallel
+from transformer.text.tokenizer import PAD_ID
+from transformer.training.batches import iterate_batches, token_batches
+from transformer.training.settings import TrainSettings
 
 
 @dataclass(frozen=True)
@@ -59,3 +66,38 @@ def save_scores(path: str | Path, scores: Scores, name: str) -> None:
         "bleu_signature": scores.bleu_signature,
     }
     update_metadata(Path(path), lambda metadata: metadata.setdefault("scores", {}).update({name: entry}))
+
+
+@dataclass(frozen=True)
+class ValidationSet:
+    name: str
+    src: list[str]
+    ref: list[str]
+    pairs: list[tuple[list[int], list[int]]]
+
+
+def validate(model: Transformer, tokenizer, sets: list[ValidationSet], settings: TrainSettings) -> dict[str, float]:
+    """Teacher-forced loss per token over every set, greedy sacreBLEU of each, and their mean BLEU (`val_bleu`,
+    which chooses the best checkpoint: one set alone would pick the model that fits its own domain)."""
+    device = next(model.parameters()).device
+    model.eval()
+    loss_sum, tokens = 0.0, 0
+    pairs = [pair for validation in sets for pair in validation.pairs]
+    with torch.inference_mode():
+        for _, (s, t_in, t_out) in iterate_batches(
+            pairs, token_batches(pairs, settings.max_tokens, 0, 0), PAD_ID, model.config.start_id
+        ):
+            logits = model.logits(s.to(device), t_in.to(device)).float()
+            loss_sum += nn.functional.cross_entropy(
+                logits.transpose(1, 2), t_out.to(device), ignore_index=PAD_ID, reduction="sum"
+            ).item()
+            tokens += int((t_out != PAD_ID).sum())
+    bleus = {
+        f"val_bleu {validation.name}": sacrebleu.corpus_bleu(
+            translate_texts(model, tokenizer, validation.src, batch_size=128), [validation.ref]
+        ).score
+        for validation in sets
+    }
+    model.train()
+    mean = sum(bleus.values()) / len(bleus)
+    return {"val_loss": loss_sum / max(tokens, 1), "val_bleu": mean, **(bleus if len(bleus) > 1 else {})}

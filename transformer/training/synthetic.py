@@ -12,7 +12,8 @@ import tempfile
 from pathlib import Path
 
 from transformer.model.config import TransformerConfig
-from transformer.training.train import TrainSettings, train
+from transformer.training.settings import TrainSettings
+from transformer.training.train import train
 
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
