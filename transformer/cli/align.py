@@ -14,57 +14,25 @@ from transformer.hugging_face.directory import load_checkpoint_or_hf
 
 
 def cmd_align(args: argparse.Namespace) -> int:
-    import json
-
-    import pandas as pd
-    from tqdm import tqdm
-
-    from transformer.analysis.alignment import (
-        align_corpus,
-        format_pharaoh,
-        parse_pharaoh,
-        reversed_gold,
-        with_intersection,
-    )
-    from transformer.io.export import csv_text
+    from transformer.analysis.alignment import parse_pharaoh, reversed_gold, with_intersection
     from transformer.text.files import read_lines, read_parallel
 
     if args.table and Path(args.table).suffix not in (".csv", ".json"):
         raise ValueError(f"--table {args.table}: name a .csv or a .json file")
     sources, targets = read_parallel(args.src, args.tgt)
-    gold_lines = read_lines(args.gold)
     golds, one_based = parse_pharaoh(
-        gold_lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets], args.one_based
+        read_lines(args.gold), [len(s.split()) for s in sources], [len(t.split()) for t in targets], args.one_based
     )
     if args.limit:
         sources, targets, golds = sources[: args.limit], targets[: args.limit], golds[: args.limit]
-    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
     counting = "given" if args.one_based is not None else "detected"
     print(f"{args.gold}: words counted from {int(one_based)} ({counting})", file=sys.stderr)
-    with tqdm(total=len(sources), desc="aligning", unit="pair") as bar:
-        report = align_corpus(
-            checkpoint.model,
-            checkpoint.tokenizer,
-            sources,
-            targets,
-            golds,
-            args.threshold,
-            args.integrated_gradients,
-            progress=lambda done, _: bar.update(done - bar.n),
-        )
+    report = _aligned(args, args.checkpoint, sources, targets, golds, "aligning")
     if args.reverse_checkpoint:
-        reverse = load_checkpoint_or_hf(args.reverse_checkpoint, device(args.device))
-        with tqdm(total=len(sources), desc="aligning with the reverse model", unit="pair") as bar:
-            backward = align_corpus(
-                reverse.model,
-                reverse.tokenizer,
-                targets,
-                sources,
-                [reversed_gold(g) for g in golds],
-                args.threshold,
-                args.integrated_gradients,
-                progress=lambda done, _: bar.update(done - bar.n),
-            )
+        reversed_golds = [reversed_gold(g) for g in golds]
+        backward = _aligned(
+            args, args.reverse_checkpoint, targets, sources, reversed_golds, "aligning with the reverse model"
+        )
         if backward.scores and report.scores:
             both = with_intersection(report, backward, golds)
             score = next(s.counts for s in report.scores if s.method == both)
@@ -82,6 +50,41 @@ def cmd_align(args: argparse.Namespace) -> int:
         )
     if not report.scores:
         raise ValueError("no pair could be aligned")
+    _write_report(args, report, len(sources))
+    return 0
+
+
+def _aligned(
+    args: argparse.Namespace, checkpoint_path: str, sources: list[str], targets: list[str], golds: list, what: str
+):
+    """align_corpus with the checkpoint at checkpoint_path, under a progress bar."""
+    from tqdm import tqdm
+
+    from transformer.analysis.alignment import align_corpus
+
+    checkpoint = load_checkpoint_or_hf(checkpoint_path, device(args.device))
+    with tqdm(total=len(sources), desc=what, unit="pair") as bar:
+        return align_corpus(
+            checkpoint.model,
+            checkpoint.tokenizer,
+            sources,
+            targets,
+            golds,
+            args.threshold,
+            args.integrated_gradients,
+            progress=lambda done, _: bar.update(done - bar.n),
+        )
+
+
+def _write_report(args: argparse.Namespace, report, pairs: int) -> None:
+    """The methods' scores on stdout (the best --top), and --table and --out where asked."""
+    import json
+
+    import pandas as pd
+
+    from transformer.analysis.alignment import format_pharaoh
+    from transformer.io.export import csv_text
+
     table = report.table()
     print(f"{'rank':>4}  {'AER':>6}  {'prec.':>6}  {'recall':>6}  method")
     for row, score in zip(table[: args.top], report.scores):
@@ -99,9 +102,8 @@ def cmd_align(args: argparse.Namespace) -> int:
     if args.out:
         best = report.scores[0].method
         by_line = dict(zip(report.aligned, report.links[best]))
-        Path(args.out).write_text("".join(format_pharaoh(by_line.get(i, ())) + "\n" for i in range(len(sources))))
+        Path(args.out).write_text("".join(format_pharaoh(by_line.get(i, ())) + "\n" for i in range(pairs)))
         print(f"wrote {args.out}: the links of {best.label}, 0-based, a line per pair (empty where left out)")
-    return 0
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:

@@ -44,12 +44,11 @@ def matrix_heatmap(
     z = np.where(np.isneginf(z), np.float32("nan"), z)
     finite = np.abs(z[np.isfinite(z)])
     bound = float(finite.max()) if finite.size else 1.0
-    if probabilities:
-        value_range = (0.0, 1.0)
+    value_range = (0.0, 1.0) if probabilities else value_range
     scale = (
-        dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
-        if value_range is not None
-        else diverging_scale(bound)
+        diverging_scale(bound)
+        if value_range is None
+        else dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
     )
     fig = go.Figure(
         go.Heatmap(
@@ -76,13 +75,9 @@ def matrix_heatmap(
         type="category" if row_pieces else numbered, title=y_title, showgrid=False, range=[rows - 0.5, -0.5]
     )
     if highlight_row is not None:
+        outline = dict(color="#e4572e", width=3)
         fig.add_shape(
-            type="rect",
-            x0=-0.5,
-            x1=columns - 0.5,
-            y0=highlight_row - 0.5,
-            y1=highlight_row + 0.5,
-            line=dict(color="#e4572e", width=3),
+            type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5, line=outline
         )
     return fit_labels(fig)
 

@@ -36,9 +36,9 @@ from transformer.io.checkpoint import (
     CheckpointError,
     describe,
 )
-from transformer.training.snapshots import sentence_timeline, snapshot_files
 from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.model.probes import Probe
+from transformer.training.snapshots import sentence_timeline, snapshot_files
 from transformer.viz.report import html_report
 from ui.services.cache import RESULTS
 from ui.services.work import heavy_job

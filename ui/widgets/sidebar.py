@@ -135,27 +135,37 @@ def render() -> Explored | None:
     if trained_on:
         st.sidebar.caption(literal(f"{trained_on} Sentences far from that data give outputs that mean little."))
     text, settings = session.applied_text, session.applied_settings
-    request = keys.DecodeRequest(key, text, settings)
-    if session.get("result_request") != request:
-        try:
-            with st.spinner("Decoding ..."):
-                result = models.decode_cached(checkpoint, key, text, settings)
-        except DecodeInputError as error:
-            st.warning(f"Nothing to show: {literal(str(error))}.")
-            return None
-        except torch.OutOfMemoryError:
-            st.error("Out of memory while decoding this sentence; the server is fine. Try a shorter sentence.")
-            return None
-        session.result_request = request
-        session.result = result
-        session.pop("branch", None)
-        session.pop("branch_from", None)
+    if not _decoded(checkpoint, key, text, settings):
+        return None
     result = session.result
     if session.get("url_branch"):
         take_branch(checkpoint, session.pop("url_branch"))
     active = session.get("branch") if session.get("show_branch") and session.get("branch") else result
     notes = _input_notes(checkpoint, text, result, name if name in files else None)
     return Explored(checkpoint, name, key, text, active, result, notes)
+
+
+def _decoded(checkpoint: Checkpoint, key: str, text: str, settings: DecodeSettings) -> bool:
+    """The session's result is this request's, decoded now if it changed (which ends a what-if branch); False, with
+    the reason on the page, where the sentence cannot be decoded."""
+    session = st.session_state
+    request = keys.DecodeRequest(key, text, settings)
+    if session.get("result_request") == request:
+        return True
+    try:
+        with st.spinner("Decoding ..."):
+            result = models.decode_cached(checkpoint, key, text, settings)
+    except DecodeInputError as error:
+        st.warning(f"Nothing to show: {literal(str(error))}.")
+        return False
+    except torch.OutOfMemoryError:
+        st.error("Out of memory while decoding this sentence; the server is fine. Try a shorter sentence.")
+        return False
+    session.result_request = request
+    session.result = result
+    session.pop("branch", None)
+    session.pop("branch_from", None)
+    return True
 
 
 def _choose_languages(slot: DeltaGenerator, opened: models.KeyedCheckpoint) -> models.KeyedCheckpoint:

@@ -143,7 +143,6 @@ def test_translate_leaves_a_line_longer_than_a_paragraph_empty_and_names_it(tmp_
 
 def test_a_timeline_of_two_runs_is_refused_before_any_probe_is_read(tmp_path, checkpoint_path):
     from helpers import tiny_config
-    from test_timeline import PROBES
 
     from transformer.io.checkpoint import save_checkpoint
     from transformer.model.encoder_decoder import Transformer
@@ -154,5 +153,5 @@ def test_a_timeline_of_two_runs_is_refused_before_any_probe_is_read(tmp_path, ch
     save_checkpoint(other, Transformer(tiny_config(first.tokenizer, d_ff=48)).eval(), first.tokenizer, {})
     heard = []
     with pytest.raises(ValueError, match="other.safetensors is not of the same run"):
-        timeline_of_run([checkpoint_path, other], PROBES[:1], progress=heard.append)
+        timeline_of_run([checkpoint_path, other], [("a dog runs", "un chien court")], progress=heard.append)
     assert heard == []  # refused up front: the probes were read with the first checkpoint before

@@ -31,7 +31,7 @@ from transformer.cli import main
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.training.synthetic import WORDS
 
-DATA = Path(__file__).parent / "data" / "alignment"  # 24 caption pairs aligned by hand, sure and possible links
+DATA = Path(__file__).parents[1] / "data" / "alignment"  # 24 caption pairs aligned by hand, sure and possible links
 
 
 @pytest.fixture(scope="module")
