@@ -225,3 +225,26 @@ def test_a_model_that_emits_padding_attends_alike_step_by_step_and_in_one_pass(m
         torch.testing.assert_close(result.token_probs, forced.token_probs, atol=1e-5, rtol=1e-4)
         pad_keys = torch.tensor(result.tgt_ids[:-1]) == padding.config.pad_id  # decoder input positions 1 on
         assert torch.all(result.decoder_self[..., 1:][..., pad_keys] == 0)  # a pad key gets exactly 0
+
+
+def test_a_deep_model_translates_in_batches_its_decoding_state_allows(tokenizer, monkeypatch):
+    """A 128+128-layer model translated 64 sentences a batch whatever its keys and values took: a batch is now as
+    many sentences as BATCH_STATE_BYTES holds, with the same translations."""
+    from helpers import tiny_config
+
+    import transformer.decoding.translate as translate
+    from transformer.model.encoder_decoder import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(tokenizer, n_encoder_layers=8, n_decoder_layers=8, max_len=32)).eval()
+    per_sentence = 8 * 4 * 32 * model.config.d_model * 4
+    texts = make_sentences(5)
+    whole = translate_texts(model, tokenizer, texts)
+    monkeypatch.setattr(translate, "BATCH_STATE_BYTES", 2 * per_sentence)
+    sizes = []
+    generate = translate.generate
+    monkeypatch.setattr(
+        translate, "generate", lambda m, src, *a, **k: sizes.append(len(src)) or generate(m, src, *a, **k)
+    )
+    assert translate_texts(model, tokenizer, texts) == whole and sizes == [2, 2, 1]
+    assert translate.batch_rows(model, DecodeSettings(strategy="beam", beam_width=4), 64) == 1  # each beam counts

@@ -13,6 +13,19 @@ from transformer.decoding.settings import DecodeSettings
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
 
+# What one batch's decoding state may hold (each sentence's keys and values in every decoder layer, for every beam):
+# a deep model (128+128 layers) in batches of 64 held gigabytes; the shipped default holds 1.5 MB a sentence.
+BATCH_STATE_BYTES = 1 << 30
+
+
+def batch_rows(model: Transformer, settings: DecodeSettings, batch_size: int) -> int:
+    """The most sentences a batch decodes at once: batch_size, fewer where their keys and values (self and cross
+    attention, every decoder layer, at the model's longest, each beam) would pass BATCH_STATE_BYTES."""
+    config = model.config
+    beams = settings.beam_width if settings.strategy == "beam" else 1
+    per_sentence = config.n_decoder_layers * 4 * config.max_len * config.d_model * 4 * beams
+    return max(1, min(batch_size, BATCH_STATE_BYTES // per_sentence))
+
 
 def translate_texts(
     model: Transformer,
@@ -29,6 +42,7 @@ def translate_texts(
     """
     device = model_device(model)
     pad = model.config.pad_id
+    batch_size = batch_rows(model, settings, batch_size)
     outputs = [""] * len(texts)
     sources = {i: source_ids(tokenizer, text, model.config.max_len)[0] for i, text in enumerate(texts) if text.strip()}
     order = sorted(sources, key=lambda i: len(sources[i]))  # similar lengths batch with little padding
