@@ -85,8 +85,8 @@ _THIS_THREAD = threading.local()  # whether this thread's script run holds a slo
 
 # Page runs computing at once in this process; the others wait in line on a lock, without the interpreter. Every
 # page run is Python work holding the interpreter's lock, which goes to whichever waiting thread the system wakes:
-# with 30 runs at once, the server's own thread (it answers /_stcore/health and every websocket) waited its turn
-# among 30, and health took up to 2.8 s on one server (5-22 s through nginx with 60 visitors).
+# with dozens of runs at once, the server's own thread (it answers /_stcore/health and every websocket) waited its
+# turn among dozens (docs/classroom.md has the figures).
 PAGE_RUNS = int(os.environ.get("TRANSFORMER_EXPLORER_PAGE_RUNS", str(os.cpu_count() or 2)))
 PAGE_SLOTS = Slots(PAGE_RUNS)
 
