@@ -356,7 +356,9 @@ def test_model_calls_on_an_uploaded_model_wait_for_a_heavy_slot_and_shipped_ones
     import ui.services.work
     from transformer.decoding.settings import DecodeSettings
     from transformer.io.checkpoint import load_checkpoint
+    from ui.server.wiring import wire
 
+    wire()  # as the server does at start: calls on uploads go through the slots
     checkpoint = load_checkpoint(checkpoint_path)
     monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
     _hold_the_slot(ui.services.work.SLOTS)  # another visitor's attribution
