@@ -7,7 +7,7 @@ from transformer.analysis.head_stats import js_divergence
 from transformer.analysis.views import attention_view
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
-from ui.services import models
+from ui.services import checkpoints, models
 from ui.state import url
 from ui.widgets.charts import show
 from ui.widgets.controls import kind_layer_head, words_toggle
@@ -17,7 +17,7 @@ from ui.widgets.text import literal
 explored = page_frame()
 session = st.session_state
 st.title("Compare checkpoints")
-files, uploads = models.checkpoint_files(), session.get("uploads", {})
+files, uploads = checkpoints.checkpoint_files(), session.get("uploads", {})
 others = [name for name in [*files, *uploads] if name != explored.checkpoint_name]
 if not others:
     st.info("There is only one checkpoint to choose from: upload another on the Checkpoints page.")
@@ -27,7 +27,7 @@ default = early if early in others else others[0]
 other_name = st.selectbox(
     "Compare the sidebar's checkpoint with", others, index=others.index(default), key="compare_with"
 )
-opened = models.open_or_explain(other_name)
+opened = checkpoints.open_or_explain(other_name)
 if opened is None:
     st.stop()
 other, other_key = opened.checkpoint, opened.key

@@ -10,7 +10,7 @@ from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
 from ui.players.step_player import step_player
-from ui.services import models
+from ui.services import checkpoints, models
 from ui.state import keys, url
 from ui.widgets.charts import show
 from ui.widgets.controls import words_toggle
@@ -22,7 +22,7 @@ from ui.widgets.welcome import first_steps
 def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
     """The tuned lens' guesses over this result where the checkpoint has a lens that fits it (said, where not)."""
     try:
-        lens = models.tuned_lens(explored.checkpoint_name)
+        lens = checkpoints.tuned_lens(explored.checkpoint_name)
     except TunedLensError as error:
         st.caption(literal(f"The tuned lens beside this checkpoint is not used: {error}"))
         return None

@@ -8,7 +8,7 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.timeline_file import TimelineError
 from transformer.model.kinds import AttentionKind
 from ui.players.epoch_player import EpochView, epoch_player, within_budget
-from ui.services import models
+from ui.services import checkpoints, models
 from ui.state import keys
 from ui.state.url import url_text
 from ui.widgets.sidebar import page_frame
@@ -19,14 +19,14 @@ session, params = st.session_state, st.query_params
 st.title("How it learned")
 name = explored.checkpoint_name
 try:
-    timeline = models.timeline(name)
+    timeline = checkpoints.timeline(name)
     if timeline is None and name != DEFAULT_CHECKPOINT.stem:
         st.info(
             f"{literal(name)} has no timeline (`python -m transformer timeline` makes one from a run's epoch "
             "checkpoints): this is the default model's."
         )
         name = DEFAULT_CHECKPOINT.stem
-        timeline = models.timeline(name)
+        timeline = checkpoints.timeline(name)
 except TimelineError as error:
     st.error(f"The timeline of {literal(name)} cannot be read: {literal(str(error))}")
     st.stop()

@@ -95,7 +95,7 @@ def test_a_tuned_lens_that_does_not_fit_its_checkpoint_is_said_and_not_used(monk
     def refused(name):
         raise TunedLensError("en-fr.safetensors was fitted to another checkpoint (its SHA-256 differs)")
 
-    monkeypatch.setattr(ui.services.models, "tuned_lens", refused)
+    monkeypatch.setattr(ui.services.checkpoints, "tuned_lens", refused)
     at = translate(start(), SENTENCE)
     assert not at.exception and step_view(at)["tuned_lens"] is None
     assert any("tuned lens beside this checkpoint is not used" in c.value for c in at.caption)

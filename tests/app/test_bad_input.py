@@ -74,8 +74,8 @@ def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch
 
     for name in ("en-fr-captions.safetensors", "reverse.safetensors"):
         shutil.copy(REPO / "checkpoints" / name, tmp_path / name)
-    monkeypatch.setattr(ui.services.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.services.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    monkeypatch.setattr(ui.services.checkpoints, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.checkpoints, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start()
     at.selectbox(key="widget_checkpoint").set_value("reverse").run()
     at = translate(at, "one two three")
@@ -101,8 +101,8 @@ def test_compare_with_a_checkpoint_that_cannot_be_used_says_why(tmp_path, monkey
 
     shutil.copy(REPO / "checkpoints" / "en-fr-captions.safetensors", tmp_path / "en-fr-captions.safetensors")
     (tmp_path / "broken.safetensors").write_bytes(b"\x80\x04 not a checkpoint")
-    monkeypatch.setattr(ui.services.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.services.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    monkeypatch.setattr(ui.services.checkpoints, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.checkpoints, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start().switch_page("pages/compare.py").run()
     at.selectbox(key="compare_with").set_value("broken").run()
     assert not at.exception and "Checkpoint broken cannot be used" in at.error[0].value

@@ -66,7 +66,7 @@ def test_a_link_opens_the_epoch_probe_and_head_it_names():
 def test_a_hostile_timeline_is_one_line_on_the_page(monkeypatch, tmp_path):
     hostile = tmp_path / "hostile.safetensors"
     hostile.write_bytes(pickle.dumps({"epochs": 3}))
-    monkeypatch.setattr(ui.services.models, "timeline_path", lambda path: hostile)
+    monkeypatch.setattr(ui.services.checkpoints, "timeline_path", lambda path: hostile)
     at = opened()
     assert not at.exception
     assert "cannot be read" in errors(at) and "refused because loading one can execute code" in errors(at)
@@ -139,7 +139,7 @@ def test_a_long_run_sends_the_player_what_one_page_can_carry(monkeypatch):
 
     count = len(TIMELINE.snapshots)
     long_run = TIMELINE.at([e for e in range(count) for _ in range(60)])  # each snapshot 60 times over
-    monkeypatch.setattr(ui.services.models, "timeline", lambda name: long_run)
+    monkeypatch.setattr(ui.services.checkpoints, "timeline", lambda name: long_run)
     at = opened()
     assert not at.exception
     payload = at.get("bidi_component")[0].proto.json

@@ -157,8 +157,8 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
     shutil.copy(REPO / "checkpoints" / "en-fr-captions.safetensors", tmp_path / "en-fr-captions.safetensors")
     shutil.copytree(directory, tmp_path / directory.name)
     shutil.copytree(directory, tmp_path / "hf-copy")  # the same tokenizer: Compare draws the maps
-    monkeypatch.setattr(ui.services.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.services.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    monkeypatch.setattr(ui.services.checkpoints, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.checkpoints, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start()
     assert label in at.selectbox(key="widget_checkpoint").options
     at.selectbox(key="widget_checkpoint").set_value(directory.name).run()
@@ -284,8 +284,8 @@ def test_a_hostile_directory_among_the_checkpoints_leaves_the_app_working(marian
         _hostile(marian_dir, tmp_path, kind)
     os.mkfifo(tmp_path / "fifo-file.safetensors")  # a checkpoint "file" whose header read would block every page
     (tmp_path / "dev-zero-file.safetensors").symlink_to("/dev/zero")
-    monkeypatch.setattr(ui.services.models, "CHECKPOINT_DIR", tmp_path)
-    monkeypatch.setattr(ui.services.models, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    monkeypatch.setattr(ui.services.checkpoints, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.checkpoints, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
     at = start()
     assert not at.exception
     options = at.selectbox(key="widget_checkpoint").options

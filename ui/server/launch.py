@@ -44,13 +44,13 @@ def warm_up() -> None:
     while not serving():
         time.sleep(0.05)
     from transformer.decoding.settings import DecodeSettings
-    from ui.services import models
+    from ui.services import checkpoints, models
     from ui.state.keys import DEFAULT_SENTENCE
 
-    path = models.DEFAULT_CHECKPOINT
+    path = checkpoints.DEFAULT_CHECKPOINT
     try:
-        checkpoint = models.load(path)
-        models.decode_cached(checkpoint, models.checkpoint_key(path), DEFAULT_SENTENCE, DecodeSettings())
+        checkpoint = checkpoints.load(path)
+        models.decode_cached(checkpoint, checkpoints.checkpoint_key(path), DEFAULT_SENTENCE, DecodeSettings())
     except Exception:  # only a head start: the page does the same work and says what went wrong
         return
 

@@ -1,18 +1,15 @@
-"""The shared, read-only models and every model call a page makes, cached: pages only read.
+"""Every model call a page makes, cached: pages only read.
 
-A checkpoint file is loaded once per process (st.cache_resource) and never mutated. Results are
+The models are ui.services.checkpoints', loaded once per process and never changed. Results are
 immutable values, so visitors asking the same question share one (ui.services.cache, bounded by bytes and age);
 stepping, switching pages or choosing a layer only reads them.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 
-import langcodes
 import numpy as np
 import streamlit as st
 import torch
@@ -20,7 +17,7 @@ import torch
 from transformer.analysis.alignment import Method, pair_matrix
 from transformer.analysis.attribution import Attribution, attribute, contrastive
 from transformer.analysis.timeline import Timeline
-from transformer.analysis.tuned_lens import TunedLens, file_sha256, load_tuned_lens, read_with, tuned_lens_path
+from transformer.analysis.tuned_lens import TunedLens, read_with
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.forcing import teacher_force, teacher_force_ids
@@ -28,68 +25,15 @@ from transformer.decoding.greedy import decode
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings, decode_text
-from transformer.hugging_face.directory import describe_hf, is_hf_directory, load_checkpoint_or_hf
 from transformer.io.checkpoint import (
-    CHECKPOINT_DIR,
-    DEFAULT_CHECKPOINT,
     Checkpoint,
-    CheckpointError,
-    describe,
 )
-from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.model.probes import Probe
 from transformer.training.snapshots import sentence_timeline, snapshot_files
 from transformer.viz.report import html_report
 from ui.services.cache import RESULTS
+from ui.services.checkpoints import checkpoint_files, load
 from ui.services.work import heavy_job
-from ui.widgets.text import literal
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def checkpoint_files() -> dict[str, Path]:
-    """Checkpoints in the checkpoints folder by name, the default first: files, and Marian model directories."""
-    # Regular files only (is_file reads the inode, opening nothing): a pipe or a device named *.safetensors would
-    # block or stream forever when its header is read for the list.
-    files = sorted(
-        (path for path in CHECKPOINT_DIR.glob("*.safetensors") if path.is_file()),
-        key=lambda p: (p != DEFAULT_CHECKPOINT, p.name),
-    )
-    directories = sorted(path for path in CHECKPOINT_DIR.iterdir() if is_hf_directory(path))
-    return {path.stem: path for path in files} | {path.name: path for path in directories}
-
-
-def describe_checkpoint(path: Path) -> str:
-    """The checkpoint list's label: name, language pair, size, or that it is a Hugging Face Marian model."""
-    return describe_hf(path) if path.is_dir() else describe(path)
-
-
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
-    """One copy per process of each checkpoint file version (a replaced file has a new mtime and reloads)."""
-    return load_checkpoint_or_hf(path, device_name)
-
-
-def load(path: Path) -> Checkpoint:
-    return _load_shared(str(path), path.stat().st_mtime_ns, str(device()))
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def _load_timeline(path: str, modified_ns: int) -> Timeline:
-    """One copy per process of each timeline file version."""
-    return load_timeline(path)
-
-
-def timeline(name: str) -> Timeline | None:
-    """The timeline of a shipped checkpoint (timelines/NAME.safetensors beside it), if it has one; a TimelineError
-    where the file is there but cannot be read."""
-    path = checkpoint_files().get(name)
-    found = None if path is None or not path.is_file() else timeline_path(path)
-    if found is None or not found.is_file():
-        return None
-    return _load_timeline(str(found), found.stat().st_mtime_ns)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -109,23 +53,6 @@ def typed_timeline(name: str, timeline: Timeline, source: str) -> tuple[Timeline
     files = snapshot_files(timeline, [path for path in checkpoint_files().values() if path.is_file()])
     stamps = tuple(f"{f}:{f.stat().st_mtime_ns}" if f else "" for f in files)  # a replaced file: read anew
     return _sentence_timeline(name, stamps, source, _timeline=timeline, _files=files), files
-
-
-@st.cache_resource(show_spinner=False, max_entries=8)
-def _load_tuned_lens(lens_path: str, modified_ns: int, checkpoint_path: str, checkpoint_modified_ns: int) -> TunedLens:
-    """One copy per process of a checkpoint file's tuned lens, checked against that very file."""
-    path = Path(checkpoint_path)
-    return load_tuned_lens(lens_path, load(path).model, file_sha256(path))
-
-
-def tuned_lens(name: str) -> TunedLens | None:
-    """The tuned lens fitted to a shipped checkpoint file (lenses/NAME.safetensors beside it), if it has one;
-    a TunedLensError where the file is there but does not fit."""
-    path = checkpoint_files().get(name)
-    lens_path = None if path is None or not path.is_file() else tuned_lens_path(path)
-    if lens_path is None or not lens_path.is_file():
-        return None
-    return _load_tuned_lens(str(lens_path), lens_path.stat().st_mtime_ns, str(path), path.stat().st_mtime_ns)
 
 
 @RESULTS
@@ -190,76 +117,6 @@ def report_cached(
 ) -> str:
     """The HTML report of a result (5 MB, most of it plotly.js), shared by the visitors who ask for the same one."""
     return html_report(_result, text, name, _progress)
-
-
-@dataclass(frozen=True)
-class KeyedCheckpoint:
-    """A checkpoint and the key that names its results in the caches (file and modification time, or upload digest)."""
-
-    checkpoint: Checkpoint
-    key: str
-    cost: int = 0  # an upload's share of the budgets, in numbers of 4 bytes (see uploads.add_upload)
-    ledger_key: int | None = None  # an upload's entry in the server's ledger (uploads.SERVER_UPLOADS)
-
-
-def open_checkpoint(name: str) -> KeyedCheckpoint:
-    """A shipped checkpoint file or one of this session's uploads, by its name in the checkpoint list."""
-    uploads = st.session_state.get("uploads", {})
-    if name in uploads:
-        return uploads[name]
-    path = checkpoint_files()[name]
-    return KeyedCheckpoint(load(path), checkpoint_key(path))
-
-
-def open_or_explain(name: str) -> KeyedCheckpoint | None:
-    """open_checkpoint behind a spinner (a first load takes seconds); None, with the reason on the page,
-    when the file cannot be used (corrupt, refused, removed, or no memory left for it)."""
-    try:
-        with st.spinner(f"Loading {name} ..."):
-            return open_checkpoint(name)
-    except (CheckpointError, OSError, MemoryError, torch.OutOfMemoryError) as error:
-        st.error(literal(f"Checkpoint {name} cannot be used: {str(error) or 'the server is out of memory'}"))
-        return None
-
-
-def language_name(code: str) -> str:
-    """A language code piece as people write it: M2M100's __fr__ is fr, mBART-50's fr_XX stays."""
-    return code.strip("_")
-
-
-@functools.lru_cache(maxsize=1024)
-def language_label(code: str) -> str:
-    """A language chooser's entry, found by typing the name or the code: "German · deu_Latn". The name is the
-    language's and script's (mBART-50's regions, as in ar_AR, are not the language's country); a code that names no
-    language stays as it is."""
-    written = language_name(code)
-    try:
-        tag = langcodes.Language.get(written.replace("_", "-"))
-    except (LookupError, ValueError):  # not a language tag at all
-        return written
-    if not tag.language or not tag.is_valid():
-        return written
-    return f"{langcodes.Language.make(language=tag.language, script=tag.script).display_name()} · {written}"
-
-
-def with_languages(opened: KeyedCheckpoint, source: str, target: str) -> KeyedCheckpoint:
-    """A language-pair model (M2M100, mBART-50) translating from `source` into `target` (code pieces): the same
-    shared model, a tokenizer with those codes, and a key of its own so that no cached result of another pair
-    is shown."""
-    tokenizer = opened.checkpoint.tokenizer
-    if (source, target) == (tokenizer.source_prefix, tokenizer.target_prefix):
-        return opened
-    pair = {"src": language_name(source), "tgt": language_name(target)}
-    checkpoint = replace(
-        opened.checkpoint,
-        tokenizer=tokenizer.with_prefixes(source, target),
-        metadata=opened.checkpoint.metadata | {"languages": pair},
-    )
-    return KeyedCheckpoint(checkpoint, f"{opened.key}|{source}>{target}")
-
-
-def checkpoint_key(path: Path) -> str:
-    return f"{path}:{path.stat().st_mtime_ns}"
 
 
 @RESULTS

@@ -25,7 +25,7 @@ from transformer.io.checkpoint import (
 )
 from transformer.model.config import TransformerConfig
 from transformer.text.files import text_lines
-from ui.services.models import KeyedCheckpoint, device
+from ui.services.checkpoints import KeyedCheckpoint, device
 from ui.services.work import UPLOAD_KEY, return_memory
 
 UPLOAD_LIMIT_MB = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_MB", "200"))  # also server.maxUploadSize

@@ -17,7 +17,7 @@ from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint
 from transformer.io.metadata import read_metadata
 from ui.server.replica import say_if_moved
-from ui.services import models
+from ui.services import checkpoints, models
 from ui.services.uploads import SERVER_UPLOADS
 from ui.state import keys, url
 from ui.widgets.charts import close_sidebar_if_presenting, presentation_style, sidebar_state
@@ -83,7 +83,7 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult, shippe
     if result.truncated:
         notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
     measured = UNSURE_BELOW.get(shipped)
-    unsure_below = UNSURE_BELOW[models.DEFAULT_CHECKPOINT.stem] if measured is None else measured
+    unsure_below = UNSURE_BELOW[checkpoints.DEFAULT_CHECKPOINT.stem] if measured is None else measured
     eos = checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id)
     notes += decode_notes(result, eos, unsure_below, calibrated=measured is not None)
     unknown = checkpoint.tokenizer.unknown_parts(text)
@@ -95,7 +95,7 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult, shippe
 
 def render() -> Explored | None:
     """Draws the sidebar; decodes when the sentence, setting or checkpoint changed. None when nothing can be shown."""
-    files = models.checkpoint_files()
+    files = checkpoints.checkpoint_files()
     session = st.session_state
     uploads = session.get("uploads", {})
     if not session.get("url_read"):  # a session's first run
@@ -110,20 +110,20 @@ def render() -> Explored | None:
         session.checkpoint = choices[0]
 
     def label(name: str) -> str:
-        return models.describe_checkpoint(files[name]) if name in files else f"{name} · this session only"
+        return checkpoints.describe_checkpoint(files[name]) if name in files else f"{name} · this session only"
 
     with st.sidebar:
         name = st.selectbox("Checkpoint", choices, format_func=label, **keys.shared("checkpoint"))
         language_slot = st.container()
         submitted = _settings_form()
         st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **keys.shared("presentation"))
-        device = models.device()  # under the form: the sentence and Translate stay in view on a laptop's screen
+        device = checkpoints.device()  # under the form: the sentence and Translate stay in view on a laptop's screen
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
     close_sidebar_if_presenting(submitted)
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: keys.MAX_CHARACTERS]
         session.applied_settings = DecodeSettings(**{name: session[name] for name in keys.SETTINGS})
-    opened = models.open_or_explain(name)
+    opened = checkpoints.open_or_explain(name)
     if opened is None:
         return None
     if opened.ledger_key is not None:  # an upload in use is not idle
@@ -168,7 +168,7 @@ def _decoded(checkpoint: Checkpoint, key: str, text: str, settings: DecodeSettin
     return True
 
 
-def _choose_languages(slot: DeltaGenerator, opened: models.KeyedCheckpoint) -> models.KeyedCheckpoint:
+def _choose_languages(slot: DeltaGenerator, opened: checkpoints.KeyedCheckpoint) -> checkpoints.KeyedCheckpoint:
     """A language-pair model (M2M100, mBART-50) translates between the languages chosen in `slot`, from its
     tokenizer's codes; any other model as it is."""
     tokenizer, session = opened.checkpoint.tokenizer, st.session_state
@@ -181,9 +181,9 @@ def _choose_languages(slot: DeltaGenerator, opened: models.KeyedCheckpoint) -> m
         if session.get(name) not in codes:
             session[name] = own  # the model's own pair first, and after a switch to a model without that code
     left, right = slot.columns(2)
-    source = left.selectbox("From", codes, format_func=models.language_label, **keys.shared(LANGUAGE_KEYS[0]))
-    target = right.selectbox("Into", codes, format_func=models.language_label, **keys.shared(LANGUAGE_KEYS[1]))
-    return models.with_languages(opened, source, target)
+    source = left.selectbox("From", codes, format_func=checkpoints.language_label, **keys.shared(LANGUAGE_KEYS[0]))
+    target = right.selectbox("Into", codes, format_func=checkpoints.language_label, **keys.shared(LANGUAGE_KEYS[1]))
+    return checkpoints.with_languages(opened, source, target)
 
 
 def take_branch(checkpoint: Checkpoint, chain: tuple[tuple[int, int], ...]) -> bool:
