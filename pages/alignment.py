@@ -17,9 +17,10 @@ from transformer.io.export import csv_text
 from transformer.viz.alignment import alignment_heatmap
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
-from ui.services.work import Progress, heavy_job
+from ui.services.work import heavy_job
 from ui.state import keys, url
 from ui.widgets.charts import show, table
+from ui.widgets.progress import Progress
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 

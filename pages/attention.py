@@ -10,11 +10,11 @@ from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_grid, attention_heatmap, fit_colour_scale, heads_or_means
 from transformer.viz.report import REPORT_FIGURES
 from ui.services import models
-from ui.services.work import Progress
 from ui.state import keys, url
 from ui.widgets.charts import show
 from ui.widgets.controls import kind_layer_head, words_toggle
 from ui.widgets.controls import step as controls_step
+from ui.widgets.progress import Progress
 from ui.widgets.sidebar import page_frame
 
 VIEWS = keys.ATTENTION_VIEWS

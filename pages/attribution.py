@@ -14,11 +14,12 @@ from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from transformer.viz.style import plotly_text
 from ui.services import models
-from ui.services.work import ATTRIBUTION_BUDGET, Progress, heavy_job, stop_button
+from ui.services.work import ATTRIBUTION_BUDGET, heavy_job
 from ui.state import url
 from ui.widgets.charts import show, table
 from ui.widgets.controls import layer_head, words_toggle
 from ui.widgets.controls import step as controls_step
+from ui.widgets.progress import Progress, stop_button
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 

@@ -10,8 +10,9 @@ from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.export import csv_text
 from ui.services import uploads
-from ui.services.work import TRANSLATE_BATCH, Progress, heavy_job
+from ui.services.work import TRANSLATE_BATCH, heavy_job
 from ui.state import keys, url
+from ui.widgets.progress import Progress
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 

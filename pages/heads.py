@@ -17,10 +17,10 @@ from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
-from ui.services.work import Progress
 from ui.state import keys, url
 from ui.widgets import controls
 from ui.widgets.charts import show, table
+from ui.widgets.progress import Progress
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 

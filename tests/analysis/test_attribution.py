@@ -236,6 +236,7 @@ def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypat
     from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequestType
 
     import ui.services.work
+    import ui.widgets.progress
     from transformer.analysis.attribution import AttributionStopped
 
     monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
@@ -423,6 +424,7 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
     import types
 
     import ui.services.work
+    import ui.widgets.progress
 
     result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
     heard = []
@@ -439,9 +441,9 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
     )
     clock = iter([100.0, 110.0])  # started at 100 s; 10 s later, one item of three is done
     monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: next(clock))
-    ui.services.work.Progress("Translating", 3, "sentences", costs=[1, 1, 2])(1)
+    ui.widgets.progress.Progress("Translating", 3, "sentences", costs=[1, 1, 2])(1)
     assert shown == [(0.25, "Translating: 1 of 3 sentences · about 30 s left")]  # a quarter of the work in 10 s
-    assert ui.services.work.duration(200) == "about 3 min"
+    assert ui.widgets.progress.duration(200) == "about 3 min"
 
 
 def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(monkeypatch):
@@ -451,6 +453,7 @@ def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(mo
     import types
 
     import ui.services.work
+    import ui.widgets.progress
 
     now = [0.0]
     monkeypatch.setattr(ui.services.work, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
@@ -468,7 +471,7 @@ def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(mo
         now[0] += 100.0  # their attribution computes for 100 s
         ui.services.work.SLOTS.release()
 
-    progress = ui.services.work.Progress("Aligning", 4, "pairs")
+    progress = ui.widgets.progress.Progress("Aligning", 4, "pairs")
     with ui.services.work.heavy_job("alignments") as should_stop:
         now[0] = 10.0
         progress(1)  # a pair in 10 s: 30 s for the other three
@@ -484,12 +487,12 @@ def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(mo
 def test_attribution_can_be_stopped_and_started_again(monkeypatch):
     from helpers import start, step_action, translate
 
-    import ui.services.work  # each run of the page imports stop_button from it afresh
+    import ui.widgets.progress  # each run of the page imports stop_button from it afresh
 
     at = translate(start(), "Two dogs are playing in the snow.")
     at = step_action(at, name="attention", step=1)
     with monkeypatch.context() as pressed:  # Stop pressed while computing: the rerun finds it pressed
-        pressed.setattr(ui.services.work, "stop_button", lambda key, container=None: True)
+        pressed.setattr(ui.widgets.progress, "stop_button", lambda key, container=None: True)
         at = at.switch_page("pages/attribution.py").run()
     assert not at.exception and any("Attribution stopped" in i.value for i in at.info)
     assert len(at.get("plotly_chart")) == 0

@@ -297,10 +297,11 @@ def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
 
 def test_corpus_progress_counts_the_sentences_translated_not_the_blank_lines(monkeypatch):
     import ui.services.work
+    import ui.widgets.progress
 
     shown = []
     monkeypatch.setattr(
-        ui.services.work.Progress, "__call__", lambda self, done, total=None: shown.append((done, self.total))
+        ui.widgets.progress.Progress, "__call__", lambda self, done, total=None: shown.append((done, self.total))
     )
     at = start().switch_page("pages/corpus.py").run()
     sources = "Two dogs are playing in the snow.\n\nA man is riding a bicycle.\n\n"

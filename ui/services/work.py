@@ -15,9 +15,8 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from itertools import accumulate
 
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import StopException
@@ -27,7 +26,11 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 from transformer.analysis.attribution import AttributionStopped
 
 TRANSLATE_BATCH = 16  # sentences a batch under a progress bar: 64 held it still for 50 s on the last, longest
+
+
 HEAVY_JOBS = int(os.environ.get("TRANSFORMER_EXPLORER_HEAVY_JOBS", "1"))  # at once per process (one per core)
+
+
 # How long a job computes while others wait before it gives its slot to the first of them and queues again: an
 # alignment of 2,000 pairs with integrated gradients (hours) kept another visitor's attribution waiting throughout.
 TURN_SECONDS = float(os.environ.get("TRANSFORMER_EXPLORER_TURN_SECONDS", "20"))
@@ -81,13 +84,18 @@ class Slots:
 
 
 SLOTS = Slots(HEAVY_JOBS)
+
+
 _THIS_THREAD = threading.local()  # whether this thread's script run holds a slot already, and its seconds in line
+
 
 # Page runs computing at once in this process; the others wait in line on a lock, without the interpreter. Every
 # page run is Python work holding the interpreter's lock, which goes to whichever waiting thread the system wakes:
 # with dozens of runs at once, the server's own thread (it answers /_stcore/health and every websocket) waited its
 # turn among dozens (docs/classroom.md has the figures).
 PAGE_RUNS = int(os.environ.get("TRANSFORMER_EXPLORER_PAGE_RUNS", str(os.cpu_count() or 2)))
+
+
 PAGE_SLOTS = Slots(PAGE_RUNS)
 
 
@@ -226,51 +234,6 @@ def _wait_in_line(ticket: object, what: str, notice, paused: bool) -> None:
 def computing_clock() -> float:
     """A monotonic clock that stands still while this thread waits in line for a slot (a progress bar's pace)."""
     return time.monotonic() - getattr(_THIS_THREAD, "waited", 0.0)
-
-
-def duration(seconds: float) -> str:
-    """A time left as a reader says it: "about 40 s", "about 3 min"."""
-    return f"about {max(1, round(seconds))} s" if seconds < 90 else f"about {round(seconds / 60)} min"
-
-
-class Progress:
-    """A bar for work of more than a second: what is done, and how long is left at the pace so far.
-
-    Items may differ in cost (a long sentence takes longer than a short one): `costs`, in the order the work
-    does them, weigh each item's share of the estimate. The pace counts computing time only: time spent in line
-    for a heavy-job slot (another visitor's turn) made the estimate jump after each turn (21 s to 2 min).
-    Each update is a Streamlit call, so a visitor who presses Stop, or leaves, ends the work there.
-    """
-
-    def __init__(
-        self, what: str, total: int, unit: str, costs: Sequence[float] | None = None, stop_key: str | None = None
-    ) -> None:
-        """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done."""
-        self.what, self.total, self.unit = what, total, unit
-        self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
-        self.started = computing_clock()
-        self.frame = st.empty()
-        with self.frame.container():
-            if stop_key is not None:
-                stop_button(stop_key)  # pressed: the page runs again, without the form's submit, so stops there
-            self.bar = st.progress(0.0, text=f"{what} ...")
-
-    def __call__(self, done: int, total: int | None = None) -> None:
-        """`done` items of `total` (the work's own count when it reports one) are finished."""
-        total = total or self.total
-        share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
-        elapsed = computing_clock() - self.started
-        left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 else ""
-        self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
-
-    def close(self) -> None:
-        self.frame.empty()
-
-
-def stop_button(key: str, container=st) -> bool:
-    """A Stop button drawn before long work: pressing it reruns the page, which ends the work at its next
-    progress update; True on that run, so the page can say it stopped rather than start again."""
-    return container.button("Stop", key=key, help="Stops the computation; nothing else is lost.")
 
 
 @functools.cache

@@ -1,0 +1,55 @@
+"""Long work on a page: a progress bar whose time left counts computing only, and a Stop button above it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import accumulate
+
+import streamlit as st
+
+from ui.services.work import computing_clock
+
+
+def duration(seconds: float) -> str:
+    """A time left as a reader says it: "about 40 s", "about 3 min"."""
+    return f"about {max(1, round(seconds))} s" if seconds < 90 else f"about {round(seconds / 60)} min"
+
+
+class Progress:
+    """A bar for work of more than a second: what is done, and how long is left at the pace so far.
+
+    Items may differ in cost (a long sentence takes longer than a short one): `costs`, in the order the work
+    does them, weigh each item's share of the estimate. The pace counts computing time only: time spent in line
+    for a heavy-job slot (another visitor's turn) made the estimate jump after each turn (21 s to 2 min).
+    Each update is a Streamlit call, so a visitor who presses Stop, or leaves, ends the work there.
+    """
+
+    def __init__(
+        self, what: str, total: int, unit: str, costs: Sequence[float] | None = None, stop_key: str | None = None
+    ) -> None:
+        """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done."""
+        self.what, self.total, self.unit = what, total, unit
+        self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
+        self.started = computing_clock()
+        self.frame = st.empty()
+        with self.frame.container():
+            if stop_key is not None:
+                stop_button(stop_key)  # pressed: the page runs again, without the form's submit, so stops there
+            self.bar = st.progress(0.0, text=f"{what} ...")
+
+    def __call__(self, done: int, total: int | None = None) -> None:
+        """`done` items of `total` (the work's own count when it reports one) are finished."""
+        total = total or self.total
+        share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
+        elapsed = computing_clock() - self.started
+        left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 else ""
+        self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
+
+    def close(self) -> None:
+        self.frame.empty()
+
+
+def stop_button(key: str, container=st) -> bool:
+    """A Stop button drawn before long work: pressing it reruns the page, which ends the work at its next
+    progress update; True on that run, so the page can say it stopped rather than start again."""
+    return container.button("Stop", key=key, help="Stops the computation; nothing else is lost.")
