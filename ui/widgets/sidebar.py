@@ -20,7 +20,7 @@ from ui.server.replica import say_if_moved
 from ui.services import checkpoints, models
 from ui.services.uploads import SERVER_UPLOADS
 from ui.state import keys, url
-from ui.widgets.charts import close_sidebar_if_presenting, presentation_style, sidebar_state
+from ui.widgets.presentation import close_sidebar_if_presenting, presentation_style, sidebar_state
 from ui.widgets.text import literal
 
 
