@@ -21,12 +21,12 @@ from tests.fixtures.browser import (
     app_server,
     chromium,
     count_frames_sent,
+    percentile,
     step_view_position,
     wait_for_heatmaps,
     wait_for_step_view,
     wait_idle,
 )
-from tests.fixtures.sessions import percentile
 from transformer.analysis.views import attention_view
 from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.greedy import decode, decode_ids

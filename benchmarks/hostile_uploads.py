@@ -13,9 +13,7 @@ import base64
 import gzip
 import json
 import tempfile
-import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +22,7 @@ from playwright.sync_api import Page
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
-from tests.fixtures.browser import ARTIFACTS, LAUNCH, app_server, chromium, wait_idle
+from tests.fixtures.browser import ARTIFACTS, LAUNCH, HealthProbe, app_server, chromium, wait_idle
 from tests.fixtures.crafted import with_header, with_metadata
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.header import read_header
@@ -125,33 +123,6 @@ def attacks(shipped: bytes) -> list[Attack]:
     ]
 
 
-class HealthWatch:
-    """Asks /_stcore/health every 0.1 s in a thread; the slowest answer since the last reset."""
-
-    def __init__(self, url: str) -> None:
-        self.url, self.slowest, self.failures = f"{url}/_stcore/health", 0.0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                urllib.request.urlopen(self.url, timeout=60).read()
-            except OSError:
-                self.failures += 1
-            self.slowest = max(self.slowest, time.monotonic() - started)
-            time.sleep(0.1)
-
-    def reset(self) -> None:
-        self.slowest, self.failures = 0.0, 0
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> Callable[[], None]:
     page.goto(f"{url}/{attack.page}")
     wait_idle(page)
@@ -180,8 +151,7 @@ def main() -> None:
         app_server(ARTIFACTS / "hostile.log", launcher=capped) as server,
         chromium() as browser,
     ):
-        watch = HealthWatch(server.url)
-        try:
+        with HealthProbe(server.url, timeout=60) as watch:
             for attack in attacks(shipped):
                 page = browser.new_page(viewport={"width": 1440, "height": 900})
                 watch.reset()
@@ -190,8 +160,6 @@ def main() -> None:
                 answered = time.monotonic() - started
                 print(f"| {attack.name} | {answered:.1f} | {watch.slowest:.2f} | {watch.failures} |", flush=True)
                 page.close()
-        finally:
-            watch.stop()
         print(f"\nserver peak memory {server.peak_memory_mb():.0f} MB (address space capped at {args.memory_gb:g} GB)")
     log = (ARTIFACTS / "hostile.log").read_text()
     print("server log clean" if "Traceback" not in log else f"TRACEBACK in {ARTIFACTS / 'hostile.log'}")

@@ -11,8 +11,8 @@ import argparse
 import asyncio
 import statistics
 
-from tests.fixtures.browser import ARTIFACTS, app_server, proxy_server
-from tests.fixtures.sessions import SessionReport, percentile, run_sessions
+from tests.fixtures.browser import ARTIFACTS, app_server, percentile, proxy_server
+from tests.fixtures.sessions import SessionReport, run_sessions
 
 
 def load_test(sessions: int = 10, replicas: int | None = None) -> tuple[list[SessionReport], str, list[float]]:

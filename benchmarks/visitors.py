@@ -22,49 +22,10 @@ import signal
 import statistics
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass
 
-from tests.fixtures.browser import ARTIFACTS, proxy_server
-from tests.fixtures.sessions import percentile
+from tests.fixtures.browser import ARTIFACTS, HealthProbe, percentile, proxy_server
 from tests.fixtures.visitors import Visit, classroom
-
-
-class HealthProbe:
-    """Asks `/_stcore/health` every `every` seconds in its own thread while the block runs; each answer's time."""
-
-    def __init__(self, url: str, every: float = 0.1, timeout: float = 30.0) -> None:
-        self.url, self.every, self.timeout = f"{url}/_stcore/health", every, timeout
-        self.seconds: list[float] = []
-        self.failures = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._ask, daemon=True)
-
-    def _ask(self) -> None:
-        while not self._done.wait(self.every):
-            started = time.perf_counter()
-            try:
-                urllib.request.urlopen(self.url, timeout=self.timeout).read()
-                self.seconds.append(time.perf_counter() - started)
-            except OSError:
-                self.failures += 1
-
-    def __enter__(self) -> HealthProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def line(self) -> str:
-        if not self.seconds:
-            return f"health: no answer ({self.failures} failed)"
-        ordered = sorted(self.seconds)
-        return (
-            f"health p50 {statistics.median(ordered):.2f} s, p99 {percentile(ordered, 0.99):.2f} s, slowest "
-            f"{ordered[-1]:.2f} s, {self.failures} failed of {len(ordered) + self.failures}"
-        )
 
 
 @dataclass(frozen=True)
