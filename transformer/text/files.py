@@ -92,20 +92,16 @@ def text_lines(
     """
     lines: list[str] = []
     pending, left = b"", max_bytes
-    stream = _opened(data)
-    try:
-        with stream:
-            while max_lines is None or len(lines) < max_lines:
-                block = stream.read(READ_BLOCK if left is None else min(READ_BLOCK, left + 1))
-                if left is not None and (left := left - len(block)) < 0:
-                    raise _over_the_limit(max_bytes)
-                if not block:
-                    break
-                *complete, pending = (pending + block).split(b"\n")
-                _check_lengths(complete, pending, max_line_bytes, len(lines))
-                lines += _decoded(complete, len(lines))
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
-        raise ValueError(f"a corrupt {_compression(stream)} file: {error}") from None
+    with _decompressing(data) as stream:
+        while max_lines is None or len(lines) < max_lines:
+            block = stream.read(READ_BLOCK if left is None else min(READ_BLOCK, left + 1))
+            if left is not None and (left := left - len(block)) < 0:
+                raise _over_the_limit(max_bytes)
+            if not block:
+                break
+            *complete, pending = (pending + block).split(b"\n")
+            _check_lengths(complete, pending, max_line_bytes, len(lines))
+            lines += _decoded(complete, len(lines))
     if pending:  # the last line, without a newline after it
         lines += _decoded([pending], len(lines))
     return lines[:max_lines]
@@ -148,6 +144,17 @@ def _opened(data: bytes | BinaryIO) -> BinaryIO:
     return raw
 
 
+@contextmanager
+def _decompressing(data: bytes | BinaryIO) -> Iterator[BinaryIO]:
+    """The stream of _opened(data), closed after; a corrupt gzip or xz stream is a ValueError that names it."""
+    stream = _opened(data)
+    try:
+        with stream:
+            yield stream
+    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
+        raise ValueError(f"a corrupt {_compression(stream)} file: {error}") from None
+
+
 def _compression(stream: BinaryIO) -> str:
     return "gzip" if isinstance(stream, gzip.GzipFile) else "xz" if isinstance(stream, lzma.LZMAFile) else "plain"
 
@@ -168,26 +175,22 @@ def decoded_lines(data: bytes | io.BufferedReader, max_line_bytes: int = MAX_LIN
     """
     lines: list[str] = []
     problems: list[str] = []
-    stream = _opened(data)
-    try:
-        with stream:
-            for number in itertools.count(1):
-                raw = stream.readline(max_line_bytes + 1)
-                if not raw:
-                    break
-                if not raw.endswith(b"\n") and len(raw) > max_line_bytes:
-                    while raw and not raw.endswith(b"\n"):  # the rest of the line, a block at a time
-                        raw = stream.readline(READ_BLOCK)
-                    lines.append("")
-                    problems.append(f"line {number} is longer than {max_line_bytes:,} bytes: not a sentence")
-                    continue
-                try:
-                    lines.append(raw.removesuffix(b"\n").decode("utf-8"))
-                except UnicodeDecodeError as error:
-                    lines.append("")
-                    problems.append(_not_text(number, raw, error))
-    except (OSError, EOFError, zlib.error, lzma.LZMAError) as error:
-        raise ValueError(f"a corrupt {_compression(stream)} file: {error}") from None
+    with _decompressing(data) as stream:
+        for number in itertools.count(1):
+            raw = stream.readline(max_line_bytes + 1)
+            if not raw:
+                break
+            if not raw.endswith(b"\n") and len(raw) > max_line_bytes:
+                while raw and not raw.endswith(b"\n"):  # the rest of the line, a block at a time
+                    raw = stream.readline(READ_BLOCK)
+                lines.append("")
+                problems.append(f"line {number} is longer than {max_line_bytes:,} bytes: not a sentence")
+                continue
+            try:
+                lines.append(raw.removesuffix(b"\n").decode("utf-8"))
+            except UnicodeDecodeError as error:
+                lines.append("")
+                problems.append(_not_text(number, raw, error))
     return lines, problems
 
 

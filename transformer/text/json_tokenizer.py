@@ -96,7 +96,7 @@ class JsonTokenizer(TokenizerBase):
         return JsonTokenizer(backend.to_str(), self.source_prefix, self.target_prefix)
 
     def encode(self, text: str) -> list[int]:
-        return self._encoding(text).ids
+        return self._encoding(_readable(text)).ids
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """encode() of each text, on every core at once, in groups that each stay within the pipeline's bound."""
@@ -150,7 +150,7 @@ class JsonTokenizer(TokenizerBase):
         return bound
 
     def _encoding(self, text: str):
-        text = _readable(text)
+        """The library's encoding of a text already made readable (_readable), once its bound is checked."""
         self._encoded_bound(text)
         return _library(self.backend.encode, text, add_special_tokens=False)
 

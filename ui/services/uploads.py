@@ -188,8 +188,9 @@ def add_upload(uploaded: UploadedFile) -> str:
         raise CheckpointError(f"at most {UPLOADS_PER_SESSION} uploads per session; reload the page to start afresh")
     with uploaded.getbuffer() as held_bytes:  # the bytes Streamlit holds, read in place
         config, cost = upload_cost(held_bytes)
-        _check_session_share(config, cost, uploads, name)
-        key = _reserve(filename, cost, uploads, name)
+        held = sum(kept.cost for other, kept in uploads.items() if other != name)  # this session's other uploads
+        _check_session_share(config, cost, held)
+        key = _reserve(filename, cost, held, uploads, name)
         try:
             digest = hashlib.sha256(held_bytes).hexdigest()[:16]
             with warnings.catch_warnings():
@@ -206,7 +207,7 @@ def add_upload(uploaded: UploadedFile) -> str:
     return name
 
 
-def _check_session_share(config: TransformerConfig, cost: int, uploads: Uploads, name: str) -> None:
+def _check_session_share(config: TransformerConfig, cost: int, held: int) -> None:
     """CheckpointTooLarge for a model that draws too many maps a step or does not fit this session's share."""
     maps = (config.n_encoder_layers + 2 * config.n_decoder_layers) * config.n_heads
     if maps > UPLOAD_MAX_ATTENTION_MAPS:
@@ -214,7 +215,6 @@ def _check_session_share(config: TransformerConfig, cost: int, uploads: Uploads,
             f"the model draws {maps:,} attention maps a step (layers x heads, self and cross), "
             f"over the {UPLOAD_MAX_ATTENTION_MAPS:,} an upload may draw here"
         )
-    held = sum(kept.cost for other, kept in uploads.items() if other != name)
     if held + cost > UPLOAD_LIMIT_ELEMENTS:
         others = f"; your other uploads hold {held:,} of the {UPLOAD_LIMIT_ELEMENTS:,}" if held else ""
         raise CheckpointTooLarge(
@@ -224,10 +224,9 @@ def _check_session_share(config: TransformerConfig, cost: int, uploads: Uploads,
         )
 
 
-def _reserve(filename: str, cost: int, uploads: Uploads, name: str) -> int:
+def _reserve(filename: str, cost: int, held: int, uploads: Uploads, name: str) -> int:
     """The upload's entry in the server's ledger; CheckpointTooLarge where this visitor's or the server's share has
-    no room."""
-    held = sum(kept.cost for other, kept in uploads.items() if other != name)
+    no room (`held`: what this session's other uploads hold)."""
     visitor = visitor_id()
     key = SERVER_UPLOADS.reserve(
         cost, SERVER_UPLOAD_LIMIT_ELEMENTS, visitor, VISITOR_UPLOAD_LIMIT_ELEMENTS, uploads, name
