@@ -51,3 +51,45 @@ def test_a_heavy_job_waiting_in_line_lets_other_pages_run(monkeypatch):
 def test_streamlit_runs_no_full_garbage_collection_after_each_page():
     config = tomllib.loads((REPO / ".streamlit" / "config.toml").read_text())
     assert config["runner"]["postScriptGC"] is False
+
+
+def test_a_visitor_who_leaves_while_taking_back_its_page_slot_gives_the_heavy_slot_back(monkeypatch):
+    """A heavy job in line lends its page slot; served, it takes the page slot back. A visitor who left meanwhile
+    ended the run there, holding a heavy slot that nothing gave back: the server had one slot fewer for good."""
+    work = ui.services.work
+    monkeypatch.setattr(work, "SLOTS", work.Slots(1))
+    monkeypatch.setattr(work, "PAGE_SLOTS", work.Slots(1))
+    left: set[str] = set()
+    monkeypatch.setattr(work, "visitor_left", lambda: threading.current_thread().name in left)
+    computing, finished = threading.Event(), threading.Event()
+
+    def other_job() -> None:  # holds the heavy slot until told
+        with work.heavy_job("attributions"):
+            computing.set()
+            finished.wait(10)
+
+    def leaving_visitor() -> None:
+        with work.page_run(), work.heavy_job("attributions") as should_stop:
+            assert should_stop()  # the visitor left: the work stops at once
+
+    holder = threading.Thread(target=other_job)
+    holder.start()
+    assert computing.wait(10)
+    visitor = threading.Thread(target=leaving_visitor, name="visitor")
+    visitor.start()
+    deadline = time.monotonic() + 10
+    while work.SLOTS.waiting() == 0 and time.monotonic() < deadline:  # in line, its page slot lent
+        time.sleep(0.01)
+    page = work.PAGE_SLOTS.ask()
+    assert work.PAGE_SLOTS.take(page, timeout=10)  # another page run takes the lent slot
+    finished.set()  # the heavy slot goes to the visitor, who now waits for its page slot back ...
+    holder.join(10)
+    while work.SLOTS.waiting() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    left.add("visitor")  # ... and leaves
+    time.sleep(0.3)
+    work.PAGE_SLOTS.release()
+    visitor.join(10)
+    assert not visitor.is_alive()
+    assert work.SLOTS.take(work.SLOTS.ask(), timeout=2), "the heavy slot was never given back"

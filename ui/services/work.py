@@ -111,22 +111,32 @@ def page_run() -> Iterator[None]:
             PAGE_SLOTS.release()
 
 
-def _take_page_slot() -> None:
-    ticket = PAGE_SLOTS.ask()
+def _served(slots: Slots, ticket: object, between: Callable[[], None]) -> None:
+    """Waits until the ticket gets one of the slots, calling between() every quarter second (it says the place in
+    line, or raises StopException for a visitor who left); a ticket that stops waiting leaves the line."""
     try:
-        while not PAGE_SLOTS.take(ticket, timeout=0.25):
-            if visitor_left():
-                raise StopException()
+        while not slots.take(ticket, timeout=0.25):
+            between()
     except BaseException:
-        PAGE_SLOTS.leave(ticket)
+        slots.leave(ticket)
         raise
+
+
+def _stop_if_left() -> None:
+    if visitor_left():
+        raise StopException()
+
+
+def _take_page_slot(between: Callable[[], None] = _stop_if_left) -> None:
+    _served(PAGE_SLOTS, PAGE_SLOTS.ask(), between)
     _THIS_THREAD.page_slot = True
 
 
 @contextmanager
 def page_slot_given_up() -> Iterator[None]:
     """While the block waits (a heavy job in line for its own slot), this run's page slot serves the next page run
-    in line; it is taken back after."""
+    in line; it is taken back after, whether or not the visitor is still there: the block may hold a heavy slot by
+    then, which only the caller's `finally` gives back."""
     if not getattr(_THIS_THREAD, "page_slot", False):
         yield
         return
@@ -135,7 +145,7 @@ def page_slot_given_up() -> Iterator[None]:
     try:
         yield
     finally:
-        _take_page_slot()
+        _take_page_slot(between=lambda: None)
 
 
 # Token-steps of integrated gradients one request may ask (output steps x interpolation steps x tokens):
@@ -209,26 +219,21 @@ def _wait_for_slot(what: str, notice, paused: bool = False) -> None:
     """Waits in line for a slot, showing the place in line; StopException if the visitor leaves meanwhile. The
     caller, holding the slot on return, clears the notice (a page call) where it gives the slot back on failure."""
     ticket, began = SLOTS.ask(), time.monotonic()
-    try:
-        if not SLOTS.take(ticket, timeout=0):
-            with page_slot_given_up():  # a job in line computes nothing: its page slot serves other pages meanwhile
-                _wait_in_line(ticket, what, notice, paused)
-    except BaseException:
-        SLOTS.leave(ticket)
-        raise
-    finally:
-        _THIS_THREAD.waited = getattr(_THIS_THREAD, "waited", 0.0) + time.monotonic() - began
+    state = "Paused for another visitor's turn" if paused else f"Waiting for other visitors' {what} to finish"
 
-
-def _wait_in_line(ticket: object, what: str, notice, paused: bool) -> None:
-    while not SLOTS.take(ticket, timeout=0.25):
-        state = "Paused for another visitor's turn" if paused else f"Waiting for other visitors' {what} to finish"
+    def say_place() -> None:
         notice.info(
             f"{state}: this server computes {HEAVY_JOBS} at a time, in turns of {TURN_SECONDS:g} s; "
             f"you are number {SLOTS.position(ticket)} in line."
         )
-        if visitor_left():
-            raise StopException()
+        _stop_if_left()
+
+    try:
+        if not SLOTS.take(ticket, timeout=0):
+            with page_slot_given_up():  # a job in line computes nothing: its page slot serves other pages meanwhile
+                _served(SLOTS, ticket, say_place)
+    finally:
+        _THIS_THREAD.waited = getattr(_THIS_THREAD, "waited", 0.0) + time.monotonic() - began
 
 
 def computing_clock() -> float:
