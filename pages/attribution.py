@@ -60,7 +60,7 @@ if n_steps < DEFAULT_STEPS:
         f"{DEFAULT_STEPS}, to stay within the {ATTRIBUTION_BUDGET:,} token-steps a request may take here "
         "(the convergence delta below says how exact they are)."
     )
-request = (explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids))
+request = explored.identity
 stop = st.empty()  # Stop while computing; once stopped, the way to start again (the page computes on opening)
 if session.get("attribution_stopped") == request:
     if stop.button("Compute the attributions", key="attribution_resume", type="primary"):
@@ -76,9 +76,7 @@ with heavy_job("attributions") as should_stop:
     progress = Progress("Integrated gradients", result.steps, "output tokens", costs)
     found = models.attribution_cached(
         checkpoint,
-        explored.checkpoint_key,
-        tuple(result.src_ids),
-        tuple(result.tgt_ids),
+        request,
         n_steps,
         _result=result,
         _should_stop=should_stop,
@@ -251,9 +249,7 @@ if foil is not None:
     with heavy_job("attributions") as should_stop, st.spinner("Integrated gradients of the difference ..."):
         source, prefix_rows, foil_delta = models.contrastive_cached(
             checkpoint,
-            explored.checkpoint_key,
-            tuple(result.src_ids),
-            tuple(result.tgt_ids),
+            explored.identity,
             step,
             foil,
             n_steps,

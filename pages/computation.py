@@ -56,9 +56,7 @@ else:  # a decoder row is a decoding step: the shared one, so the explorer, the 
         **session_keys.shared("step"),
     )
 
-inputs = models.sublayer_inputs_cached(
-    checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer
-)
+inputs = models.sublayer_inputs_cached(checkpoint, explored.identity, kind.value, layer)
 stages = attention_stages(inputs, head)
 d_k = config.d_head
 

@@ -28,30 +28,14 @@ def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
         return None
     if lens is None:
         return None
-    result = explored.result
-    rows = models.tuned_lens_cached(
-        explored.checkpoint,
-        explored.checkpoint_key,
-        result.strategy,
-        tuple(result.src_ids),
-        tuple(result.tgt_ids),
-        _result=result,
-        _tuned=lens,
-    )
+    rows = models.tuned_lens_cached(explored.checkpoint, explored.identity, _result=explored.result, _tuned=lens)
     return rows, lens
 
 
 explored = page_frame()
 session = st.session_state
 # Computed before anything of the result is written, so that the new output and its step view appear together.
-candidate_words = models.candidate_words_cached(
-    explored.checkpoint,
-    explored.checkpoint_key,
-    explored.result.strategy,
-    tuple(explored.result.src_ids),
-    tuple(explored.result.tgt_ids),
-    _result=explored.result,
-)
+candidate_words = models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
 st.title("Decode explorer")
 first_steps(explored.checkpoint_name)
 for note in explored.notes:
@@ -68,7 +52,7 @@ step = keys.clamp_index("step", explored.result.steps)
 action = step_player(
     explored.result,
     explored.checkpoint.tokenizer,
-    explored.checkpoint_key,
+    explored.identity,
     step,
     words,
     bool(session.get("presentation")),

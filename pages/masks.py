@@ -78,9 +78,7 @@ for index, tab in enumerate(st.tabs(["your sentence", "the second sentence"])):
 st.subheader("What the mask does to one head")
 # Opens on the one kind whose mask shows on a single sentence, until a kind is chosen; other pages keep theirs.
 kind, layer, head = kind_layer_head(result, page_default=AttentionKind.DECODER)
-inputs = models.sublayer_inputs_cached(
-    checkpoint, explored.checkpoint_key, tuple(result.src_ids), tuple(result.tgt_ids), kind.value, layer
-)
+inputs = models.sublayer_inputs_cached(checkpoint, explored.identity, kind.value, layer)
 stages = attention_stages(inputs, head)
 view = attention_view(result, kind)
 queries, keys = view.query_pieces, view.key_pieces

@@ -107,7 +107,7 @@ st.caption(
 )
 
 st.subheader("Your sentence entering the encoder")
-embedded = models.source_embeddings_cached(explored.checkpoint, explored.checkpoint_key, tuple(result.src_ids))
+embedded = models.source_embeddings_cached(explored.checkpoint, explored.identity)
 positions = model.src_position.rows(0, len(result.src_ids)).detach().float().cpu().numpy()  # what the model adds
 total = embedded + positions
 word, place = float(np.median(np.linalg.norm(embedded, axis=1))), float(np.median(np.linalg.norm(positions, axis=1)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -10,6 +11,7 @@ from helpers import REPO, make_sentences, start, translate
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import Checkpoint, load_checkpoint
 from ui.services.cache import RESULTS, ResultCache, nbytes
+from ui.state.identity import ResultIdentity
 
 
 class Clock:
@@ -68,3 +70,26 @@ def test_the_apps_model_calls_go_through_the_bounded_cache():
     at = translate(start(), "A brand new sentence about seven purple elephants.")
     assert not at.exception
     assert RESULTS.held_bytes > before and RESULTS.entries.maxsize == 512 * 2**20 and RESULTS.entries.ttl == 3600
+
+
+def test_a_result_has_one_identity_for_every_cache_and_player_and_it_names_its_checkpoint():
+    checkpoint = load_checkpoint(REPO / "checkpoints" / "en-fr-captions.safetensors")
+    decoded = decode_text(checkpoint.model, checkpoint.tokenizer, "A dog runs.", DecodeSettings())
+    again = decode_text(checkpoint.model, checkpoint.tokenizer, "A dog runs.", DecodeSettings())
+    beam = decode_text(
+        checkpoint.model, checkpoint.tokenizer, "A dog runs.", DecodeSettings(strategy="beam", beam_width=3)
+    )
+    same, twin = ResultIdentity.of("upload:x", decoded), ResultIdentity.of("upload:x", again)
+    assert same == twin and hash(same) == hash(twin) and same.token == twin.token and len(same.token) == 16
+    assert ResultIdentity.of("en-fr-captions", decoded).token != same.token  # another checkpoint, another result
+    assert ResultIdentity.of("upload:x", beam).token != same.token  # decoded another way
+    guarded = []
+    cache = ResultCache(max_bytes=2**30, seconds=600)
+    cache.guard = lambda key: guarded.append(key) or contextlib.nullcontext()
+
+    @cache
+    def steps(_checkpoint, identity: ResultIdentity, *, _result) -> int:
+        return _result.steps
+
+    assert steps(checkpoint, same, _result=decoded) == steps(checkpoint, twin, _result=again) == decoded.steps
+    assert guarded == ["upload:x"]  # computed once, in the uploaded checkpoint's guard

@@ -9,7 +9,6 @@ page by a link sends the step once, so that the next page opens at it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from transformer.text.tokenizer import TokenizerBase
 from transformer.viz.attention import head_row_labels, with_layer_means
 from transformer.viz.style import colorscale_stops
 from ui.players.packing import QUANTUM, packed, rounded
+from ui.state.identity import ResultIdentity
 
 HERE = Path(__file__).parent
 PAGE_NAMES = frozenset(path.stem for path in (HERE.parents[1] / "pages").glob("*.py"))  # a page's URL path
@@ -64,12 +64,6 @@ def page_of_link(path: object) -> str | None:
     return f"pages/{name}.py" if name in PAGE_NAMES else None
 
 
-def result_identity(result: DecodeResult, checkpoint_key: str) -> str:
-    """Names one decode: the browser keeps its step across redraws of the same one, and starts over on another."""
-    name = f"{checkpoint_key}\n{result.strategy}\n{result.src_ids}\n{result.tgt_ids}"
-    return hashlib.sha1(name.encode()).hexdigest()[:16]
-
-
 def lens_data(lens: LogitLens, tokenizer: TokenizerBase) -> dict:
     """A lens' guesses by step (each step's layers together), with the text of every token they name."""
     ids = lens.top_ids.transpose(0, 1).tolist()  # (T, L, LENS_TOP)
@@ -92,11 +86,12 @@ def step_data(
     tokenizer: TokenizerBase,
     step: int,
     words: bool,
-    identity: str,
+    player_id: str,
     tuned: tuple[LogitLens, TunedLens] | None = None,
     candidate_words: list[list[str | None]] | None = None,
 ) -> dict:
-    """Everything the step view shows, for every step, as JSON-ready values; `tuned`: a tuned lens' guesses and the
+    """Everything the step view shows, for every step, as JSON-ready values; `player_id`: the result's identity
+    token (the browser keeps its step while it is the same); `tuned`: a tuned lens' guesses and the
     lens (whose held-out KL figures the view gives); `candidate_words`: the word each candidate would make
     (decoding.candidate_words)."""
     layers, heads = result.cross.shape[:2]
@@ -111,7 +106,7 @@ def step_data(
         self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
     return {
-        "id": identity,
+        "id": player_id,
         "step": step,
         "steps": steps,
         "rows": head_row_labels(layers, heads),
@@ -175,7 +170,7 @@ def sent_step_data(sent_json: str) -> dict:
 def step_player(
     result: DecodeResult,
     tokenizer: TokenizerBase,
-    checkpoint_key: str,
+    identity: ResultIdentity,
     step: int,
     words: bool,
     presentation: bool,
@@ -184,8 +179,7 @@ def step_player(
 ) -> StepAction | None:
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
     the candidates would make); the visitor's action of this run, if any."""
-    identity = result_identity(result, checkpoint_key)
-    data = step_data(result, tokenizer, step, words, identity, tuned, candidate_words) | {
+    data = step_data(result, tokenizer, step, words, identity.token, tuned, candidate_words) | {
         "presentation": presentation,
         "scroll_into_view": st.session_state.pop("scroll_to_output", False),
         "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit",

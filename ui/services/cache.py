@@ -57,17 +57,18 @@ class ResultCache:
         self.guard: Callable[[str], contextlib.AbstractContextManager] = lambda checkpoint_key: contextlib.nullcontext()
 
     def __call__(self, function: Function) -> Function:
-        """Caches function(_checkpoint, checkpoint_key, *args): keyed by its name and every argument but the model
-        and keyword arguments named with a leading underscore (values the other arguments determine)."""
+        """Caches function(_checkpoint, subject, *args), the subject a checkpoint's key or a result's identity (its
+        checkpoint_key names the checkpoint): keyed by its name and every argument but the model and keyword
+        arguments named with a leading underscore (values the other arguments determine)."""
 
         def key(_checkpoint: Any, *args: Any, **kwargs: Any) -> tuple:
             named = {name: value for name, value in kwargs.items() if not name.startswith("_")}
             return cachetools.keys.hashkey(function.__qualname__, *args, **named)
 
         @functools.wraps(function)
-        def computed(_checkpoint: Any, checkpoint_key: str, *args: Any, **kwargs: Any) -> Any:
-            with self.guard(checkpoint_key):
-                return function(_checkpoint, checkpoint_key, *args, **kwargs)
+        def computed(_checkpoint: Any, subject: Any, *args: Any, **kwargs: Any) -> Any:
+            with self.guard(subject if isinstance(subject, str) else subject.checkpoint_key):
+                return function(_checkpoint, subject, *args, **kwargs)
 
         return cachetools.cached(self.entries, key=key, condition=self.condition)(computed)
 

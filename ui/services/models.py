@@ -25,15 +25,14 @@ from transformer.decoding.greedy import decode
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings, decode_text
-from transformer.io.checkpoint import (
-    Checkpoint,
-)
+from transformer.io.checkpoint import Checkpoint
 from transformer.model.probes import Probe
 from transformer.training.snapshots import sentence_timeline, snapshot_files
 from transformer.viz.report import html_report
 from ui.services.cache import RESULTS
 from ui.services.checkpoints import checkpoint_files, load
 from ui.services.work import heavy_job
+from ui.state.identity import ResultIdentity
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -58,10 +57,7 @@ def typed_timeline(name: str, timeline: Timeline, source: str) -> tuple[Timeline
 @RESULTS
 def tuned_lens_cached(
     _checkpoint: Checkpoint,
-    checkpoint_key: str,
-    strategy: str,
-    src_ids: tuple[int, ...],
-    tgt_ids: tuple[int, ...],
+    identity: ResultIdentity,
     *,
     _result: DecodeResult,
     _tuned: TunedLens,
@@ -73,10 +69,7 @@ def tuned_lens_cached(
 @RESULTS
 def candidate_words_cached(
     _checkpoint: Checkpoint,
-    checkpoint_key: str,
-    strategy: str,
-    src_ids: tuple[int, ...],
-    tgt_ids: tuple[int, ...],
+    identity: ResultIdentity,
     *,
     _result: DecodeResult,
 ) -> list[list[str | None]]:
@@ -106,10 +99,8 @@ def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str
 @RESULTS
 def report_cached(
     _checkpoint: Checkpoint,
-    checkpoint_key: str,
+    identity: ResultIdentity,
     text: str,
-    strategy: str,
-    tgt_ids: tuple[int, ...],
     name: str,
     *,
     _result: DecodeResult,
@@ -128,16 +119,9 @@ def teacher_force_ids_cached(
 
 
 @RESULTS
-def sublayer_inputs_cached(
-    _checkpoint: Checkpoint,
-    checkpoint_key: str,
-    src_ids: tuple[int, ...],
-    tgt_ids: tuple[int, ...],
-    kind: str,
-    layer: int,
-) -> SublayerInputs:
+def sublayer_inputs_cached(_checkpoint: Checkpoint, identity: ResultIdentity, kind: str, layer: int) -> SublayerInputs:
     """What one attention sublayer received for a result's tokens (the stage-by-stage and masks pages)."""
-    return sublayer_inputs(_checkpoint.model, list(src_ids), list(tgt_ids), kind, layer)
+    return sublayer_inputs(_checkpoint.model, list(identity.src_ids), list(identity.tgt_ids), kind, layer)
 
 
 @RESULTS
@@ -149,11 +133,12 @@ def ablation_cached(
 
 
 @RESULTS
-def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...]) -> np.ndarray:
-    """The source tokens' embeddings as the model scales them (times sqrt(d_model)), (S, d_model), read-only."""
+def source_embeddings_cached(_checkpoint: Checkpoint, identity: ResultIdentity) -> np.ndarray:
+    """A result's source tokens' embeddings as the model scales them (times sqrt(d_model)), (S, d_model),
+    read-only."""
     model = _checkpoint.model
     with torch.inference_mode():
-        ids = torch.tensor([src_ids], device=next(model.parameters()).device)
+        ids = torch.tensor([identity.src_ids], device=next(model.parameters()).device)
         embedded = model.src_embed(ids)[0].float().cpu().numpy()
     embedded.flags.writeable = False
     return embedded
@@ -162,25 +147,21 @@ def source_embeddings_cached(_checkpoint: Checkpoint, checkpoint_key: str, src_i
 @RESULTS
 def attribution_cached(
     _checkpoint: Checkpoint,
-    checkpoint_key: str,
-    src_ids: tuple[int, ...],
-    tgt_ids: tuple[int, ...],
+    identity: ResultIdentity,
     n_steps: int,
     *,
     _result: DecodeResult,
     _should_stop: Callable[[], bool],
     _progress: Callable[[int, int], None] | None = None,
 ) -> Attribution:
-    """Every attribution of a result, keyed by its tokens (a decode and a teacher forcing of the same tokens agree)."""
+    """Every attribution of a result."""
     return attribute(_checkpoint.model, _result, n_steps, _should_stop, _progress)
 
 
 @RESULTS
 def contrastive_cached(
     _checkpoint: Checkpoint,
-    checkpoint_key: str,
-    src_ids: tuple[int, ...],
-    tgt_ids: tuple[int, ...],
+    identity: ResultIdentity,
     step: int,
     foil: int,
     n_steps: int,

@@ -15,6 +15,7 @@ import streamlit as st
 from transformer.analysis.alignment import AlignmentReport, GoldAlignment
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings
+from ui.state.identity import ResultIdentity
 
 if TYPE_CHECKING:  # pandas takes 0.4 s to import, and only the Corpus page needs it
     import pandas as pd
@@ -39,7 +40,8 @@ ATTENTION_VIEWS = {
 
 @dataclass(frozen=True)
 class DecodeRequest:
-    """What the kept result was decoded from (session key result_request): a new one decodes again."""
+    """What the kept result was decoded from (session key result_request): a new one decodes again. A request, not
+    a result: what is computed from the result is keyed by its ResultIdentity."""
 
     checkpoint_key: str
     text: str
@@ -139,7 +141,7 @@ KEYS: dict[str, Key] = {
     "stats_over_corpus": Key(CorpusStatistics, None, "head statistics over an uploaded file"),
     "ablated": Key(tuple, None, "the heads switched off on Head statistics, applied with its button"),
     "report_built": Key(tuple, None, "the view whose HTML report was built, offered for download"),
-    "attribution_stopped": Key(tuple, None, "the (checkpoint, source, output) whose attribution the visitor stopped"),
+    "attribution_stopped": Key(ResultIdentity, None, "the result whose attribution the visitor stopped"),
     "corpus_agreement": Key(CorpusAgreement, None, "heads' agreement with the gradients over the Corpus file"),
     "probe": Key(int, None, "the probe sentence on How it learned (0-based)"),
     "learned_text": Key(str, None, "a sentence of the visitor's read through the run on How it learned"),

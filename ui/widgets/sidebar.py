@@ -20,6 +20,7 @@ from ui.server.replica import say_if_moved
 from ui.services import checkpoints, models
 from ui.services.uploads import SERVER_UPLOADS
 from ui.state import keys, url
+from ui.state.identity import ResultIdentity
 from ui.widgets.presentation import close_sidebar_if_presenting, presentation_style, sidebar_state
 from ui.widgets.text import literal
 
@@ -35,6 +36,11 @@ class Explored:
     result: DecodeResult  # the what-if branch when one is being explored, else the decode
     original: DecodeResult
     notes: tuple[str, ...]  # what the visitor should know about their input
+
+    @property
+    def identity(self) -> ResultIdentity:
+        """The result's identity, for the caches of what is computed from it and for the players."""
+        return ResultIdentity.of(self.checkpoint_key, self.result)
 
 
 FORM_KEYS = ("text", *keys.SETTINGS)
