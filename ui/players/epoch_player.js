@@ -6,23 +6,14 @@ const epochHeld = new Map(); // component key -> the visitor's view across redra
 const epochTimers = new Map(); // component key -> Play's interval
 const epochSteppers = new Map(); // component key -> {root, go}
 
-document.addEventListener("keydown", (event) => {
-  if ((event.key !== "ArrowRight" && event.key !== "ArrowLeft") || event.defaultPrevented) return;
-  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
-  if (event.target.closest?.('input, textarea, select, [contenteditable="true"], [role="slider"], [role="combobox"], '
-    + '[role="listbox"]')) return;
-  const shown = [...epochSteppers.values()].find(({ root }) => root.isConnected && onScreen(root));
-  if (!shown) return;
-  shown.go(event.key === "ArrowRight" ? 1 : -1);
-  event.preventDefault();
-});
+stepWithArrowKeys(epochSteppers);
 
 const KIND_NAMES = { cross: "encoder-decoder attention", decoder: "masked decoder self-attention",
   encoder: "encoder self-attention" };
 
 function writeViewToAddress(data, state) {
   const url = new URL(window.location.href);
-  url.searchParams.set("epoch", String(data.epochs[state.snapshot]));
+  url.searchParams.set("epoch", String(data.epochs[state.at]));
   url.searchParams.set("kind", state.kind);
   url.searchParams.set("layer", String(state.layer + 1));
   url.searchParams.set("head", typeof state.head === "number" ? String(state.head + 1) : state.head);
@@ -41,27 +32,6 @@ function choice(label, options, value, onChange) {
   select.onchange = () => onChange(select.value);
   wrap.append(select);
   return wrap;
-}
-
-// One map: rows (queries) by columns (keys), weights read from values at offset, row by row.
-function drawGrid(box, title, rows, columns, values, offset, stops, quantum) {
-  box.append(mapHeading(title, stops));
-  const grid = element("div", "grid");
-  grid.style.gridTemplateColumns = `max-content repeat(${columns.length}, minmax(0.9rem, 1fr))`;
-  rows.forEach((row, r) => {
-    grid.append(element("div", "row-label", row));
-    columns.forEach((column, k) => {
-      const stored = values[offset + r * columns.length + k];
-      const weight = stored > quantum ? null : stored / quantum;
-      const cell = element("div", "cell");
-      cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
-      cell.title = `${row} → ${column}: ${number(weight)}`;
-      grid.append(cell);
-    });
-  });
-  grid.append(element("div"));
-  columns.forEach((column) => grid.append(element("div", "key-label", column)));
-  box.append(grid);
 }
 
 // A small line over the snapshots with the one shown marked: values may hold nulls (not measured).
@@ -111,31 +81,15 @@ export default function (component) {
   const maps = Object.fromEntries(Object.entries(data.maps).map(([kind, text]) => [kind, decoded(text)]));
   const before = epochHeld.get(key);
   const kept = before && before.id === data.id;
-  const state = kept ? before : { id: data.id, snapshot: data.snapshot, kind: data.kind, layer: data.layer,
+  const state = kept ? before : { id: data.id, at: data.snapshot, kind: data.kind, layer: data.layer,
     head: data.head, rate: data.rates[1] };
   epochHeld.set(key, state);
 
   const root = element("div", data.presentation ? "player epochs presentation" : "player epochs");
-  const controls = element("div", "controls");
-  const first = button("« First");
-  const previous = button("‹ Previous");
-  const next = button("Next ›");
-  const lastButton = button("Last »");
-  const play = button("▶ Play");
-  const rate = element("select", "rate");
-  rate.setAttribute("aria-label", "Epochs a second when playing");
-  data.rates.forEach((value) => {
-    const option = element("option", "", `${value} a second`);
-    option.value = String(value);
-    rate.append(option);
-  });
-  rate.value = String(state.rate);
-  controls.append(first, previous, next, lastButton, play, rate);
-  const slider = element("input", "slider");
-  slider.type = "range";
-  slider.min = "0";
-  slider.max = String(last);
-  slider.setAttribute("aria-label", "Epoch");
+  // Play at the end plays the run again
+  const stepper = stepControls({ key, timers: epochTimers, state, last, rates: data.rates, noun: "Epoch", sliderFrom: 0,
+    show: redraw, replay: true });
+  const { go, stop } = stepper;
   const marks = element("div", "epoch-marks");
   data.labels.forEach((label, i) => {
     const mark = button(label);
@@ -160,7 +114,7 @@ export default function (component) {
   left.append(view, mapBox);
   right.append(heads, curves);
   body.append(left, right);
-  root.append(controls, slider, marks, caption, outputs, probs, body, lens);
+  root.append(stepper.controls, stepper.slider, marks, caption, outputs, probs, body, lens);
   parentElement.querySelector(".player")?.remove();
   parentElement.append(root);
 
@@ -194,9 +148,9 @@ export default function (component) {
     const [rows, columns] = axes(state.kind);
     const layers = data.layers[state.kind];
     const size = rows.length * columns.length;
-    const at = (head) => (((state.snapshot * layers + state.layer) * (data.heads + 1)) + head) * size;
+    const at = (head) => (((state.at * layers + state.layer) * (data.heads + 1)) + head) * size;
     mapBox.replaceChildren();
-    const where = `${data.labels[state.snapshot]} · ${KIND_NAMES[state.kind]}, layer ${state.layer + 1}`;
+    const where = `${data.labels[state.at]} · ${KIND_NAMES[state.kind]}, layer ${state.layer + 1}`;
     if (state.head === "all") {
       const small = element("div", "small-maps");
       for (let h = 0; h < data.heads; h += 1) {
@@ -214,7 +168,7 @@ export default function (component) {
   }
 
   function drawHeads() {
-    const kind = state.kind, layer = state.layer, s = state.snapshot;
+    const kind = state.kind, layer = state.layer, s = state.at;
     const distance = data.distance[kind], entropy = data.entropy[kind];
     const column = (table, h) => table.map((bySnapshot) => bySnapshot[layer][h]);
     const high = (table) => Math.max(...table.flatMap((bySnapshot) => bySnapshot[layer]), 1e-9);
@@ -251,7 +205,7 @@ export default function (component) {
   }
 
   function drawLens() {
-    const s = state.snapshot;
+    const s = state.at;
     lens.replaceChildren(element("div", "map-title", "Each decoder layer's rank of the reference token "
       + "(the logit lens; 1: the layer's top guess)"));
     const grid = element("div", "grid lens-ranks");
@@ -272,7 +226,7 @@ export default function (component) {
   }
 
   function drawProbabilities() {
-    const s = state.snapshot;
+    const s = state.at;
     const values = data.token_probs[s];
     const mean = values.reduce((a, b) => a + (b ?? 0), 0) / values.length;
     probs.replaceChildren(element("div", "map-title", `The probability this epoch gives each reference token (mean ${number(mean)})`));
@@ -290,10 +244,7 @@ export default function (component) {
   }
 
   function redraw() {
-    const s = state.snapshot;
-    first.disabled = previous.disabled = s === 0;
-    next.disabled = lastButton.disabled = s === last;
-    slider.value = String(s);
+    const s = state.at;
     [...marks.children].forEach((mark, i) => mark.setAttribute("aria-pressed", String(i === s)));
     const bleu = data.val_bleu[s];
     caption.replaceChildren(element("b", "", data.labels[s]), ` (${s + 1} of ${data.labels.length})`,
@@ -315,44 +266,8 @@ export default function (component) {
     writeViewToAddress(data, state);
   }
 
-  function go(snapshot, byVisitor = true) {
-    state.snapshot = Math.min(Math.max(snapshot, 0), last);
-    if (byVisitor) stop();
-    redraw();
-  }
-
-  function stop() {
-    clearInterval(epochTimers.get(key));
-    epochTimers.delete(key);
-    play.textContent = "▶ Play";
-    play.disabled = state.snapshot === last && last === 0;
-  }
-
-  function start() {
-    if (state.snapshot === last) state.snapshot = 0; // Play at the end plays the run again
-    play.textContent = "⏸ Pause";
-    epochTimers.set(key, setInterval(() => {
-      go(state.snapshot + 1, false);
-      if (state.snapshot === last) stop();
-    }, 1000 / state.rate));
-    go(state.snapshot, false);
-  }
-
-  first.onclick = () => go(0);
-  previous.onclick = () => go(state.snapshot - 1);
-  next.onclick = () => go(state.snapshot + 1);
-  lastButton.onclick = () => go(last);
-  slider.oninput = () => go(Number(slider.value));
-  play.onclick = () => (epochTimers.has(key) ? stop() : start());
-  rate.onchange = () => {
-    state.rate = Number(rate.value);
-    if (epochTimers.has(key)) {
-      clearInterval(epochTimers.get(key));
-      start();
-    }
-  };
-  epochSteppers.set(key, { root, go: (delta) => go(state.snapshot + delta) });
-  redraw();
+  epochSteppers.set(key, { root, go: (delta) => go(state.at + delta) });
+  stepper.draw();
   stop();
   return () => epochSteppers.delete(key);
 }

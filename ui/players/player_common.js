@@ -55,3 +55,124 @@ function svg(tag, attributes = {}, text) {
   if (text !== undefined) node.textContent = text; // text, never markup
   return node;
 }
+
+// A heatmap as a CSS grid, a row per query (or head) and a column per key, its weights read from `values` at
+// `offset`, row by row (a stored value past the quantum: the model gave NaN). With `heads`, the rows are layers of
+// that many heads and their mean, the means set apart, and a map taller than one layer names its keys above too.
+function drawGrid(box, title, rows, columns, values, offset, stops, quantum, heads = 0) {
+  box.append(mapHeading(title, stops));
+  const grid = element("div", "grid");
+  grid.style.gridTemplateColumns = `max-content repeat(${columns.length}, minmax(var(--cell-width), 1fr))`;
+  const keyLabels = (where) => {
+    grid.append(element("div"));
+    columns.forEach((column) => {
+      const name = element("div", `key-label ${where}`, column);
+      name.title = column;
+      grid.append(name);
+    });
+  };
+  // Taller than one layer's heads: the keys named above it too, in view with the title on a projector's screen.
+  if (heads > 0 && rows.length > heads + 1) keyLabels("top");
+  rows.forEach((row, r) => {
+    const mean = heads > 0 && r % (heads + 1) === heads;
+    grid.append(element("div", mean ? "row-label mean" : "row-label", row));
+    columns.forEach((column, k) => {
+      const stored = values[offset + r * columns.length + k];
+      const weight = stored > quantum ? null : stored / quantum;
+      const cell = element("div", mean ? "cell mean" : "cell");
+      cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
+      cell.title = `${row} → ${column}: weight ${number(weight)}`;
+      grid.append(cell);
+    });
+  });
+  keyLabels("bottom");
+  box.append(grid);
+}
+
+// The arrow keys step the player on screen without a click in it first; not while the focus is where the keys do
+// something else (a text box, a menu, a slider), nor with a modifier held. `steppers`: component key -> {root, go}.
+function stepWithArrowKeys(steppers) {
+  document.addEventListener("keydown", (event) => {
+    if ((event.key !== "ArrowRight" && event.key !== "ArrowLeft") || event.defaultPrevented) return;
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    if (event.target.closest?.('input, textarea, select, [contenteditable="true"], [role="slider"], [role="combobox"], '
+      + '[role="listbox"]')) return;
+    const shown = [...steppers.values()].find(({ root }) => root.isConnected && onScreen(root));
+    if (!shown) return;
+    shown.go(event.key === "ArrowRight" ? 1 : -1);
+    event.preventDefault();
+  });
+}
+
+// What every player steps with: First, Previous, Next, Last, Play at a chosen rate, and a slider, over positions 0 to
+// `last`. `state.at` is the position and `state.rate` Play's rate (kept by the caller across redraws); `noun` names a
+// position ("Step"), `sliderFrom` the slider's first value; `show()` draws the position and `moved()` follows a move;
+// `replay`: Play at the end plays again from the start. Returns the controls, the slider, and go, stop and show.
+function stepControls({ key, timers, state, last, rates, noun, sliderFrom, show, moved = () => {}, replay = false }) {
+  const controls = element("div", "controls");
+  const first = button("« First");
+  const previous = button("‹ Previous");
+  const next = button("Next ›");
+  const lastButton = button("Last »");
+  const play = button("▶ Play");
+  const rate = element("select", "rate");
+  rate.setAttribute("aria-label", `${noun}s a second when playing`);
+  rates.forEach((value) => {
+    const option = element("option", "", `${value} a second`);
+    option.value = String(value);
+    rate.append(option);
+  });
+  rate.value = String(state.rate);
+  controls.append(first, previous, next, lastButton, play, rate);
+  const slider = element("input", "slider");
+  slider.type = "range";
+  slider.min = String(sliderFrom);
+  slider.max = String(last + sliderFrom);
+  slider.setAttribute("aria-label", noun);
+
+  function draw() {
+    first.disabled = previous.disabled = state.at === 0;
+    next.disabled = lastButton.disabled = state.at === last;
+    slider.value = String(state.at + sliderFrom);
+    show();
+  }
+
+  function go(at, byVisitor = true) {
+    state.at = Math.min(Math.max(at, 0), last);
+    if (byVisitor) stop();
+    draw();
+    moved();
+  }
+
+  function stop() {
+    clearInterval(timers.get(key));
+    timers.delete(key);
+    play.textContent = "▶ Play";
+    play.disabled = replay ? last === 0 : state.at === last;
+  }
+
+  function start() {
+    if (replay && state.at === last) state.at = 0;
+    play.textContent = "⏸ Pause";
+    timers.set(key, setInterval(() => {
+      go(state.at + 1, false);
+      if (state.at === last) stop();
+    }, 1000 / state.rate));
+    go(state.at, false);
+  }
+
+  first.onclick = () => go(0);
+  previous.onclick = () => go(state.at - 1);
+  next.onclick = () => go(state.at + 1);
+  lastButton.onclick = () => go(last);
+  slider.oninput = () => go(Number(slider.value) - sliderFrom);
+  play.onclick = () => (timers.has(key) ? stop() : start());
+  rate.onchange = () => {
+    state.rate = Number(rate.value);
+    if (timers.has(key)) {
+      clearInterval(timers.get(key));
+      start();
+    }
+  };
+  return { controls, slider, go, stop, draw };
+}

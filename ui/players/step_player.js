@@ -1,7 +1,7 @@
 // The explorer's step view in the browser: every step's data arrives once; stepping and Play draw it
 // here and send nothing. Only an action (what-if, Attention maps at this step) goes to the server.
 
-const held = new Map(); // component key -> {id, serverStep, step, rate}: the visitor's step across redraws
+const held = new Map(); // component key -> {id, serverStep, at, rate, lens}: the visitor's step across redraws
 const timers = new Map(); // component key -> Play's interval (Streamlit keeps no cleanup between redraws)
 const leaving = new Map(); // component key -> (link) => whether it took the visitor to the link's page itself
 
@@ -22,52 +22,10 @@ document.addEventListener(
   true,
 );
 
-// The arrow keys step the step view on screen without a click in it first; not while the focus is where the keys
-// do something else (a text box, a menu, a slider), nor with a modifier held.
 const steppers = new Map(); // component key -> {root, go}: each mounted step view and how it steps
-document.addEventListener("keydown", (event) => {
-  if ((event.key !== "ArrowRight" && event.key !== "ArrowLeft") || event.defaultPrevented) return;
-  if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
-  if (event.target.closest?.('input, textarea, select, [contenteditable="true"], [role="slider"], [role="combobox"], '
-    + '[role="listbox"]')) return;
-  const shown = [...steppers.values()].find(({ root }) => root.isConnected && onScreen(root));
-  if (!shown) return;
-  shown.go(event.key === "ArrowRight" ? 1 : -1);
-  event.preventDefault();
-});
+stepWithArrowKeys(steppers);
 
 let lensDetailsOpen = false; // whether the visitor opened "How the lens reads a layer"
-
-// A heatmap as a CSS grid: a row per layer and head (each layer's mean last), a column per key.
-function drawMap(box, title, rows, labels, values, offset, stops, heads, quantum) {
-  box.replaceChildren(mapHeading(title, stops));
-  const grid = element("div", "grid");
-  grid.style.gridTemplateColumns = `max-content repeat(${labels.length}, minmax(0.8rem, 1fr))`;
-  const keyLabels = (where) => {
-    grid.append(element("div"));
-    labels.forEach((label) => {
-      const name = element("div", `key-label ${where}`, label);
-      name.title = label;
-      grid.append(name);
-    });
-  };
-  // Taller than one layer's heads: the keys named above it too, in view with the title on a projector's screen.
-  if (rows.length > heads + 1) keyLabels("top");
-  rows.forEach((row, r) => {
-    const isMean = r % (heads + 1) === heads;
-    grid.append(element("div", isMean ? "row-label mean" : "row-label", row));
-    labels.forEach((label, k) => {
-      const stored = values[offset + r * labels.length + k];
-      const weight = stored > quantum ? null : stored / quantum; // past the quantum: the model gave NaN
-      const cell = element("div", isMean ? "cell mean" : "cell");
-      cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
-      cell.title = `${row}\nkey ${label}\nweight ${number(weight)}`;
-      grid.append(cell);
-    });
-  });
-  keyLabels("bottom");
-  box.append(grid);
-}
 
 // words[i], where given, is the word candidate i would make (the model continued greedily after it): "ch → chat".
 function drawBars(box, title, labels, probs, chosenIndex, words) {
@@ -317,7 +275,7 @@ export default function (component) {
   const state = {
     id: data.id,
     serverStep: data.step,
-    step: Math.min(kept ? before.step : data.step, last),
+    at: Math.min(kept ? before.at : data.step, last),
     rate: before ? before.rate : data.rates[1],
     lens: before ? before.lens : data.lens_choice,
   };
@@ -325,26 +283,9 @@ export default function (component) {
 
   const root = element("div", data.presentation ? "player presentation" : "player");
   root.tabIndex = 0;
-  const controls = element("div", "controls");
-  const first = button("« First");
-  const previous = button("‹ Previous");
-  const next = button("Next ›");
-  const lastButton = button("Last »");
-  const play = button("▶ Play");
-  const rate = element("select", "rate");
-  rate.setAttribute("aria-label", "Steps a second when playing");
-  data.rates.forEach((value) => {
-    const option = element("option", "", `${value} a second`);
-    option.value = String(value);
-    rate.append(option);
-  });
-  rate.value = String(state.rate);
-  controls.append(first, previous, next, lastButton, play, rate);
-  const slider = element("input", "slider");
-  slider.type = "range";
-  slider.min = "1";
-  slider.max = String(data.steps);
-  slider.setAttribute("aria-label", "Step");
+  const stepper = stepControls({ key, timers, state, last, rates: data.rates, noun: "Step", sliderFrom: 1, show: draw,
+    moved: () => writeStepToAddress(state.at) });
+  const { go, stop } = stepper;
   const caption = element("p", "caption");
   const body = element("div", "body");
   const left = element("div", "left");
@@ -363,7 +304,7 @@ export default function (component) {
   right.append(crossBox, selfBox);
   body.append(left, right);
   const open = button("Open Attention maps at this step", "The full maps, rows up to this step");
-  root.append(controls, slider, caption, body, lensBox, ...(data.beam ? [treeBox] : []), open);
+  root.append(stepper.controls, stepper.slider, caption, body, lensBox, ...(data.beam ? [treeBox] : []), open);
   parentElement.querySelector(".player")?.remove();
   parentElement.append(root);
   if (data.scroll_into_view) {  // a beam hypothesis just opened as a branch: its output and the way back in view
@@ -372,10 +313,7 @@ export default function (component) {
   }
 
   function draw() {
-    const step = state.step;
-    first.disabled = previous.disabled = step === 0;
-    next.disabled = lastButton.disabled = step === last;
-    slider.value = String(step + 1);
+    const step = state.at;
     const forced = step < data.forced; // a language code every output starts with: set, not chosen
     caption.replaceChildren(
       element("b", "", `Step ${step + 1} of ${data.steps}`),
@@ -399,10 +337,12 @@ export default function (component) {
       candidate.append(option);
     });
     const crossSize = data.rows.length * data.cross_labels.length;
-    drawMap(crossBox, `encoder-decoder attention of step ${step + 1} over the source`, data.rows,
-      data.cross_labels, cross, step * crossSize, data.colors, data.heads, data.quantum);
-    drawMap(selfBox, `masked self-attention of step ${step + 1} over the output so far`, data.rows,
-      data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.heads, data.quantum);
+    crossBox.replaceChildren();
+    drawGrid(crossBox, `encoder-decoder attention of step ${step + 1} over the source`, data.rows,
+      data.cross_labels, cross, step * crossSize, data.colors, data.quantum, data.heads);
+    selfBox.replaceChildren();
+    drawGrid(selfBox, `masked self-attention of step ${step + 1} over the output so far`, data.rows,
+      data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.quantum, data.heads);
     drawLens(lensBox, data, step, go, state);
     if (data.beam) drawTree(treeBox, data.beam, step, (node) => {
       stop();
@@ -410,68 +350,32 @@ export default function (component) {
     }, data.presentation ? TREE_PROJECTOR_SCALE : 1);
   }
 
-  function go(step, byVisitor = true) {
-    state.step = Math.min(Math.max(step, 0), last);
-    if (byVisitor) stop();
-    draw();
-    writeStepToAddress(state.step);
-  }
-
-  function stop() {
-    clearInterval(timers.get(key));
-    timers.delete(key);
-    play.textContent = "▶ Play";
-    play.disabled = state.step === last;
-  }
-
-  function start() {
-    play.textContent = "⏸ Pause";
-    timers.set(key, setInterval(() => {
-      go(state.step + 1, false);
-      if (state.step === last) stop();
-    }, 1000 / state.rate));
-    go(state.step, false);
-  }
-
-  first.onclick = () => go(0);
-  previous.onclick = () => go(state.step - 1);
-  next.onclick = () => go(state.step + 1);
-  lastButton.onclick = () => go(last);
-  slider.oninput = () => go(Number(slider.value) - 1);
-  play.onclick = () => (timers.has(key) ? stop() : start());
-  rate.onchange = () => {
-    state.rate = Number(rate.value);
-    if (timers.has(key)) {
-      clearInterval(timers.get(key));
-      start();
-    }
-  };
   root.onkeydown = (event) => {
     if (event.target.matches("input, select")) return; // the slider and the menus step with the keys themselves
-    if (event.key === "ArrowRight") go(state.step + 1);
-    else if (event.key === "ArrowLeft") go(state.step - 1);
+    if (event.key === "ArrowRight") go(state.at + 1);
+    else if (event.key === "ArrowLeft") go(state.at - 1);
     else return;
     event.preventDefault();
   };
   branch.onclick = () => {
     if (!candidate.value) return;
     stop();
-    setTriggerValue("action", { name: "what_if", step: state.step, token: Number(candidate.value) });
+    setTriggerValue("action", { name: "what_if", step: state.at, token: Number(candidate.value) });
   };
   open.onclick = () => {
     stop();
-    setTriggerValue("action", { name: "attention", step: state.step });
+    setTriggerValue("action", { name: "attention", step: state.at });
   };
-  steppers.set(key, { root, go: (delta) => go(state.step + delta) });
+  steppers.set(key, { root, go: (delta) => go(state.at + delta) });
   leaving.set(key, (link) => {
-    if (state.step === state.serverStep) return false; // the server knows the step: the link goes as it is
+    if (state.at === state.serverStep) return false; // the server knows the step: the link goes as it is
     stop();
-    setTriggerValue("action", { name: "leave", step: state.step, page: link.pathname });
+    setTriggerValue("action", { name: "leave", step: state.at, page: link.pathname });
     return true;
   });
-  draw();
+  stepper.draw();
   stop();
-  if (state.step !== data.step) writeStepToAddress(state.step); // the server's redraw wrote its own step
+  if (state.at !== data.step) writeStepToAddress(state.at); // the server's redraw wrote its own step
   if (state.lens !== data.lens_choice && data.tuned_lens !== null) writeLensToAddress(state.lens); // and its own lens
   return () => leaving.delete(key);
 }
