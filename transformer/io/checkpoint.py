@@ -241,21 +241,14 @@ def _config_of(header: dict[str, Any]) -> TransformerConfig:
         raise CheckpointError(f"invalid config: {error}") from None
 
 
-def load_checkpoint_bytes(
-    data: bytes, device: torch.device | str = "cpu", max_elements: int | None = None
-) -> Checkpoint:
+def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Checkpoint:
     """Validates and loads a checkpoint held in memory; raises CheckpointError naming the problem.
 
-    Everything is checked from the header before the model is built, so a refusal costs no allocation;
-    max_elements bounds what the model may allocate (parameters and position tables), e.g. for uploads.
+    Everything is checked from the header before the model is built, so a refusal costs no allocation; what a
+    load will hold is load_cost's, read from the header alone, for a caller with a budget (the app's uploads).
     """
     header, config = _header_and_config(data)
     meta = header["__metadata__"]
-    if max_elements is not None and config.element_count() > max_elements:
-        raise CheckpointTooLarge(
-            f"the model is too large here: {config.element_count():,} parameters and position values, "
-            f"over the limit of {max_elements:,}"
-        )
     check_tensors(header, config.parameter_shapes(), len(data) - 8 - struct.unpack("<Q", data[:8])[0])
     tokenizer = _tokenizer(meta)
     if tokenizer.vocab_size != config.src_vocab_size or tokenizer.vocab_size != config.tgt_vocab_size:
