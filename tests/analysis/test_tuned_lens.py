@@ -8,17 +8,9 @@ from helpers import make_sentences, run_cli
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from transformer.analysis.tuned_lens import (
-    TunedLens,
-    TunedLensError,
-    file_sha256,
-    fit_tuned_lens,
-    load_tuned_lens,
-    read_with,
-    save_tuned_lens,
-    tuned_lens_path,
-)
+from transformer.analysis.tuned_lens import TunedLens, TunedLensError, fit_tuned_lens, read_with
 from transformer.decoding.greedy import decode
+from transformer.io.tuned_lens_file import file_sha256, load_tuned_lens, save_tuned_lens, tuned_lens_path
 
 
 def zero_lens(model) -> TunedLens:

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from helpers import measured, run_cli
 
-from transformer.analysis.tuned_lens import TunedLensError, load_tuned_lens
+from transformer.analysis.tuned_lens import TunedLensError
 from transformer.io.checkpoint import CheckpointError, describe, load_checkpoint
 from transformer.io.header import read_file_header
 from transformer.io.timeline_file import TimelineError, load_timeline
+from transformer.io.tuned_lens_file import load_tuned_lens
 from transformer.text.files import FileRefused, read_lines, read_regular
 
 

@@ -4,33 +4,21 @@ that layer's output as it reads the last layer's.
 The logit lens puts every layer's output through the final norm and generator unchanged; early layers need
 not use the last layer's basis, so it understates what they hold. The tuned lens first maps layer l's output
 h to h + h W_l + b_l (W_l and b_l start at zero: the logit lens), fitted to minimise the KL divergence from the
-model's own output distribution over a corpus, the model left as it is. It is stored in its own safetensors
-file beside the checkpoint, with the checkpoint's SHA-256: a lens fitted to another model is refused.
+model's own output distribution over a corpus, the model left as it is. Its file is transformer.io.tuned_lens_file's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save_file
 
 from transformer.decoding.lens import LogitLens, guesses
 from transformer.decoding.result import source_ids
 from transformer.model.encoder_decoder import Transformer
-from transformer.text.files import open_regular, read_regular
 from transformer.text.tokenizer import TokenizerBase
-
-# A lens is (decoder layers - 1) d_model x d_model numbers: 386 MB for a 3.3B model's 24 layers of 2,048.
-MAX_LENS_BYTES = 1 << 30
 
 
 class TunedLensError(ValueError):
@@ -164,74 +152,3 @@ def fit_tuned_lens(
     finally:
         for parameter, needed in zip(model.parameters(), frozen):
             parameter.requires_grad_(needed)
-
-
-def tuned_lens_path(checkpoint: Path) -> Path:
-    """Where a checkpoint file's tuned lens is kept: lenses/NAME.safetensors beside it (out of the checkpoint list)."""
-    return checkpoint.parent / "lenses" / f"{checkpoint.stem}.safetensors"
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open_regular(path) as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def save_tuned_lens(path: str | Path, lens: TunedLens, checkpoint_sha256: str, corpus: str) -> None:
-    metadata = {
-        "format": "tuned-lens",
-        "checkpoint_sha256": checkpoint_sha256,
-        "corpus": corpus,
-        "kl_logit": json.dumps(lens.kl_logit),
-        "kl_tuned": json.dumps(lens.kl_tuned),
-    }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    save_file({"weights": lens.weights.contiguous(), "biases": lens.biases.contiguous()}, str(path), metadata)
-
-
-def load_tuned_lens(path: str | Path, model: Transformer, checkpoint_sha256: str) -> TunedLens:
-    """The lens in `path`, refused with a TunedLensError unless it was fitted to this checkpoint's very file."""
-    try:
-        data = read_regular(path, MAX_LENS_BYTES)
-        tensors = load_safetensors(data)
-        metadata = _metadata(data)
-    except (OSError, ValueError, SafetensorError) as error:  # FileRefused (not a regular file, too large) too
-        raise TunedLensError(f"{Path(path).name} is not a readable tuned lens: {error}") from None
-    if metadata.get("format") != "tuned-lens":
-        raise TunedLensError(f"{Path(path).name} is not a tuned lens file")
-    if metadata.get("checkpoint_sha256") != checkpoint_sha256:
-        raise TunedLensError(f"{Path(path).name} was fitted to another checkpoint (its SHA-256 differs)")
-    layers, width = model.config.n_decoder_layers - 1, model.config.d_model
-    weights, biases = tensors.get("weights"), tensors.get("biases")
-    if weights is None or biases is None or weights.shape != (layers, width, width) or biases.shape != (layers, width):
-        raise TunedLensError(f"{Path(path).name} does not fit this model's {layers + 1} decoder layers of {width}")
-    if not (torch.isfinite(weights).all() and torch.isfinite(biases).all()):
-        raise TunedLensError(f"{Path(path).name} holds values that are not finite")
-    kl = [
-        _kl_per_layer(metadata.get(name, "[]"), layers, f"{Path(path).name}'s {name}")
-        for name in ("kl_logit", "kl_tuned")
-    ]
-    return TunedLens(weights.float(), biases.float(), kl[0], kl[1])
-
-
-def _metadata(data: bytes) -> dict:
-    """The __metadata__ of a safetensors file's bytes (already read by safetensors, so well-formed)."""
-    (length,) = struct.unpack("<Q", data[:8])
-    metadata = json.loads(data[8 : 8 + length]).get("__metadata__")
-    return metadata if isinstance(metadata, dict) else {}
-
-
-def _kl_per_layer(text: str, layers: int, what: str) -> tuple[float, ...]:
-    """A lens file's measured KL: none, or one finite number per early layer (every visitor's browser gets them)."""
-    if len(text) > 64 * (layers + 1):
-        raise TunedLensError(f"{what} is longer than {layers} numbers")
-    try:
-        values = json.loads(text)
-    except (ValueError, RecursionError):
-        raise TunedLensError(f"{what} is not JSON") from None
-    numbers = isinstance(values, list) and all(type(v) in (int, float) and math.isfinite(v) for v in values)
-    if not numbers or len(values) not in (0, layers):
-        raise TunedLensError(f"{what} is not a list of {layers} finite numbers")
-    return tuple(float(v) for v in values)

@@ -27,8 +27,9 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
 def cmd_train_lens(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from transformer.analysis.tuned_lens import file_sha256, fit_tuned_lens, save_tuned_lens, tuned_lens_path
+    from transformer.analysis.tuned_lens import fit_tuned_lens
     from transformer.io.checkpoint import load_checkpoint
+    from transformer.io.tuned_lens_file import file_sha256, save_tuned_lens, tuned_lens_path
     from transformer.text.files import read_parallel
 
     if not Path(args.checkpoint).is_file():

@@ -13,7 +13,7 @@ import streamlit as st
 import torch
 
 from transformer.analysis.timeline import Timeline
-from transformer.analysis.tuned_lens import TunedLens, file_sha256, load_tuned_lens, tuned_lens_path
+from transformer.analysis.tuned_lens import TunedLens
 from transformer.hugging_face.directory import describe_hf, is_hf_directory, load_checkpoint_or_hf
 from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
@@ -23,6 +23,7 @@ from transformer.io.checkpoint import (
     describe,
 )
 from transformer.io.timeline_file import load_timeline, timeline_path
+from transformer.io.tuned_lens_file import file_sha256, load_tuned_lens, tuned_lens_path
 from ui.widgets.text import literal
 
 
