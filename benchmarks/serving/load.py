@@ -1,6 +1,6 @@
 """A classroom at once: concurrent Chromium sessions against one `streamlit run app.py` (loopback only).
 
-python -m benchmarks.load [--sessions 10]: each session types its own sentence, translates and
+python -m benchmarks.serving.load [--sessions 10]: each session types its own sentence, translates and
 steps; every one must end with its own correct translation and attention, the server log clean.
 Prints p50/p95 latencies of translate and step, and the server's peak memory.
 """
@@ -33,7 +33,7 @@ def load_test(sessions: int = 10, replicas: int | None = None) -> tuple[list[Ses
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.load", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving.load", description=__doc__)
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--replicas", type=int, help="through nginx to this many replicas (scripts/serve.sh)")
     args = parser.parse_args()

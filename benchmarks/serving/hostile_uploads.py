@@ -1,7 +1,7 @@
 """Hostile uploads against one app server under a memory cap, each sent from a Chromium tab while another thread
 asks the server's /_stcore/health every 0.1 s: how long the slowest answer took, and the server's peak memory.
 
-    python -m benchmarks.hostile_uploads [--memory-gb 8]
+    python -m benchmarks.serving.hostile_uploads [--memory-gb 8]
 
 Loopback only. Each attack must end with its refusal (or its bounded result) on the page.
 """
@@ -139,7 +139,7 @@ def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> Callable[[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.hostile_uploads", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.serving.hostile_uploads", description=__doc__)
     parser.add_argument("--memory-gb", type=float, default=8.0, help="the server's address-space cap")
     args = parser.parse_args()
     shipped = DEFAULT_CHECKPOINT.read_bytes()

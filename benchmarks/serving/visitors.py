@@ -1,6 +1,6 @@
 """A classroom of simulated visitors that speak Streamlit's own websocket protocol, no browser.
 
-python -m benchmarks.visitors [--visitors 100] [--replicas 1 2 4]: for each replica count,
+python -m benchmarks.serving.visitors [--visitors 100] [--replicas 1 2 4]: for each replica count,
 `scripts/serve.sh` starts the replicas behind nginx on loopback; each visitor opens the app,
 types its sentence, translates, checks the step view's data (stepping through it is the
 browser's own work, no message), then opens Attention maps at a step, as the page's own
@@ -78,7 +78,9 @@ def run(replicas: int, visitors: int, ramp_seconds: float, kill_after: float | N
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.visitors", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks.serving.visitors",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--visitors", type=int, default=100)
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 4])
