@@ -16,7 +16,7 @@ import numpy as np
 import sacrebleu
 import torch
 
-from transformer.analysis.degenerate import GOOD, POOR, UNSURE_BELOW, calibrated, mean_log_prob, noted
+from transformer.decoding.degenerate import GOOD, POOR, UNSURE_BELOW, calibrated, mean_log_prob, noted
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines

@@ -102,7 +102,7 @@ def test_over_words_sums_a_words_pieces_and_leaves_pieces_alone_when_not_asked()
 
 
 def test_the_unsure_notes_calibration_counts_poor_and_good_outputs_noted():
-    from transformer.analysis.degenerate import calibrated, noted
+    from transformer.decoding.degenerate import calibrated, noted
 
     rows = np.array([[10, -2.0], [15, -0.6], [18, -0.2], [70, -0.1], [80, -0.3], [90, -0.05], [65, -0.9]])
     assert noted(rows, -0.5) == (2 / 3, 1 / 4)  # two of three poor outputs noted, one of four good ones

@@ -10,7 +10,7 @@ import torch
 from streamlit.delta_generator import DeltaGenerator
 from streamlit.runtime.pages_manager import PagesManager
 
-from transformer.analysis.degenerate import UNSURE_BELOW, decode_notes
+from transformer.decoding.degenerate import UNSURE_BELOW, decode_notes
 from transformer.decoding.forcing import branch
 from transformer.decoding.result import DecodeInputError, DecodeResult, truncation_note
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
