@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,attribute,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,timeline} --help`."""
+"""The command line: `python -m transformer {translate,inspect,attribute,contributions,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,timeline} --help`."""
 
 from __future__ import annotations
 

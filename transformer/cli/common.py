@@ -58,13 +58,19 @@ def add_checkpoint(parser: argparse.ArgumentParser) -> None:
 
 
 def decode_argument(args: argparse.Namespace) -> tuple[Checkpoint, DecodeResult]:
-    """The --text sentence decoded by the --checkpoint model as the decoding flags say, noting a cut on stderr."""
+    """The --text sentence decoded by the --checkpoint model as the decoding flags say (or, with a --target, that
+    translation teacher forced), noting a cut on stderr."""
     undecodable = LONE_SURROGATE.search(args.text)  # what the shell's non-UTF-8 bytes become in sys.argv
     if undecodable:
         byte = undecodable.group().encode("utf-8", "surrogateescape").hex()
         raise ValueError(f"--text is not UTF-8 text (byte 0x{byte}); give the sentence as UTF-8")
     checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
-    result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, decode_settings(args))
+    if getattr(args, "target", None):  # a command that reads a given translation: teacher forced
+        from transformer.decoding.forcing import teacher_force
+
+        result = teacher_force(checkpoint.model, checkpoint.tokenizer, args.text, args.target)
+    else:
+        result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, decode_settings(args))
     if result.truncated:
         print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
     return checkpoint, result

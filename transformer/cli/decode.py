@@ -66,6 +66,30 @@ def cmd_attribute(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_contributions(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from transformer.analysis.contributions import contributions
+    from transformer.text.pieces import readable
+
+    checkpoint, result = decode_argument(args)
+    found = contributions(checkpoint.model, result.src_ids, result.tgt_ids)
+    arrays = {
+        "encoder_alti": found.encoder,
+        "alti_plus": found.alti_plus,
+        "source_share": found.source_share,
+        "src_pieces": np.array(result.src_pieces),
+        "tgt_pieces": np.array(result.tgt_pieces),
+        "decoder_input_pieces": np.array(result.decoder_input_pieces),
+    }
+    out = write_arrays(args, arrays)
+    print(result.text)
+    shares = ", ".join(f"{readable(piece)} {share:.0%}" for piece, share in zip(result.tgt_pieces, found.source_share))
+    print(f"from the source: {shares}", file=sys.stderr)
+    print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens)", file=sys.stderr)
+    return 0
+
+
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     """Registers this module's commands."""
     translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
@@ -92,3 +116,16 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     attribution.add_argument("--steps", type=int, default=32, help="interpolation steps of integrated gradients")
     add_decode_fields(attribution)
     attribution.set_defaults(run=cmd_attribute)
+
+    contributions = commands.add_parser(
+        "contributions",
+        help="ALTI+: how much each output token drew on each source token and on the output so far, through the "
+        "whole model",
+    )
+    add_checkpoint(contributions)
+    contributions.add_argument("--text", required=True)
+    contributions.add_argument("--target", help="a translation to read (teacher forced) instead of the decode")
+    contributions.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
+    contributions.add_argument("--format", choices=["npz", "json"], default="npz")
+    add_decode_fields(contributions)
+    contributions.set_defaults(run=cmd_contributions)

@@ -204,14 +204,16 @@ def probed_attend(
     probe: SublayerProbe | None,
     query: torch.Tensor | None = None,
     position_bias: torch.Tensor | None = None,
+    stream: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The module's attention of queries h over keys/values projected from context, as the probe asks."""
+    """The module's attention of queries h over keys/values projected from context, as the probe asks; `stream`, the
+    residual stream entering the block, is recorded with it."""
     if probe is None:
         return module.attend(h, key, value, mask, need_weights, query=query, position_bias=position_bias)
     recording = probe.records is not None
     out, p_attn = module.attend(h, key, value, mask, need_weights or recording, probe.keep, query, position_bias)
     if recording:
-        probe.record(SublayerRecord(h, context, mask, out, p_attn, position_bias))
+        probe.record(SublayerRecord(h, context, mask, out, p_attn, position_bias, stream))
     return out, p_attn
 
 
@@ -235,7 +237,9 @@ class EncoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         def self_attend(h: torch.Tensor) -> tuple:
             query, key, value = self.self_attn.project_query_key_value(h)
-            return probed_attend(self.self_attn, h, h, key, value, src_mask, need_weights, probe, query, position_bias)
+            return probed_attend(
+                self.self_attn, h, h, key, value, src_mask, need_weights, probe, query, position_bias, stream=x
+            )
 
         x, p_attn = self.attn_block(x, self_attend)
         x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
@@ -353,7 +357,7 @@ class DecoderLayer(nn.Module):
                 extended = cache.extended(key, value)
                 key, value = extended.self_key, extended.self_value
             out, p_attn = probed_attend(
-                self.self_attn, h, h, key, value, tgt_mask, need_weights, self_probe, query, position_bias
+                self.self_attn, h, h, key, value, tgt_mask, need_weights, self_probe, query, position_bias, stream=x
             )
             return out, p_attn, extended
 
@@ -362,8 +366,10 @@ class DecoderLayer(nn.Module):
                 key, value = self.cross_attn.project_key_value(memory)
             else:
                 key, value = cache.cross_key, cache.cross_value
-            return probed_attend(self.cross_attn, h, memory, key, value, src_mask, need_weights, cross_probe)
+            return probed_attend(self.cross_attn, h, memory, key, value, src_mask, need_weights, cross_probe, stream=x)
 
+        # Each block's sublayer is called while `x` is that block's input (the cross block's is the self block's
+        # output): the stream its record keeps.
         x, self_weights, new_cache = self.self_block(x, self_attend)
         x, cross_weights = self.cross_block(x, cross_attend)
         x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))

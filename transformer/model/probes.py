@@ -26,6 +26,7 @@ class SublayerRecord:
     output: torch.Tensor  # (B, T_q, d_model) the module's output, before dropout and the residual
     p_attn: torch.Tensor  # (B, H, T_q, T_k)
     position_bias: torch.Tensor | None = None  # (B, H, T_q, T_k) added to the scores (T5's relative positions)
+    stream: torch.Tensor | None = None  # (B, T_q, d_model) the residual stream entering the block (queries, post-norm)
 
 
 @dataclass(frozen=True)
