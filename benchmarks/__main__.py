@@ -11,7 +11,7 @@ from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, machine, step_view_row
-from .attribution_speed import attribution_row
+from .attribution_speed import attribution_row, contributions_row
 from .model_speed import batched_beam_row, corpus_batch_row, decode_rows, lower_bound_row, table, training_row
 from .report_speed import report_rows
 from .training_step import training_step_rows
@@ -49,6 +49,7 @@ def main() -> None:
     rows.append(candidate_words_row(checkpoint, repeats))
     rows.append(long_input_row(checkpoint))
     rows.append(attribution_row(checkpoint, repeats))
+    rows.append(contributions_row(checkpoint, repeats))
     if not args.no_browser:
         rows.extend(browser_rows())
         rows.extend(report_rows(checkpoint))

@@ -1,4 +1,4 @@
-"""Integrated gradients against the plain decode, and how exact each of captum's quadratures is.
+"""Integrated gradients and ALTI+ against the plain decode, and how exact each of captum's quadratures is.
 
 python -m benchmarks.attribution_speed
 """
@@ -9,6 +9,7 @@ import torch
 from captum.attr import IntegratedGradients
 
 from transformer.analysis import attribution
+from transformer.analysis.contributions import contributions
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
 
@@ -32,6 +33,16 @@ def attribution_row(checkpoint: Checkpoint, repeats: int) -> Row:
         ours,
         "≤ 10x",
         "also gradient x input and value-weighted maps",
+    )
+
+
+def contributions_row(checkpoint: Checkpoint, repeats: int) -> Row:
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    result = decode(model, tokenizer, SENTENCE)
+    plain = median_ms(lambda: decode(model, tokenizer, SENTENCE), repeats)
+    ours = median_ms(lambda: contributions(model, result.src_ids, result.tgt_ids), repeats)
+    return Row(
+        f"ALTI+ contributions, {result.steps}-token output", "greedy decode of the same sentence", plain, ours, "≤ 2x"
     )
 
 
@@ -63,8 +74,10 @@ def completeness_by_method(checkpoint: Checkpoint, n_steps: int = attribution.DE
 
 if __name__ == "__main__":
     loaded = load_checkpoint(DEFAULT_CHECKPOINT)
-    row = attribution_row(loaded, 5)
-    print(f"{row.what}: {row.ours_ms:.0f} ms against {row.baseline_ms:.0f} ms for the decode, ratio {row.ratio:.1f}")
+    for row in (attribution_row(loaded, 5), contributions_row(loaded, 9)):
+        print(
+            f"{row.what}: {row.ours_ms:.0f} ms against {row.baseline_ms:.0f} ms for the decode, ratio {row.ratio:.1f}"
+        )
     for method, error in completeness_by_method(loaded).items():
         print(f"completeness, {method}: worst |delta| / |f(x) - f(baseline)| = {error:.3f}")
     print(f"(the package uses {attribution.METHOD}; sentences: {len(COMPLETENESS_SENTENCES)})")

@@ -1,10 +1,11 @@
-"""Attribution beside attention: what each output token drew on, by attention and by gradients, side by side."""
+"""Attribution beside attention: what each output token drew on, by attention, by gradients and by ALTI+ (through
+the whole model), side by side."""
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer.analysis.attribution import DEFAULT_STEPS, MIN_STEPS, interpolation_steps
+from transformer.analysis.attribution import DEFAULT_STEPS, MIN_STEPS, agreement, interpolation_steps
 from transformer.analysis.words import over_words
 from transformer.io.export import csv_text, npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind
@@ -84,6 +85,7 @@ with heavy_job("attributions") as should_stop:
     )
     progress.close()
 stop.empty()
+alti = models.contributions_cached(checkpoint, explored.identity, _result=result).alti_plus[:, : len(result.src_ids)]
 
 layers, heads = result.cross.shape[:2]
 # Two rows: five controls in one left each a sliver beside the open sidebar of a 1024-pixel screen.
@@ -106,6 +108,7 @@ measures = {
     f"value-weighted ({which})": weighted_rows[step],
     "gradient × input": found.gradient_x_input[step],
     "integrated gradients": found.integrated_gradients[step],
+    "ALTI+ (whole model)": alti[step],
 }
 measures = {name: over_words(values, result.src_pieces, words)[0] for name, values in measures.items()}
 _, source_labels = over_words(cross_rows, result.src_pieces, words)
@@ -113,14 +116,23 @@ show(
     measures_over_tokens(
         measures,
         source_labels,
-        f"what produced '{plotly_text(piece)}': four measures over the source",
+        f"what produced '{plotly_text(piece)}': five measures over the source",
         signed=GRADIENTS,
     ),
     key="attribution_step",
 )
 st.caption(
     "Each row as shares of its total |value|. Attention (blue) is never negative; the gradients' rows keep "
-    "their sign: red raised the token's probability, blue lowered it, as in the tabs below."
+    "their sign: red raised the token's probability, blue lowered it, as in the tabs below. ALTI+ follows each "
+    "token's share through every layer, the residual paths and the layer norms included (Ferrando et al. 2022)."
+)
+alti_agreement = agreement(alti[None, None], found.integrated_gradients)[0, 0]
+alti_rho = np.nanmean(alti_agreement) if np.isfinite(alti_agreement).any() else float("nan")
+best_head = np.nanmax(found.agreement) if np.isfinite(found.agreement).any() else float("nan")
+st.markdown(
+    f"ALTI+ puts **{alti[step].sum():.0%}** of this step on the source. It ranks the source tokens as integrated "
+    f"gradients do with Spearman's ρ = **{alti_rho:.2f}** on average over the steps (the "
+    f"best single head's cross-attention: {best_head:.2f})."
 )
 share = float(found.source_share[step])
 difference = float(found.log_probs[step] - found.baseline_log_probs[step])
@@ -150,7 +162,15 @@ show(
 
 st.subheader("Over every step")
 tabs = st.tabs(
-    ["cross-attention", "value-weighted", "gradient × input", "integrated gradients", "output so far", "source share"]
+    [
+        "cross-attention",
+        "value-weighted",
+        "gradient × input",
+        "integrated gradients",
+        "ALTI+",
+        "output so far",
+        "source share",
+    ]
 )
 source_axes = dict(
     row_pieces=result.tgt_pieces,
@@ -198,6 +218,16 @@ with tabs[3]:
         key="all_integrated",
     )
 with tabs[4]:
+    show(
+        matrix_heatmap(
+            over_words(alti, result.src_pieces, words)[0],
+            "ALTI+: each output token's shares of the source, through the whole model",
+            probabilities=True,
+            **source_axes,
+        ),
+        key="all_alti",
+    )
+with tabs[5]:
     target_matrix, target_labels = over_words(found.integrated_gradients_target, found.decoder_input_pieces, words)
     show(
         matrix_heatmap(
@@ -211,11 +241,14 @@ with tabs[4]:
         ),
         key="all_prefix",
     )
-with tabs[5]:
+with tabs[6]:
     show(
         lines(
-            {"source share": (list(range(1, result.steps + 1)), found.source_share.tolist())},
-            "share of integrated gradients on the source, per step",
+            {
+                "integrated gradients": (list(range(1, result.steps + 1)), found.source_share.tolist()),
+                "ALTI+": (list(range(1, result.steps + 1)), alti.sum(1).tolist()),
+            },
+            "share on the source, per step",
             "step",
             "share",
         ),

@@ -36,6 +36,7 @@ explored = page_frame()
 session = st.session_state
 # Computed before anything of the result is written, so that the new output and its step view appear together.
 candidate_words = models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
+contributions = models.contributions_cached(explored.checkpoint, explored.identity, _result=explored.result)
 st.title("Decode explorer")
 first_steps(explored.checkpoint_name)
 for note in explored.notes:
@@ -58,6 +59,7 @@ action = step_player(
     bool(session.get("presentation")),
     tuned_lens(explored),
     candidate_words,
+    contributions,
 )
 candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
 if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:

@@ -244,7 +244,9 @@ def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_phara
     lines = printed.out.splitlines()
     assert lines[0].split() == ["rank", "AER", "prec.", "recall", "method"] and len(lines) >= 7
     rows = list(csv.DictReader(table.open()))
-    assert len(rows) == 2 * 2 * 2 * (3 * 8 + 3)  # conventions x extractions x measures x (heads + means)
+    # conventions x extractions x (two measures x (heads + means), and ALTI+)
+    assert len(rows) == 2 * 2 * (2 * (3 * 8 + 3) + 1)
+    assert sum(row["method"] == "ALTI+" for row in rows) == 4
     assert [float(r["aer"]) for r in rows] == sorted(float(r["aer"]) for r in rows)
     assert lines[1].split()[1] == f"{float(rows[0]['aer']):.3f}"
     written = out.read_text().splitlines()

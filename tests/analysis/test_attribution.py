@@ -12,8 +12,9 @@ import torch
 from helpers import REPO
 
 from transformer.analysis.attribution import agreement, attribute, contrastive, embedded_inputs, scorer
+from transformer.analysis.contributions import contributions
 from transformer.decoding.greedy import decode
-from transformer.io.checkpoint import load_checkpoint
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.kinds import AttentionKind
 
 
@@ -143,7 +144,7 @@ def test_the_cli_writes_every_array_with_its_shape(tmp_path):
     assert set(expected) <= set(json.loads((tmp_path / "a.json").read_text()))
 
 
-def test_the_attribution_page_draws_the_four_measures_of_the_explorers_step():
+def test_the_attribution_page_draws_the_five_measures_of_the_explorers_step():
     from helpers import array, figure, markdown, start, step_action, translate
 
     at = translate(start(), "Two dogs are playing in the snow.")
@@ -157,17 +158,24 @@ def test_the_attribution_page_draws_the_four_measures_of_the_explorers_step():
         "value-weighted",
         "gradient × input",
         "integrated gradients",
+        "ALTI+",
     ]
     attention, gradients = (array(trace["z"]) for trace in step_figure["data"])
     result = at.session_state["result"]
-    assert attention.shape == gradients.shape == (4, len(result.src_ids))
-    assert np.isnan(attention[2:]).all() and np.isnan(gradients[:2]).all()  # each row drawn by one trace
+    unsigned, signed = [0, 1, 4], [2, 3]
+    assert attention.shape == gradients.shape == (5, len(result.src_ids))
+    assert np.isnan(attention[signed]).all() and np.isnan(gradients[unsigned]).all()  # each row drawn by one trace
     shares = np.where(np.isnan(attention), gradients, attention)
     np.testing.assert_allclose(np.abs(shares).sum(1), 1, atol=1e-5)  # each measure as shares of its row's |value|
-    assert (attention[:2] >= 0).all()
+    assert (attention[unsigned] >= 0).all()
     values = array(step_figure["data"][1]["customdata"])
-    np.testing.assert_array_equal(np.sign(gradients[2:]), np.sign(values[2:]))  # a gradient keeps its sign
+    np.testing.assert_array_equal(np.sign(gradients[signed]), np.sign(values[signed]))  # a gradient keeps its sign
     assert step_figure["data"][1]["zmid"] == 0 and step_figure["data"][1]["zmin"] == -step_figure["data"][1]["zmax"]
+    alti = contributions(load_checkpoint(DEFAULT_CHECKPOINT).model, result.src_ids, result.tgt_ids).alti_plus
+    np.testing.assert_allclose(
+        shares[4], alti[1, : len(result.src_ids)] / alti[1, : len(result.src_ids)].sum(), atol=1e-5
+    )
+    assert "ALTI+ puts" in markdown(at) and "Spearman" in markdown(at)
     np.testing.assert_allclose(shares[0], result.cross[0, 0, 1].numpy() / result.cross[0, 0, 1].sum().item(), atol=1e-5)
     table = at.dataframe[0].value
     assert len(table) == 24 and list(table.columns)[0] == "mean over steps"

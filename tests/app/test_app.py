@@ -9,6 +9,7 @@ import pytest
 from helpers import array, figure, markdown, start, step_action, step_view, translate
 from streamlit.testing.v1 import AppTest
 
+from transformer.analysis.contributions import contributions
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
@@ -73,6 +74,24 @@ def test_the_step_view_carries_the_word_each_candidate_would_make(explorer, refe
     words = step_view(explorer)["topk_words"]
     assert len(words) == reference.steps and any(word for row in words for word in row)
     assert words == candidate_words(checkpoint.model, checkpoint.tokenizer, reference)
+
+
+def test_the_step_view_carries_each_steps_alti_plus_shares_in_pieces_and_in_words(explorer, reference):
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    found = contributions(checkpoint.model, reference.src_ids, reference.tgt_ids)
+    view, sources = step_view(explorer)["contributions"], len(reference.src_ids)
+    np.testing.assert_allclose(view["share"], found.source_share, atol=1e-4)
+    source = unpacked(view["source"]).reshape(reference.steps, sources)
+    np.testing.assert_allclose(source, found.alti_plus[:, :sources], atol=1e-5)
+    prefix = unpacked(view["prefix"])  # step t: its shares of the decoder input up to t
+    assert len(prefix) == reference.steps * (reference.steps + 1) // 2
+    np.testing.assert_allclose(
+        source.sum(1) + [prefix[t * (t + 1) // 2 :][: t + 1].sum() for t in range(len(source))], 1, atol=1e-3
+    )
+    explorer.toggle(key="widget_words").set_value(True).run()
+    merged = step_view(explorer)
+    words = unpacked(merged["contributions"]["source"]).reshape(reference.steps, len(merged["cross_labels"]))
+    np.testing.assert_allclose(words.sum(1), source.sum(1), atol=1e-3)  # a word's share: its pieces' sum
 
 
 def test_the_step_view_offers_the_tuned_lens_shipped_beside_the_default(explorer, reference):
@@ -504,7 +523,7 @@ def _titled(at: AppTest, words: str) -> dict:
 def test_the_words_toggle_merges_pieces_on_every_page_with_maps(page):
     at = start({"text": "Sunbathers relax on the beach."})
     at.switch_page(f"pages/{page}.py").run()
-    title = {"compare": f"{DEFAULT_CHECKPOINT.stem}: layer", "attribution": "four measures"}[page]
+    title = {"compare": f"{DEFAULT_CHECKPOINT.stem}: layer", "attribution": "five measures"}[page]
     pieces = _titled(at, title)["data"][0]["x"]
     at.toggle(key="widget_words").set_value(True).run()
     assert not at.exception

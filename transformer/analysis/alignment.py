@@ -3,8 +3,9 @@
 "This head aligns words" is measured the way papers measure it (Och & Ney 2003): a gold file in the Pharaoh
 format gives each sentence pair its sure links ("i-j") and possible ones ("i?j" or "ipj"), source word i with
 target word j, words being the whitespace-separated tokens of the two text files. The model reads each pair
-teacher forced; each cross-attention head, each layer's mean, value-weighted attention and, where asked,
-integrated gradients give a target-word x source-word matrix, from which links are extracted (the argmax per
+teacher forced; each cross-attention head, each layer's mean, value-weighted attention, ALTI+ (each step's
+contributions from the source through the whole model) and, where asked, integrated gradients give a target-word x
+source-word matrix, from which links are extracted (the argmax per
 target word, or every weight over a threshold).
 
 Which row of a step's matrix speaks for a target word is a convention that papers differ on, so both are scored:
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from transformer.analysis.attribution import source_integrated_gradients, value_weighted_attention
+from transformer.analysis.contributions import contributions
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -157,8 +159,8 @@ def threshold_links(matrix: np.ndarray, threshold: float) -> frozenset[Link]:
 
 @dataclass(frozen=True)
 class Method:
-    """One way of reading alignments: a measure (attention, value-weighted, integrated gradients), where it is read
-    (layer and head, 0-based; head None for the layer's mean; both None for integrated gradients), a row
+    """One way of reading alignments: a measure (attention, value-weighted, ALTI+, integrated gradients), where it is
+    read (layer and head, 0-based; head None for the layer's mean; both None for ALTI+ and integrated gradients), a row
     convention and an extraction."""
 
     measure: str
@@ -223,6 +225,10 @@ def measures(
             for head in range(maps.shape[1]):
                 found[(name, layer, head)] = maps[layer, head]
             found[(name, layer, None)] = maps[layer].mean(axis=0)
+    # ALTI+: row t, the step producing token t, over the source, as a share of what it drew from the source (rows
+    # summing to 1 as attention rows do, so that one threshold reads both)
+    source = contributions(model, src_ids, tgt_ids).alti_plus[:, : len(src_ids)]
+    found[("ALTI+", None, None)] = source / np.maximum(source.sum(axis=1, keepdims=True), 1e-12)
     if integrated_gradients:  # row t: the step producing token t, as an attention row
         found[("integrated gradients", None, None)] = np.abs(
             source_integrated_gradients(model, src_ids, tgt_ids, IG_STEPS)

@@ -39,12 +39,12 @@ function button(label, title) {
 }
 
 // A map's title with the colour scale's legend beside it.
-function mapHeading(title, stops) {
+function mapHeading(title, stops, measure = "weight") {
   const heading = element("div", "map-title", title);
   const legend = element("span", "legend");
   const scale = element("span", "scale");
   scale.style.background = `linear-gradient(to right, ${stops.map((c) => `rgb(${c.join(",")})`).join(", ")})`;
-  legend.append("weight 0 ", scale, " 1");
+  legend.append(`${measure} 0 `, scale, " 1");
   heading.append(legend);
   return heading;
 }
@@ -59,8 +59,9 @@ function svg(tag, attributes = {}, text) {
 // A heatmap as a CSS grid, a row per query (or head) and a column per key, its weights read from `values` at
 // `offset`, row by row (a stored value past the quantum: the model gave NaN). With `heads`, the rows are layers of
 // that many heads and their mean, the means set apart, and a map taller than one layer names its keys above too.
-function drawGrid(box, title, rows, columns, values, offset, stops, quantum, heads = 0) {
-  box.append(mapHeading(title, stops));
+// `measure` names what the values are ("weight", "share").
+function drawGrid(box, title, rows, columns, values, offset, stops, quantum, heads = 0, measure = "weight") {
+  box.append(mapHeading(title, stops, measure));
   const grid = element("div", "grid");
   grid.style.gridTemplateColumns = `max-content repeat(${columns.length}, minmax(var(--cell-width), 1fr))`;
   const keyLabels = (where) => {
@@ -81,7 +82,7 @@ function drawGrid(box, title, rows, columns, values, offset, stops, quantum, hea
       const weight = stored > quantum ? null : stored / quantum;
       const cell = element("div", mean ? "cell mean" : "cell");
       cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
-      cell.title = `${row} → ${column}: weight ${number(weight)}`;
+      cell.title = `${row} → ${column}: ${measure} ${number(weight)}`;
       grid.append(cell);
     });
   });

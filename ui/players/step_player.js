@@ -247,6 +247,35 @@ function drawTree(box, beam, step, choose, scale) {
 }
 
 // The lens the view reads with goes into the address too (the server never hears of it: a link names it).
+// ALTI+ at one step: how much of the step's token came from the source and from the output so far, through the
+// whole model, and each source and prefix token's share; under it, every step's share from the source (a click on
+// one goes to it).
+function drawContributions(box, data, step, go, values) {
+  const found = data.contributions;
+  const share = found.share[step];
+  const percent = (value) => `${Math.round(value * 100)} %`;
+  box.replaceChildren(element("div", "map-title", `Where step ${step + 1}'s token came from, through the whole model `
+    + `(ALTI+): ${percent(share)} from the source, ${percent(1 - share)} from the output so far`));
+  drawGrid(box, "its shares of the source", [`step ${step + 1}`], data.cross_labels, values.source,
+    step * data.cross_labels.length, data.colors, data.quantum, 0, "share");
+  drawGrid(box, "its shares of the output so far", [`step ${step + 1}`], data.self_labels[step], values.prefix,
+    values.prefixOffsets[step], data.colors, data.quantum, 0, "share");
+  box.append(element("div", "map-title", "Each step's share from the source (click one to go to it)"));
+  const strip = element("div", "grid strip");
+  strip.style.gridTemplateColumns = `max-content repeat(${data.steps}, minmax(var(--cell-width), 1fr))`;
+  strip.append(element("div", "row-label", "from the source"));
+  found.share.forEach((value, t) => {
+    const cell = element("div", t === step ? "cell now" : "cell");
+    cell.style.background = value === null ? "#d5d7de" : colorOf(data.colors, value);
+    cell.title = `step ${t + 1}, ${data.next[t]}: ${value === null ? "not a number" : percent(value)} from the source`;
+    cell.onclick = () => go(t);
+    strip.append(cell);
+  });
+  strip.append(element("div"));
+  data.next.forEach((label, t) => strip.append(element("div", t === step ? "key-label now" : "key-label", label)));
+  box.append(strip);
+}
+
 function writeLensToAddress(lens) {
   const url = new URL(window.location.href);
   if (lens === "tuned") url.searchParams.set("lens", "tuned");
@@ -270,6 +299,11 @@ export default function (component) {
   const selfOffsets = [0];
   data.self_labels.forEach((labels) => selfOffsets.push(selfOffsets.at(-1) + data.rows.length * labels.length));
   const last = data.steps - 1;
+  const contributions = data.contributions && {
+    source: decoded(data.contributions.source),
+    prefix: decoded(data.contributions.prefix),
+    prefixOffsets: data.self_labels.reduce((offsets, labels) => [...offsets, offsets.at(-1) + labels.length], [0]),
+  };
   const before = held.get(key);
   const kept = before && before.id === data.id && before.serverStep === data.step;
   const state = {
@@ -299,9 +333,10 @@ export default function (component) {
   const right = element("div", "right");
   const crossBox = element("div", "map");
   const selfBox = element("div", "map");
+  const contributionsBox = element("div", "map contributions");
   const lensBox = element("div", "lens");
   const treeBox = element("div", "lens");
-  right.append(crossBox, selfBox);
+  right.append(crossBox, selfBox, ...(contributions ? [contributionsBox] : []));
   body.append(left, right);
   const open = button("Open Attention maps at this step", "The full maps, rows up to this step");
   root.append(stepper.controls, stepper.slider, caption, body, lensBox, ...(data.beam ? [treeBox] : []), open);
@@ -343,6 +378,7 @@ export default function (component) {
     selfBox.replaceChildren();
     drawGrid(selfBox, `masked self-attention of step ${step + 1} over the output so far`, data.rows,
       data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.quantum, data.heads);
+    if (contributions) drawContributions(contributionsBox, data, step, go, contributions);
     drawLens(lensBox, data, step, go, state);
     if (data.beam) drawTree(treeBox, data.beam, step, (node) => {
       stop();

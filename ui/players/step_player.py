@@ -17,6 +17,7 @@ from typing import NoReturn
 import numpy as np
 import streamlit as st
 
+from transformer.analysis.contributions import Contributions
 from transformer.analysis.tuned_lens import TunedLens
 from transformer.analysis.words import over_words
 from transformer.decoding.beam_tree import BeamTree
@@ -89,11 +90,12 @@ def step_data(
     player_id: str,
     tuned: tuple[LogitLens, TunedLens] | None = None,
     candidate_words: list[list[str | None]] | None = None,
+    contributions: Contributions | None = None,
 ) -> dict:
     """Everything the step view shows, for every step, as JSON-ready values; `player_id`: the result's identity
     token (the browser keeps its step while it is the same); `tuned`: a tuned lens' guesses and the
     lens (whose held-out KL figures the view gives); `candidate_words`: the word each candidate would make
-    (decoding.candidate_words)."""
+    (decoding.candidate_words); `contributions`: ALTI+ of the result."""
     layers, heads = result.cross.shape[:2]
     steps = result.steps
     cross, cross_labels = over_words(result.cross.numpy(), result.src_pieces, words)  # (L, H, T, S)
@@ -128,10 +130,23 @@ def step_data(
         "self_labels": self_labels,
         "self": packed(np.concatenate(self_rows)),  # step t: (L, H + 1, t + 1 keys, or its words)
         "beam": None if result.beam_tree is None else beam_data(result.beam_tree, tokenizer),
+        "contributions": None if contributions is None else contributions_data(contributions, result, words),
         "colors": colorscale_stops(),
         "rates": list(PLAY_RATES),
         "quantum": QUANTUM,
     }
+
+
+def contributions_data(found: Contributions, result: DecodeResult, words: bool) -> dict:
+    """ALTI+ for the browser: each step's shares of the source (T, S, or its words) and of the decoder input up to
+    the step (its words too, as the self-attention map's keys), and each step's share from the source."""
+    sources = len(result.src_ids)
+    source, _ = over_words(found.alti_plus[:, :sources], result.src_pieces, words)
+    prefix = [
+        over_words(found.alti_plus[t, sources : sources + t + 1], result.decoder_input_pieces[: t + 1], words)[0]
+        for t in range(result.steps)
+    ]
+    return {"source": packed(source), "prefix": packed(np.concatenate(prefix)), "share": rounded(found.source_share)}
 
 
 def beam_data(tree: BeamTree, tokenizer: TokenizerBase) -> dict:
@@ -176,10 +191,11 @@ def step_player(
     presentation: bool,
     tuned: tuple[LogitLens, TunedLens] | None = None,
     candidate_words: list[list[str | None]] | None = None,
+    contributions: Contributions | None = None,
 ) -> StepAction | None:
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
-    the candidates would make); the visitor's action of this run, if any."""
-    data = step_data(result, tokenizer, step, words, identity.token, tuned, candidate_words) | {
+    the candidates would make, and ALTI+); the visitor's action of this run, if any."""
+    data = step_data(result, tokenizer, step, words, identity.token, tuned, candidate_words, contributions) | {
         "presentation": presentation,
         "scroll_into_view": st.session_state.pop("scroll_to_output", False),
         "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit",

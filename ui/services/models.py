@@ -16,6 +16,7 @@ import torch
 
 from transformer.analysis.alignment import Method, pair_matrix
 from transformer.analysis.attribution import Attribution, attribute, contrastive
+from transformer.analysis.contributions import Contributions, contributions
 from transformer.analysis.timeline import Timeline
 from transformer.analysis.tuned_lens import TunedLens, read_with
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
@@ -75,6 +76,12 @@ def candidate_words_cached(
 ) -> list[list[str | None]]:
     """The word each of a result's candidates would make, shared by the visitors who look at the same result."""
     return candidate_words(_checkpoint.model, _checkpoint.tokenizer, _result)
+
+
+@RESULTS
+def contributions_cached(_checkpoint: Checkpoint, identity: ResultIdentity, *, _result: DecodeResult) -> Contributions:
+    """ALTI+ of a result: each output step's shares of the source and of the output so far."""
+    return contributions(_checkpoint.model, _result.src_ids, _result.tgt_ids)
 
 
 @RESULTS
