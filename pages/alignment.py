@@ -28,10 +28,9 @@ MAX_PAIRS = 2000
 EXAMPLE = Path(__file__).parent.parent / "tests" / "data" / "alignment"  # 24 caption pairs aligned by hand
 COUNTED_FROM = {"detect": None, "0": False, "1": True}
 
-explored = page_frame()
+explored = page_frame("Alignment")
 session = st.session_state
 checkpoint = explored.checkpoint
-st.title("Alignment")
 st.markdown(
     "Which heads align words? Measured as papers measure it: against human word alignments, by the alignment "
     "error rate (AER, Och & Ney 2003; lower is better). Give a source file and a target file (words separated by "

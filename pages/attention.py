@@ -19,10 +19,9 @@ from ui.widgets.sidebar import page_frame
 
 VIEWS = keys.ATTENTION_VIEWS
 
-explored = page_frame()
+explored = page_frame("Attention maps")
 result = explored.result
 session = st.session_state
-st.title("Attention maps")
 
 controls = st.columns([3, 4, 1, 1])
 kind, layer, head = kind_layer_head(result, [controls[0], controls[2], controls[3]])

@@ -37,9 +37,8 @@ EXPLANATIONS = {
     "baseline chosen (zero embeddings here) and is approximate: the convergence delta says by how much.",
 }
 
-explored = page_frame()
+explored = page_frame("Attribution")
 result, checkpoint, session = explored.result, explored.checkpoint, st.session_state
-st.title("Attribution")
 st.markdown(
     "For each output token: where cross-attention looked, and what the token really drew on by gradients, "
     "on the same source tokens. Follows the decode explorer's step."
@@ -91,6 +90,7 @@ layers, heads = result.cross.shape[:2]
 # Two rows: five controls in one left each a sliver beside the open sidebar of a 1024-pixel screen.
 heads_row, steps_row = st.columns([1, 1, 2]), st.columns(2)
 layer, head = layer_head(result, AttentionKind.CROSS, heads_row[0], heads_row[1])
+url.from_link("attribution_mean", "mean", (False, True), url.flag_text)
 mean = heads_row[2].toggle("Mean over heads", key="attribution_mean")
 words = words_toggle(steps_row[0])
 with steps_row[1]:
@@ -272,6 +272,7 @@ table(agreement.style.format("{:.2f}", na_rep="—"), width="stretch", height=30
 
 st.subheader("Contrastive: why this token rather than another")
 candidates = [int(i) for i in result.topk_ids[step].tolist() if int(i) != result.tgt_ids[step]]
+url.from_link(f"attribution_foil_{step}", "foil", candidates)
 foil = st.selectbox(
     "Rather than",
     candidates,
@@ -331,4 +332,4 @@ downloads[1].download_button(
     on_click="ignore",
     key="attribution_csv",
 )
-url.write_url()
+url.write_url({"mean": "1" if mean else "", "foil": "" if foil in (None, *candidates[:1]) else str(foil)})

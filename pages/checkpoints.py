@@ -16,10 +16,9 @@ from ui.widgets.charts import show, table
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
-explored = page_frame()
+explored = page_frame("Checkpoints")
 checkpoint = explored.checkpoint
 config, metadata = checkpoint.config, checkpoint.metadata
-st.title("Checkpoints")
 
 with st.expander("Upload a checkpoint (this project's .safetensors format)", expanded=False):
     st.caption(

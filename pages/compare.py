@@ -14,9 +14,8 @@ from ui.widgets.controls import kind_layer_head, words_toggle
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
-explored = page_frame()
+explored = page_frame("Compare checkpoints")
 session = st.session_state
-st.title("Compare checkpoints")
 files, uploads = checkpoints.checkpoint_files(), session.get("uploads", {})
 others = [name for name in [*files, *uploads] if name != explored.checkpoint_name]
 if not others:
@@ -24,9 +23,11 @@ if not others:
     st.stop()
 early = f"{explored.checkpoint_name}-epoch1"  # the same run after its first epoch, where one is shipped
 default = early if early in others else others[0]
-other_name = st.selectbox(
-    "Compare the sidebar's checkpoint with", others, index=others.index(default), key="compare_with"
-)
+url.from_link("compare_with", "with", others)
+if session.get("compare_with") not in others:  # first here, or the sidebar now shows the one compared with
+    session.compare_with = default
+other_name = st.selectbox("Compare the sidebar's checkpoint with", others, key="compare_with")
+url.write_url({"with": other_name})  # now: the page may stop below
 opened = checkpoints.open_or_explain(other_name)
 if opened is None:
     st.stop()
@@ -102,4 +103,4 @@ with columns[1]:
     show(figure, key="cmp_js")
 top = np.unravel_index(np.argmax(divergence), divergence.shape)
 st.markdown(f"They differ most at layer {top[0] + 1}, head {top[1] + 1} (divergence {divergence[top]:.3f}).")
-url.write_url()
+url.write_url({"with": other_name})

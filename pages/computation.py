@@ -17,10 +17,9 @@ from ui.widgets.controls import kind_layer_head
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
-explored = page_frame()
+explored = page_frame("Attention, step by step")
 checkpoint, result = explored.checkpoint, explored.result
 config = checkpoint.config
-st.title("Attention, step by step")
 st.markdown(
     "One layer and head of the model, worked through with plain matrix products on its own weights, for your "
     "sentence (the decoder reads the output the model produced). Scaled dot-product attention (section 3.2.1):"

@@ -19,10 +19,9 @@ from ui.widgets.text import literal
 MAX_SENTENCES = 2000
 MAX_AGREEMENT_SENTENCES = 200  # integrated gradients cost about two seconds a sentence
 
-explored = page_frame()
+explored = page_frame("Corpus")
 session = st.session_state
 checkpoint = explored.checkpoint
-st.title("Corpus")
 st.markdown(
     "Translate a file (a test set, say), with its references to score each sentence; pick a row to "
     "open that sentence in the decode explorer."

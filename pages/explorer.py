@@ -32,12 +32,11 @@ def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
     return rows, lens
 
 
-explored = page_frame()
+explored = page_frame("Decode explorer")
 session = st.session_state
 # Computed before anything of the result is written, so that the new output and its step view appear together.
 candidate_words = models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
 contributions = models.contributions_cached(explored.checkpoint, explored.identity, _result=explored.result)
-st.title("Decode explorer")
 first_steps(explored.checkpoint_name)
 for note in explored.notes:
     st.warning(literal(note))

@@ -24,16 +24,16 @@ from ui.widgets.progress import Progress
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
-explored = page_frame()
+explored = page_frame("Head statistics")
 session = st.session_state
 checkpoint, result = explored.checkpoint, explored.result
-st.title("Head statistics")
 kind = controls.attention_kind(horizontal=True)
 st.caption(" · ".join(f"**{name}**: {meaning}" for name, meaning in STATISTICS.items()))
 
 
-def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, float]]) -> None:
-    """A sortable table (click a column), one statistic as a layers x heads heatmap, and the CSV."""
+def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, float]]) -> str:
+    """A sortable table (click a column), one statistic as a layers x heads heatmap, and the CSV; the statistic
+    shown. The sentence's statistic is named in the link (a file's statistics stay with the visitor who sent it)."""
     frame = statistics_frame(statistics)
     left, right = st.columns([3, 2])
     with left:
@@ -47,6 +47,8 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
             key=f"{key}_csv",
         )
     with right:
+        if key == "sentence":
+            url.from_link(f"{key}_statistic", "statistic", list(statistics))
         name = st.selectbox("Statistic", list(statistics), key=f"{key}_statistic")
         layers, heads = statistics[name].shape
         figure = matrix_heatmap(
@@ -57,6 +59,13 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
             value_range=ranges[name],
         )
         show(figure, key=f"{key}_heatmap")
+    return name
+
+
+def head_name(head: tuple[str, int, int]) -> str:
+    """A head as a link names it: kind.layer.head, 1-based ("cross.3.2")."""
+    kind, layer, index = head
+    return f"{kind}.{layer + 1}.{index + 1}"
 
 
 st.subheader("This sentence")
@@ -78,7 +87,7 @@ if kind is AttentionKind.CROSS and aligned and aligned.checkpoint_key == explore
             "page's gold file: the corpus's figure, not this sentence's."
         )
     )
-statistics_view(sentence_statistics, "sentence", ranges)
+sentence_statistic = statistics_view(sentence_statistics, "sentence", ranges)
 
 st.subheader("Over a corpus sample")
 with st.form("corpus_statistics"):
@@ -124,6 +133,8 @@ options = [
     for layer in range(result.maps(kind).shape[0])
     for head in range(heads)
 ]
+if url.many_from_link("ablate_heads", "off", options, head_name):
+    session.ablated = tuple(session.ablate_heads)
 with st.form("ablation"):
     picked = st.multiselect(
         "Heads to switch off",
@@ -159,4 +170,9 @@ if chosen:
     st.markdown(
         f"Without them the model gives {changed}; the geometric mean token probability is {mean:.2f}× the original."
     )
-url.write_url()
+url.write_url(
+    {
+        "statistic": "" if sentence_statistic == next(iter(sentence_statistics)) else sentence_statistic,
+        "off": ",".join(head_name(head) for head in chosen),
+    }
+)

@@ -14,9 +14,8 @@ from ui.state.url import url_text
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
-explored = page_frame()
+explored = page_frame("How it learned")
 session, params = st.session_state, st.query_params
-st.title("How it learned")
 name = explored.checkpoint_name
 try:
     timeline = checkpoints.timeline(name)

@@ -18,11 +18,10 @@ from ui.widgets.controls import kind_layer_head
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
-explored = page_frame()
+explored = page_frame("Masks")
 session = st.session_state
 checkpoint, result = explored.checkpoint, explored.result
 config, tokenizer = checkpoint.config, checkpoint.tokenizer
-st.title("Masks")
 st.markdown(
     "A mask says, for each query, which keys it may look at. Sentences in a batch are padded to one length, and "
     "nobody may look at **padding** (the source padding mask). While producing token t the decoder must not see "

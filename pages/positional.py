@@ -14,9 +14,8 @@ from ui.widgets.sidebar import page_frame
 
 MAX_POSITIONS_DRAWN = 512
 
-explored = page_frame()
+explored = page_frame("Positional encoding")
 model, config, result = explored.checkpoint.model, explored.checkpoint.config, explored.result
-st.title("Positional encoding")
 
 
 def relative_positions() -> None:
@@ -86,7 +85,9 @@ else:
 if shown < config.max_len:
     st.caption(f"The figures show the first {shown} of the model's {config.max_len:,} positions.")
 defaults = [d for d in (0, 1, 4, 5, 16, 17, 64) if d < config.d_model]
-dims = st.multiselect("Dimensions to draw", list(range(config.d_model)), default=defaults, key="pe_dims")
+url.many_from_link("pe_dims", "dims", list(range(config.d_model)))
+st.session_state.setdefault("pe_dims", defaults)
+dims = st.multiselect("Dimensions to draw", list(range(config.d_model)), key="pe_dims")
 show(curves(table, dims, "PE(pos, i) for the chosen dimensions i"), key="pe_curves")
 left, right = st.columns(2)
 with left:
@@ -138,4 +139,4 @@ show(grouped_bars(result.src_pieces, norms, "vector norms per source token", "L2
 with st.expander("The three matrices (tokens × dimensions)"):
     for name, matrix in (("embedding × √d_model", embedded), ("positional encoding", positions), ("sum", total)):
         show(matrix_heatmap(matrix, name, row_pieces=result.src_pieces, x_title="dimension"), key=f"pe_{name}")
-url.write_url()
+url.write_url({"dims": "" if dims == defaults else ",".join(map(str, dims))})

@@ -543,7 +543,8 @@ def test_each_page_is_headed_with_its_name_in_the_sidebar():
 
     for page in calls("app.py", "st.Page"):
         path, title = page.args[0].value, next(k.value.value for k in page.keywords if k.arg == "title")
-        assert [ast.literal_eval(call.args[0]) for call in calls(path, "st.title")] == [title], path
+        assert [ast.literal_eval(call.args[0]) for call in calls(path, "page_frame")] == [title], path  # its title
+        assert not calls(path, "st.title"), path
 
 
 def test_a_lone_word_start_is_explained_where_it_shows():

@@ -128,6 +128,7 @@ KEYS: dict[str, Key] = {
     },
     "url_branch": Key(tuple, None, "a link's what-if (step, token id) pairs, applied once the result is decoded"),
     "url_read": Key(bool, None, "whether this visit's link has been read"),
+    "url_page": Key(dict, None, "a link's values of page controls (url.PAGE_PARAMETERS), each taken when drawn"),
     "view": Key(str, None, "the Attention maps page's view"),
     "words": Key(bool, None, "pieces merged into words wherever attention maps are drawn"),
     "presentation": Key(bool, None, "presentation mode"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 from urllib.parse import quote
 
 import streamlit as st
@@ -11,6 +13,8 @@ from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import RENAMED_CHECKPOINTS
 from transformer.model.kinds import AttentionKind
 from ui.state.keys import ATTENTION_VIEWS, MAX_CHARACTERS, SETTING_RANGES, SETTINGS
+
+T = TypeVar("T")
 
 
 def read_url_once(checkpoints: dict) -> None:
@@ -57,6 +61,39 @@ def read_url_once(checkpoints: dict) -> None:
         flag = link_flag(name)
         if flag is not None:
             st.session_state[name] = flag
+    # A page's own controls: each takes its value when the page draws it (from_link), where it is one of its choices.
+    st.session_state.url_page = {name: params[name][:MAX_PAGE_VALUE] for name in PAGE_PARAMETERS if name in params}
+
+
+# The page controls a link names, by their URL parameter: the checkpoint Compare compares with, Attribution's mean
+# over heads and its foil, the heads Head statistics switches off and its statistics, the dimensions Positional
+# encoding draws.
+PAGE_PARAMETERS = ("with", "mean", "foil", "off", "statistic", "dims")
+MAX_PAGE_VALUE = 2000  # characters of one such value a link may hold
+
+
+def from_link(widget_key: str, parameter: str, choices: Sequence[T], name: Callable[[T], str] = str) -> bool:
+    """Sets a page's control from the visit's link, once, where the link names one of its choices (by `name`);
+    whether it did."""
+    named = st.session_state.get("url_page", {}).pop(parameter, None)
+    chosen = [choice for choice in choices if name(choice) == named]
+    if named is not None and chosen:
+        st.session_state[widget_key] = chosen[0]
+    return bool(named is not None and chosen)
+
+
+def many_from_link(widget_key: str, parameter: str, choices: Sequence[T], name: Callable[[T], str] = str) -> bool:
+    """Sets a page's multiple choice from the visit's link, once, to the choices it names (comma-separated);
+    whether it did."""
+    named = st.session_state.get("url_page", {}).pop(parameter, None)
+    if named is not None:
+        wanted = set(named.split(",")[: len(choices)])
+        st.session_state[widget_key] = [choice for choice in choices if name(choice) in wanted]
+    return named is not None
+
+
+def flag_text(value: bool) -> str:
+    return "1" if value else "0"
 
 
 def link_flag(name: str) -> bool | None:
@@ -91,17 +128,18 @@ def url_text(text: str) -> str:
     return text
 
 
-def write_url() -> None:
+def write_url(page: dict[str, str] | None = None) -> None:
     """The URL names the view on screen: checkpoint, a language-pair model's languages, sentence, decoding settings that differ from the
     defaults, step, layer, head (1-based), kind, the attention view, words, presentation mode, fitted colours,
-    the lens a link opened with and the what-if branch on screen (its step, 1-based, and token id: "what_if=2.417")."""
+    the lens a link opened with and the what-if branch on screen (its step, 1-based, and token id: "what_if=2.417");
+    `page`: the page's own controls, by their PAGE_PARAMETERS name."""
     state = st.session_state
     text = state.get("applied_text", "")
     params = {
         "ckpt": state.get("checkpoint"),
         "from": state.get("source_language"),
         "into": state.get("target_language"),
-        "text": url_text(text),
+        "text": url_text(text) if text.strip() else "",  # an empty box: no sentence named
     }
     if len(params["text"]) < len(text):
         st.caption(
@@ -131,4 +169,5 @@ def write_url() -> None:
         params["kind"] = state.kind
     if state.get("show_branch") and state.get("branch_from"):
         params["what_if"] = ",".join(f"{step + 1}.{token}" for step, token in state.branch_from[-MAX_BRANCHES:])
+    params |= {name: value for name, value in (page or {}).items() if name in PAGE_PARAMETERS}
     st.query_params.from_dict({k: v for k, v in params.items() if v})

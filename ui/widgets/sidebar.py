@@ -23,6 +23,7 @@ from ui.state import keys, url
 from ui.state.identity import ResultIdentity
 from ui.widgets.presentation import close_sidebar_if_presenting, presentation_style, sidebar_state
 from ui.widgets.text import literal
+from ui.widgets.welcome import first_steps
 
 
 @dataclass(frozen=True)
@@ -238,8 +239,10 @@ def _show_branch(output: DecodeResult, chain: tuple[tuple[int, int], ...]) -> No
         session.show_branch = False
 
 
-def page_frame() -> Explored:
-    """Called first by every page: the page setup and the shared sidebar; stops the page when there is nothing to show.
+def page_frame(title: str) -> Explored:
+    """Called first by every page: the page setup, its title and the shared sidebar; where there is nothing to show
+    (an empty sentence, say), the page says why, offers sentences to try and names no sentence in its link, then
+    stops.
 
     Each page draws the frame itself (rather than the navigation script) so that a page
     opened directly by its URL is whole however Streamlit reaches it.
@@ -253,8 +256,11 @@ def page_frame() -> Explored:
     st.set_page_config(
         page_title="Transformer Explorer", page_icon=ICON, layout="wide", initial_sidebar_state=sidebar_state()
     )
+    st.title(title)
     explored = render()
     presentation_style()
     if explored is None:
+        first_steps(st.session_state.get("checkpoint", ""))
+        url.write_url()
         st.stop()
     return explored
