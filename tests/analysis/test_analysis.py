@@ -120,7 +120,20 @@ def test_merged_decoder_rows_are_the_words_produced_each_read_from_its_first_inp
     for kind in ("cross", "decoder"):
         view = attention_view(result, kind, words=True)
         labels = [readable_label(label) for label in view.query_pieces]
-        assert "en → T-shirt" in labels and "la → rue." in labels and ". → </s>" in labels, labels
+        assert "en → T-shirt" in labels and "la → rue." in labels and "rue. → </s>" in labels, labels
         produced = "".join(label.split(" → ")[1] for label in view.query_pieces)
         assert produced == "".join(result.tgt_pieces)  # every output piece in exactly one row, in order
         assert np.allclose(view.maps.sum(-1), 1, atol=1e-5)
+
+
+def test_a_merged_row_is_labelled_by_the_whole_words_it_reads_and_writes():
+    """With words merged, a row read "·t → 1992." and "·Europe → est": the last piece of the word before it."""
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+    from transformer.text.pieces import readable_label
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    sentence = "The agreement on the European Economic Area was signed in August 1992."
+    result = decode(shipped.model, shipped.tokenizer, sentence)
+    labels = [readable_label(label) for label in attention_view(result, "cross", words=True).query_pieces]
+    assert "août → 1992." in labels and "l'Europe → est" in labels, labels
+    assert not [label for label in labels if label.startswith("·")], labels  # no row named by a piece

@@ -51,9 +51,11 @@ def attention_view(
         query_spans = word_spans(list(queries))
         labels = word_labels(list(queries), query_spans)
     else:  # a row per word produced, the mean of the rows that wrote its pieces ("en → T-shirt"): the rows
-        # of an input word would straddle two outputs ("T-shirt → -shirt rouge"), its input shifted by one
+        # of an input word would straddle two outputs ("T-shirt → -shirt rouge"), its input shifted by one. It
+        # reads the word before it (whose last piece it was fed), named whole: "août → 1992.", not "·t → 1992.".
         query_spans = word_spans(list(produced))
-        labels = _query_labels([queries[start] for start, _ in query_spans], word_labels(list(produced), query_spans))
+        written = word_labels(list(produced), query_spans)
+        labels = _query_labels([queries[0], *written[:-1]], written)
     merged = merge_words(maps, query_spans, key_spans)
     if mask is not None:  # a word is hidden from a query word when all its pieces were
         mask = merge_words((~mask).astype(np.float32), query_spans, key_spans) == 0
