@@ -103,7 +103,7 @@ downloads[1].download_button(
     on_click="ignore",
     key="npz_download",
 )
-report = (explored.identity, explored.text, explored.checkpoint_name)
+report = (explored.identity, explored.text, explored.checkpoint_name, words)
 if session.get("report_built") != report and downloads[2].button("Build the HTML report", key="report_build"):
     progress = Progress("Building the report", REPORT_FIGURES, "figures")
     models.report_cached(explored.checkpoint, *report, _result=result, _progress=progress)

@@ -122,9 +122,10 @@ show(
     key="attribution_step",
 )
 st.caption(
-    "Each row as shares of its total |value|. Attention (blue) is never negative; the gradients' rows keep "
-    "their sign: red raised the token's probability, blue lowered it, as in the tabs below. ALTI+ follows each "
-    "token's share through every layer, the residual paths and the layer norms included (Ferrando et al. 2022)."
+    "Each row as shares of its total |value|. Attention and ALTI+ (green) are never negative; the gradients' "
+    "rows keep their sign: red raised the token's probability, blue lowered it, as in the tabs below. ALTI+ "
+    "follows each token's share through every layer, the residual paths and the layer norms included (Ferrando "
+    "et al. 2022)."
 )
 alti_agreement = agreement(alti[None, None], found.integrated_gradients)[0, 0]
 alti_rho = np.nanmean(alti_agreement) if np.isfinite(alti_agreement).any() else float("nan")

@@ -222,3 +222,40 @@ def test_a_grid_too_narrow_for_its_key_labels_wraps_its_heads_onto_more_lines():
     assert fig.data[13].xaxis == "x14" and [a["text"] for a in layout["annotations"]][13] == "head 6"
     short = attention_grid(maps[:, :, :4, :4], pieces[:4], pieces[:4], ["l1", "l2"], [f"h{h}" for h in range(8)])
     assert len({tuple(a["domain"]) for n, a in short.to_dict()["layout"].items() if n.startswith("xaxis")}) == 8
+
+
+def test_the_report_merges_pieces_into_words_when_the_page_did():
+    """The report showed "didn | ' | ·t" while the view and its CSV merged them into "didn't"."""
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    text = "The animal didn't cross the street."
+    result = decode(shipped.model, shipped.tokenizer, text)
+
+    def axes(page: str) -> list[list[str]]:
+        specs = re.findall(r'<script type="application/json">(.*?)</script>', page, re.S)
+        return [list(trace.get("x") or []) for spec in specs for trace in json.loads(spec)["data"]]
+
+    pieces, words = axes(html_report(result, text, "default")), axes(html_report(result, text, "default", words=True))
+    assert any("didn" in labels and "·t" in labels for labels in pieces)
+    merged = [labels for labels in words if "didn't" in labels]
+    assert merged and not any("·t" in labels for labels in words)
+    assert "Maps over words" in html_report(result, text, "default", words=True)
+
+
+def test_blue_means_one_thing_in_the_attribution_figure_and_each_scale_says_what():
+    """Blue was a positive share in the attention rows and "lowered the probability" in the gradient rows."""
+    from plotly.colors import hex_to_rgb, unlabel_rgb
+
+    from transformer.viz.attribution import measures_over_tokens
+
+    measures = {"cross-attention": np.array([0.6, 0.4]), "gradient × input": np.array([3.0, -1.0])}
+    attention, gradient = measures_over_tokens(measures, ["▁a", "▁b"], "t", signed=("gradient × input",)).data
+
+    def bluish(colour: str) -> bool:
+        red, green, blue = hex_to_rgb(colour) if colour.startswith("#") else unlabel_rgb(colour)
+        return blue > red + 40 and blue > green
+
+    assert not any(bluish(colour) for _, colour in attention.colorscale)
+    assert any(bluish(colour) for _, colour in gradient.colorscale)  # blue: lowered, there only
+    assert "blue lowered" in gradient.colorbar.title.text and "never negative" in attention.colorbar.title.text

@@ -8,7 +8,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from transformer.viz.matrices import diverging_scale
-from transformer.viz.style import COLORSCALE, axis_labels, fit_labels
+from transformer.viz.style import axis_labels, fit_labels
+
+UNSIGNED = "Greens"  # beside the signed rows' red and blue: attention's usual blue would read as "lowered" here
 
 
 def measures_over_tokens(
@@ -18,7 +20,8 @@ def measures_over_tokens(
 
     Rows named in `signed` (gradients: a token raised or lowered the output's probability) keep their sign
     and take a diverging scale centred on 0, red raising, blue lowering, as the page's signed matrices do;
-    the others (attention, never negative) take the attention's sequential scale. The hover gives the value.
+    the others (attention, contributions: never negative) take a sequential scale of another hue (UNSIGNED), so
+    that blue means one thing in the figure: lowered. Each colour bar's title says what its colours mean.
     """
     names = list(measures)
     values = np.stack([np.asarray(measures[name], dtype=np.float64) for name in names])
@@ -26,11 +29,12 @@ def measures_over_tokens(
     is_signed = np.array([name in signed for name in names])
     x = axis_labels(pieces)
     fig = go.Figure()
-    scales = [(rows, name) for rows, name in ((False, "share"), (True, "signed share")) if (is_signed == rows).any()]
+    titles = ((False, "share (never negative)"), (True, "signed share: red raised, blue lowered"))
+    scales = [(rows, name) for rows, name in titles if (is_signed == rows).any()]
     for signed_rows, scale in scales:
         z = np.where((is_signed == signed_rows)[:, None], shares, np.nan)
         bound = max(float(np.nanmax(np.abs(z))), 1e-6)
-        colours = diverging_scale(bound) if signed_rows else dict(colorscale=COLORSCALE, zmin=0, zmax=bound)
+        colours = diverging_scale(bound) if signed_rows else dict(colorscale=UNSIGNED, zmin=0, zmax=bound)
         hover = f"%{{y}}<br>token %{{x}}<br>{scale} %{{z:.3f}}<br>value %{{customdata:.4g}}<extra></extra>"
         # Two scales one above the other: side by side, their titles overlapped on a narrow figure.
         place = dict(len=0.9, y=0.5) if len(scales) == 1 else dict(len=0.42, y=0.77 - 0.54 * len(fig.data))

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 
 from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
+from transformer.analysis.words import merge_words, word_labels, word_spans
 from transformer.decoding.result import DecodeResult
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
@@ -35,21 +36,24 @@ def plotly_js() -> str:
     return CARTESIAN_BUNDLE.read_text(encoding="utf-8")
 
 
-def report_figures(result: DecodeResult) -> Iterator[tuple[str, go.Figure]]:
+def report_figures(result: DecodeResult, words: bool = False) -> Iterator[tuple[str, go.Figure]]:
     """The REPORT_FIGURES figures of the report, one at a time (each takes a while): output probabilities, each
-    kind's heads by layer, and the encoder rollout."""
+    kind's heads by layer, and the encoder rollout; the maps over words where asked, as the page shows them."""
     probabilities = result.token_probs.numpy()
     yield (
         "Output",
         token_probabilities(result.tgt_pieces, probabilities, "probability of each output token", result.forced),
     )
     for kind in AttentionKind:
-        view = attention_view(result, kind)
+        view = attention_view(result, kind, words=words)
         rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
         figure, _ = heads_or_means(view.maps, view.query_pieces, view.key_pieces, rows, kind.title, view.mask)
         yield kind.title, figure
-    flow = rollout(result.encoder_self.numpy())
-    yield "Encoder rollout", attention_heatmap(flow, result.src_pieces, result.src_pieces, "attention rollout")
+    flow, labels = rollout(result.encoder_self.numpy()), list(result.src_pieces)
+    if words:
+        spans = word_spans(labels)
+        flow, labels = merge_words(flow, spans, spans), word_labels(labels, spans)
+    yield "Encoder rollout", attention_heatmap(flow, labels, labels, "attention rollout")
 
 
 # Draws a figure (its JSON in the script element after it) when it comes within 200 px of the viewport.
@@ -77,11 +81,16 @@ def figure_section(title: str, figure: go.Figure) -> str:
 
 
 def html_report(
-    result: DecodeResult, source_text: str, checkpoint_name: str, progress: Callable[[int], None] | None = None
+    result: DecodeResult,
+    source_text: str,
+    checkpoint_name: str,
+    progress: Callable[[int], None] | None = None,
+    words: bool = False,
 ) -> str:
-    """The page as a string; every piece of user text is escaped. `progress` hears the figures done so far."""
+    """The page as a string; every piece of user text is escaped. `progress` hears the figures done so far; `words`:
+    the maps over words (each word's pieces merged), as the page that built it showed them."""
     drawn = []
-    for title, figure in report_figures(result):
+    for title, figure in report_figures(result, words):
         drawn.append(figure_section(title, figure))
         if progress:
             progress(len(drawn))
@@ -98,7 +107,7 @@ def html_report(
 <h1>Attention report</h1>
 <p><b>Checkpoint:</b> {html.escape(checkpoint_name)} · <b>decoding:</b> {html.escape(result.strategy)}</p>
 <p><b>Source:</b> {html.escape(source_text)}{" (cut to the model's maximum length)" if result.truncated else ""}</p>
-<p><b>Output:</b> {html.escape(result.text)}</p>
+<p><b>Output:</b> {html.escape(result.text)}</p>{"<p>Maps over words: each word's pieces merged.</p>" if words else ""}
 <table><tr><th>step</th><th>token</th><th>probability</th></tr>
 {rows}
 </table>

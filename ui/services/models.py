@@ -109,12 +109,13 @@ def report_cached(
     identity: ResultIdentity,
     text: str,
     name: str,
+    words: bool,
     *,
     _result: DecodeResult,
     _progress: Callable[[int], None] | None = None,
 ) -> str:
     """The HTML report of a result (5 MB, most of it plotly.js), shared by the visitors who ask for the same one."""
-    return html_report(_result, text, name, _progress)
+    return html_report(_result, text, name, _progress, words)
 
 
 @RESULTS
