@@ -2,7 +2,6 @@
 
 from pathlib import Path
 
-import pandas as pd
 import streamlit as st
 
 from transformer.analysis.alignment import (
@@ -107,7 +106,7 @@ if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report
     note = f" {len(report.skipped)} left out: empty, or longer than the model reads." if report.skipped else ""
     st.subheader("Every method, best first")
     st.caption(literal(f"{stored.name}: {len(report.aligned)} pairs aligned.{note} Click a column to sort."))
-    frame = pd.DataFrame(report.table()).set_index("rank")
+    frame = report.frame().set_index("rank")
     table(
         frame.style.format({"aer": "{:.3f}", "precision": "{:.3f}", "recall": "{:.3f}"}),
         width="stretch",

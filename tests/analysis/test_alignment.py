@@ -29,6 +29,7 @@ from transformer.analysis.alignment import (
 )
 from transformer.cli import main
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.io.export import csv_text
 from transformer.training.synthetic import WORDS
 
 DATA = Path(__file__).parents[1] / "data" / "alignment"  # 24 caption pairs aligned by hand, sure and possible links
@@ -350,3 +351,13 @@ def test_the_alignment_page_names_the_line_of_a_bad_gold_file_and_a_pair_that_is
     at.file_uploader(key="align_tgt").set_value(("fr.txt", b"une ligne\n", "text/plain"))
     at = submit(at)
     assert "not a parallel pair" in at.error[0].value and not at.dataframe
+
+
+def test_the_ranked_tables_layers_are_whole_numbers_and_alti_plus_has_none(tmp_path, reversal):
+    """ALTI+ is read from no layer: the layer column became floats ("2.0") in the CSV and on the page."""
+    sources, targets, golds = reversal_pairs(4, seed=3)
+    report = align_corpus(reversal.model, reversal.tokenizer, sources, targets, golds)
+    frame = report.frame()
+    assert str(frame["layer"].dtype) == "Int64"
+    assert frame.loc[frame["method"] == "ALTI+", "layer"].isna().all()
+    assert "2.0" not in csv_text(frame, index=False)

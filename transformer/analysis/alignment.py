@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import TokenizerBase
+
+if TYPE_CHECKING:  # pandas takes 0.4 s to import: only the tables need it
+    import pandas as pd
 
 Link = tuple[int, int]  # (source word, target word), 0-based
 CONVENTIONS = ("output", "input")
@@ -211,6 +215,14 @@ class AlignmentReport:
             }
             for rank, s in enumerate(self.scores, 1)
         ]
+
+    def frame(self) -> pd.DataFrame:
+        """The table as a DataFrame, layers whole numbers (empty for a method read from no layer: ALTI+)."""
+        import pandas as pd
+
+        frame = pd.DataFrame(self.table())
+        frame["layer"] = frame["layer"].astype("Int64")
+        return frame
 
 
 def measures(

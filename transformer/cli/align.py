@@ -80,8 +80,6 @@ def _write_report(args: argparse.Namespace, report, pairs: int) -> None:
     """The methods' scores on stdout (the best --top), and --table and --out where asked."""
     import json
 
-    import pandas as pd
-
     from transformer.analysis.alignment import format_pharaoh
     from transformer.io.export import csv_text
 
@@ -97,7 +95,7 @@ def _write_report(args: argparse.Namespace, report, pairs: int) -> None:
             if args.table.endswith(".json"):
                 json.dump(table, out, indent=1, ensure_ascii=False)
             else:
-                out.write(csv_text(pd.DataFrame(table), index=False))
+                out.write(csv_text(report.frame(), index=False))
         print(f"wrote {args.table}")
     if args.out:
         best = report.scores[0].method
