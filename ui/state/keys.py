@@ -147,6 +147,9 @@ KEYS: dict[str, Key] = {
     "probe": Key(int, None, "the probe sentence on How it learned (0-based)"),
     "learned_text": Key(str, None, "a sentence of the visitor's read through the run on How it learned"),
     "alignment_run": Key(AlignmentRun, None, "the Alignment page's corpus, aligned by every method and scored"),
+    "compare_with": Key(str, None, "the checkpoint Compare checkpoints compares with (its widget, named in the link)"),
+    "pe_dims": Key(list, None, "the dimensions Positional encoding draws (its widget, named in the link)"),
+    "ablate_heads": Key(list, None, "the heads picked on Head statistics, as (kind, layer, head) (its widget)"),
 }
 
 
