@@ -28,8 +28,9 @@ st.latex(r"\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\Big(\frac{QK^\top}{\
 st.markdown(
     "and multi-head attention (section 3.2.2) runs h of them side by side on learned projections, then joins them: "
 )
-st.latex(
-    r"\mathrm{head}_i = \mathrm{Attention}(XW_i^Q, CW_i^K, CW_i^V),\quad \mathrm{MultiHead} = \mathrm{Concat}(\mathrm{head}_1,\dots,\mathrm{head}_h)\,W^O"
+st.latex(  # two lines: one was cut at a projector's width
+    r"\begin{aligned} \mathrm{head}_i &= \mathrm{Attention}(XW_i^Q, CW_i^K, CW_i^V) \\ "
+    r"\mathrm{MultiHead} &= \mathrm{Concat}(\mathrm{head}_1,\dots,\mathrm{head}_h)\,W^O \end{aligned}"
 )
 st.caption(
     "X: the sublayer's input (queries); C: what keys and values come from (X itself for self-attention, "

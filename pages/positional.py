@@ -73,8 +73,11 @@ else:
         "Attention by itself ignores order: shuffle the words and every weight moves with them. So a vector per "
         "position is added to each token's embedding (section 3.5 of the paper):"
     )
+    # Two lines (one was cut at a projector's width), and d_model out of the exponent (a subscript there is a
+    # script's script, too small to read from the back of a room).
     st.latex(
-        r"PE_{(pos,\,2i)} = \sin\!\big(pos / 10000^{2i/d_{model}}\big),\qquad PE_{(pos,\,2i+1)} = \cos\!\big(pos / 10000^{2i/d_{model}}\big)"
+        r"\begin{aligned} PE_{(pos,\,2i)} &= \sin\!\big(pos / 10000^{2i/d}\big) \\ "
+        r"PE_{(pos,\,2i+1)} &= \cos\!\big(pos / 10000^{2i/d}\big), \qquad d = d_{model} \end{aligned}"
     )
     st.markdown(
         "Each pair of dimensions is a sine and a cosine of one frequency; the frequencies fall geometrically from "

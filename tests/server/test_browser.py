@@ -168,6 +168,14 @@ VIEW_PROBLEMS = """(narrow) => {
     const overlap = (a, b) => a.width && b.width && a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
     const bars = [...plot.querySelectorAll('.colorbar')].map(bar => bar.getBoundingClientRect());
     if (bars.some((a, i) => bars.some((b, j) => j < i && overlap(a, b)))) problems.push('colour bars over each other');
+    const legend = plot.querySelector('.legend')?.getBoundingClientRect();
+    for (const title of plot.querySelectorAll('.gtitle')) {
+      if (legend && overlap(title.getBoundingClientRect(), legend)) problems.push(`title over the legend: ${title.textContent}`);
+    }
+    for (const title of plot.querySelectorAll('.annotation-text')) {  // a projector's subplot titles: 18 px too
+      const size = parseFloat(getComputedStyle(title).fontSize);
+      if (narrow && size < 18) problems.push(`subplot title ${size} px: ${title.textContent}`);
+    }
     for (const title of plot.querySelectorAll('.annotation-text')) {  // a subplot's title over the labels above it
       const t = title.getBoundingClientRect();
       const under = [...plot.querySelectorAll('.xtick text')].find(tick => overlap(t, tick.getBoundingClientRect()));
@@ -183,6 +191,13 @@ VIEW_PROBLEMS = """(narrow) => {
           }
         }
       }
+    }
+  }
+  for (const formula of main.querySelectorAll('.katex-display')) {  // a part drawn past its box: cut at the edge
+    const box = formula.getBoundingClientRect();
+    const parts = [...formula.querySelectorAll('.katex-html .base')].map(part => part.getBoundingClientRect());
+    if (box.width > 0 && parts.some(r => r.right > box.right + 1 || r.left < box.left - 1)) {
+      problems.push(`formula cut: ${formula.querySelector('.katex-html').textContent.slice(0, 40)}`);
     }
   }
   const labels = '[data-testid="stWidgetLabel"] p, [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"], button p';
@@ -290,6 +305,7 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         ("", 0),
         ("attention", 1),
         ("attention?view=mean", 1),
+        ("attention?view=model", 1),
         ("attribution", 4),
         ("masks", 8),
         ("computation", 8),
@@ -313,7 +329,7 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
             wait_for_heatmaps(page, figures)
             page.wait_for_function(drawn.get(path, "true"), timeout=60_000)
         else:
-            stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"
+            stacked = f"(() => {{ const maps = {PLAYER}.querySelectorAll('.map:not(.contributions) > .map-title'); return maps.length == 2 && maps[0].getBoundingClientRect().width > 0.9 * maps[0].closest('.body').getBoundingClientRect().width; }})()"
             page.wait_for_function(stacked)  # the step view's maps take the whole width, as the figures do
             starts = f"new Set([...{PLAYER}.querySelectorAll('.bar-track')].map(t => Math.round(t.getBoundingClientRect().left))).size"
             assert page.evaluate(starts) == 1  # the top-10 bars start at one x, whatever their labels' lengths

@@ -21,10 +21,15 @@ def show(figure: go.Figure, key: str) -> None:
 
 
 def _enlarge(figure: go.Figure) -> None:
-    """Bigger text and figures; a title too long for one line is wrapped (Plotly cuts it at the figure's edge)."""
+    """Bigger text and figures; a title too long for one line is wrapped (Plotly cuts it at the figure's edge);
+    subplot titles (annotations, sized on their own) enlarged too; a legend above the plot moved beside it (at
+    this size its lines grew up over the title)."""
     lines = textwrap.wrap(figure.layout.title.text or "", PRESENTATION_TITLE_CHARACTERS, break_long_words=False)
     top = figure.layout.margin.t if figure.layout.margin.t is not None else 80
     figure.update_layout(font_size=PRESENTATION_FONT, height=int((figure.layout.height or 450) * 1.3))
+    figure.update_annotations(font_size=PRESENTATION_FONT)
+    if figure.layout.legend.orientation == "h":
+        figure.update_layout(legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
     if len(lines) > 1:
         figure.update_layout(title_text="<br>".join(lines), margin_t=top + 26 * (len(lines) - 1))
 
