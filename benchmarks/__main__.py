@@ -1,9 +1,10 @@
-"""python -m benchmarks [--quick] [--no-browser] [--sentences FILE]: every figure of the performance table, with
-its baseline."""
+"""python -m benchmarks [--quick | --smoke] [--no-browser] [--sentences FILE]: every figure of the performance table,
+with its baseline, each row printed as it is measured."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
@@ -12,9 +13,17 @@ from ui.services.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, machine, step_view_row
 from .attribution_speed import attribution_row, contributions_row
-from .model_speed import batched_beam_row, corpus_batch_row, decode_rows, lower_bound_row, table, training_row
+from .model_speed import (
+    Row,
+    batched_beam_row,
+    corpus_batch_row,
+    decode_rows,
+    lower_bound_row,
+    table,
+    training_row,
+)
 from .report_speed import report_rows
-from .training_step import training_step_rows
+from .training_step import GENERAL, training_step_rows
 
 MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
 BEAM_SENTENCES = 200
@@ -23,6 +32,9 @@ BEAM_SENTENCES = 200
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="one repeat of everything, a few sentences: that every row runs"
+    )
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium timings")
     parser.add_argument(
         "--sentences",
@@ -31,19 +43,22 @@ def main() -> None:
         help="English sentences, one a line (plain or gzip), for the batched beam row",
     )
     args = parser.parse_args()
-    repeats = 3 if args.quick else 9
+    repeats = 1 if args.smoke else 3 if args.quick else 9
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
     print(f"machine: {machine()}\ncheckpoint: {DEFAULT_CHECKPOINT.name}\n", flush=True)
-    rows = decode_rows(checkpoint, repeats)
+    rows = MeasuredRows()
+    rows.extend(decode_rows(checkpoint, repeats))
     rows.append(lower_bound_row(checkpoint, repeats))
     if args.sentences.exists():
-        sentences = read_lines(args.sentences)[:BEAM_SENTENCES]
+        sentences = read_lines(args.sentences)[: 16 if args.smoke else BEAM_SENTENCES]
         rows.append(batched_beam_row(checkpoint, sentences))
         rows.append(corpus_batch_row(checkpoint, sentences, TRANSLATE_BATCH))
     else:
         print(f"{args.sentences} is missing: no batched beam row", flush=True)
-    rows.append(training_row(checkpoint, max(3, repeats // 2)))
-    rows.extend(training_step_rows(repeats=max(3, repeats // 2)))  # the general recipe's model, not the checkpoint's
+    rows.append(training_row(checkpoint, max(1 if args.smoke else 3, repeats // 2)))
+    # The general recipe's model (a model of a few dimensions in the smoke run: that the rows run, not their figures)
+    recipe = dataclasses.replace(GENERAL, d_model=32, n_heads=2, d_ff=64) if args.smoke else GENERAL
+    rows.extend(training_step_rows(recipe, repeats=max(1 if args.smoke else 3, repeats // 2)))
     rows.append(step_view_row(checkpoint, repeats))
     rows.append(lens_row(checkpoint, repeats))
     rows.append(candidate_words_row(checkpoint, repeats))
@@ -51,9 +66,21 @@ def main() -> None:
     rows.append(attribution_row(checkpoint, repeats))
     rows.append(contributions_row(checkpoint, repeats))
     if not args.no_browser:
-        rows.extend(browser_rows())
-        rows.extend(report_rows(checkpoint))
-    print(table(rows))
+        rows.extend(browser_rows(*((1, 2, 1) if args.smoke else ())))
+        rows.extend(report_rows(checkpoint, *((1, 1) if args.smoke else ())))
+    print("\n" + table(rows))
+
+
+class MeasuredRows(list):
+    """The table's rows, each printed as soon as it is measured: a row that fails later loses none before it."""
+
+    def append(self, row: Row) -> None:
+        super().append(row)
+        print(table([row]).splitlines()[-1], flush=True)
+
+    def extend(self, rows: list[Row]) -> None:
+        for row in rows:
+            self.append(row)
 
 
 if __name__ == "__main__":
