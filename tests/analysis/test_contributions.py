@@ -154,13 +154,12 @@ def test_every_row_is_a_share_and_a_step_draws_on_no_later_token(tiny):
     assert ((found.source_share > 0) & (found.source_share < 1)).all()
 
 
-@pytest.mark.parametrize("norm", ["layer", "rms"])
-def test_each_blocks_vectors_add_up_to_its_real_output(tokenizer, norm):
+@pytest.mark.parametrize("norm,bias", [("layer", True), ("rms", True), ("rms", False)])  # T5's: RMS, no biases
+def test_each_blocks_vectors_add_up_to_its_real_output(tokenizer, norm, bias):
     torch.manual_seed(4)
     for norm_first in (False, True):
-        model = with_random_norms(
-            Transformer(tiny_config(tokenizer, norm=norm, norm_first=norm_first, dropout=0.0)).eval()
-        )
+        config = tiny_config(tokenizer, norm=norm, norm_first=norm_first, bias=bias, dropout=0.0)
+        model = with_random_norms(Transformer(config).eval())
         sites = [(kind, 1) for kind in AttentionKind]
         probe = Probe(record_at=frozenset(sites))
         with torch.inference_mode():

@@ -71,10 +71,8 @@ def block_vectors(
     values = values.view(len(context), heads, d_head).transpose(0, 1)  # (H, T_k, d_head)
     out_weight = module.out_proj.weight.double().T.reshape(heads, d_head, -1)  # (H, d_head, d_model)
     vectors = torch.einsum("hqk,hkd,hdf->qkf", p_attn, values, out_weight)
-    out_bias = (
-        torch.zeros(stream.size(-1), dtype=torch.float64) if module.out_proj.bias is None else module.out_proj.bias
-    )
-    out_bias = out_bias.double()
+    # W_O's bias belongs to no token; none (T5's) is zero, on the stream's device as everything here
+    out_bias = torch.zeros_like(stream[0]) if module.out_proj.bias is None else module.out_proj.bias.double()
     if kind is AttentionKind.CROSS:
         vectors = torch.cat([vectors, stream[:, None, :]], dim=1)
     else:
