@@ -84,7 +84,8 @@ with heavy_job("attributions") as should_stop:
     )
     progress.close()
 stop.empty()
-alti = models.contributions_cached(checkpoint, explored.identity, _result=result).alti_plus[:, : len(result.src_ids)]
+alti_found = models.contributions_cached(checkpoint, explored.identity, _result=result)
+alti = alti_found.alti_plus[:, : len(result.src_ids)]
 
 layers, heads = result.cross.shape[:2]
 # Two rows: five controls in one left each a sliver beside the open sidebar of a 1024-pixel screen.
@@ -131,7 +132,7 @@ alti_agreement = agreement(alti[None, None], found.integrated_gradients)[0, 0]
 alti_rho = np.nanmean(alti_agreement) if np.isfinite(alti_agreement).any() else float("nan")
 best_head = np.nanmax(found.agreement) if np.isfinite(found.agreement).any() else float("nan")
 st.markdown(
-    f"ALTI+ puts **{alti[step].sum():.0%}** of this step on the source. It ranks the source tokens as integrated "
+    f"ALTI+ puts **{alti_found.source_share[step]:.0%}** of this step on the source. It ranks the source tokens as integrated "
     f"gradients do with Spearman's ρ = **{alti_rho:.2f}** on average over the steps (the "
     f"best single head's cross-attention: {best_head:.2f})."
 )
@@ -247,7 +248,7 @@ with tabs[6]:
         lines(
             {
                 "integrated gradients": (list(range(1, result.steps + 1)), found.source_share.tolist()),
-                "ALTI+": (list(range(1, result.steps + 1)), alti.sum(1).tolist()),
+                "ALTI+": (list(range(1, result.steps + 1)), alti_found.source_share.tolist()),
             },
             "share on the source, per step",
             "step",
