@@ -20,6 +20,7 @@ source and prefix.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,27 +60,48 @@ def residual_block(model: Transformer, kind: AttentionKind, layer: int) -> nn.Mo
     return decoder_layer.self_block if kind is AttentionKind.DECODER else decoder_layer.cross_block
 
 
+CHUNK_BYTES = 8 * 2**20  # the float64 vectors of one chunk of query rows: the peak is a few times this
+
+
 def block_vectors(
     module: nn.Module, block: nn.Module, record: SublayerRecord, kind: AttentionKind
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One attention block's output decomposed by input token, in float64: the vectors (T_q, T_k, d_model), a cross
-    block's with its residual as one more column, and the output they add up to with the biases, (T_q, d_model)."""
+    block's with its residual as one more column, and the output they add up to with the biases, (T_q, d_model).
+    All rows at once: (T_q, T_k, d_model) grows with the square of the length; `vector_chunks` bounds it."""
+    chunks = list(vector_chunks(module, block, record, kind, max_bytes=None))
+    return torch.cat([vectors for vectors, _ in chunks]), torch.cat([output for _, output in chunks])
+
+
+def vector_chunks(
+    module: nn.Module, block: nn.Module, record: SublayerRecord, kind: AttentionKind, max_bytes: int | None
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """`block_vectors` a few query rows at a time, each chunk's vectors within max_bytes (None: all rows at once).
+    Each row's vectors depend on that row alone, the post-norm's σ included."""
     p_attn, context, stream = record.p_attn[0].double(), record.context[0].double(), record.stream[0].double()
     heads, d_head = module.n_heads, module.d_head
     weight = module.v_proj.weight.double()
     values = context @ weight.T + (0 if module.v_proj.bias is None else module.v_proj.bias.double())
     values = values.view(len(context), heads, d_head).transpose(0, 1)  # (H, T_k, d_head)
     out_weight = module.out_proj.weight.double().T.reshape(heads, d_head, -1)  # (H, d_head, d_model)
-    vectors = torch.einsum("hqk,hkd,hdf->qkf", p_attn, values, out_weight)
+    keys_out = values @ out_weight  # (H, T_k, d_model): each key's value through W_O, per head
     # W_O's bias belongs to no token; none (T5's) is zero, on the stream's device as everything here
     out_bias = torch.zeros_like(stream[0]) if module.out_proj.bias is None else module.out_proj.bias.double()
-    if kind is AttentionKind.CROSS:
-        vectors = torch.cat([vectors, stream[:, None, :]], dim=1)
-    else:
-        vectors = vectors + torch.diag_embed(stream.T).permute(1, 2, 0)  # x_i added to (i, i)
-    if block.norm_first:
-        return vectors, vectors.sum(dim=1) + out_bias
-    return normalised(block.norm, vectors, out_bias)
+    queries, columns = p_attn.size(1), p_attn.size(2) + (kind is AttentionKind.CROSS)
+    row_bytes = columns * keys_out.size(-1) * keys_out.element_size()
+    step = queries if max_bytes is None else max(1, max_bytes // row_bytes)
+    for start in range(0, queries, step):
+        rows = slice(start, min(start + step, queries))
+        vectors = torch.einsum("hqk,hkf->qkf", p_attn[:, rows], keys_out)
+        if kind is AttentionKind.CROSS:
+            vectors = torch.cat([vectors, stream[rows, None, :]], dim=1)
+        else:
+            diagonal = torch.arange(rows.start, rows.stop, device=vectors.device)
+            vectors[diagonal - rows.start, diagonal] += stream[rows]  # x_i added to (i, i)
+        if block.norm_first:
+            yield vectors, vectors.sum(dim=1) + out_bias
+        else:
+            yield normalised(block.norm, vectors, out_bias)
 
 
 def normalised(norm: nn.Module, vectors: torch.Tensor, out_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,9 +150,12 @@ def rolled_out(encoder_layers: list[torch.Tensor], self_layers: list[torch.Tenso
 
 
 @torch.inference_mode()
-def contributions(model: Transformer, src_ids: list[int], tgt_ids: list[int]) -> Contributions:
+def contributions(
+    model: Transformer, src_ids: list[int], tgt_ids: list[int], chunk_bytes: int = CHUNK_BYTES
+) -> Contributions:
     """ALTI of the encoder and ALTI+ of every output step, in one teacher-forced pass on tgt_ids (the model in
-    eval mode: dropout would change the outputs the vectors must add up to)."""
+    eval mode: dropout would change the outputs the vectors must add up to), each block's vectors made chunk_bytes
+    at a time."""
     if model.training:
         raise ValueError("contributions need the model in eval mode")
     device = next(model.parameters()).device
@@ -146,10 +171,13 @@ def contributions(model: Transformer, src_ids: list[int], tgt_ids: list[int]) ->
     model(torch.tensor([src_ids], device=device), decoder_input, probe=probe)
     layers: dict[AttentionKind, list[torch.Tensor]] = {kind: [] for kind in KINDS}
     for kind, layer in sites:
-        vectors, output = block_vectors(
-            kind.module(model, layer), residual_block(model, kind, layer), probe.records[(kind, layer)], kind
+        module, block, record = (
+            kind.module(model, layer),
+            residual_block(model, kind, layer),
+            probe.records[(kind, layer)],
         )
-        layers[kind].append(contribution_matrix(vectors.cpu(), output.cpu()))
+        chunks = vector_chunks(module, block, record, kind, max_bytes=chunk_bytes)
+        layers[kind].append(torch.cat([contribution_matrix(vectors, output).cpu() for vectors, output in chunks]))
     encoder, alti_plus = rolled_out(
         layers[AttentionKind.ENCODER], layers[AttentionKind.DECODER], layers[AttentionKind.CROSS]
     )
