@@ -11,7 +11,7 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
-from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, machine, step_view_row
+from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, step_view_row
 from .attribution_speed import attribution_row, contributions_row
 from .model_speed import (
     Row,
@@ -19,6 +19,7 @@ from .model_speed import (
     corpus_batch_row,
     decode_rows,
     lower_bound_row,
+    machine,
     table,
     training_row,
 )

@@ -245,14 +245,3 @@ def browser_rows(translations: int = 5, steps: int = 20, runs: int = 3) -> list[
         ),
         Row("peak memory of the app process", "—", None, memory, "report", "MiB (VmHWM), not ms"),
     ]
-
-
-def cpu_name() -> str:
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
-def machine() -> str:
-    return f"{cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"

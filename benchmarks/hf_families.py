@@ -20,13 +20,11 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.model_speed import Row, median_ms, no_eos_chooser
+from benchmarks.model_speed import Row, machine, median_ms, no_eos_chooser
 from tests.fixtures.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb, save_t5
-from transformer.decoding.greedy import generate
+from transformer.decoding.greedy import decode_ids, generate
 from transformer.decoding.result import source_ids
 from transformer.hugging_face.directory import import_hf
-
-from .app_speed import machine
 
 TOKENS = 40
 SENTENCE = "the red dog runs in the blue park and a small cat sits on the big ball"
@@ -63,14 +61,15 @@ def t5_sizes(sizes: dict) -> dict:
     )
 
 
-def decode_row(family: str, size: str, directory: Path, repeats: int) -> Row:
-    """Ours (recording every attention map, as the app's step view does) against transformers' generate, per token."""
+def decode_row(family: str, size: str, directory: Path, repeats: int, device: str = "cpu") -> Row:
+    """Ours (recording every attention map, as the app's step view does) against transformers' generate, per token,
+    both on `device`."""
     from transformers import AutoModelForSeq2SeqLM
 
-    ours = import_hf(directory)
-    theirs = AutoModelForSeq2SeqLM.from_pretrained(directory, attn_implementation="eager").eval()
+    ours = import_hf(directory, device)
+    theirs = AutoModelForSeq2SeqLM.from_pretrained(directory, attn_implementation="eager").to(device).eval()
     ids, _ = source_ids(ours.tokenizer, SENTENCE, ours.config.max_len)
-    src, prefix = torch.tensor([ids]), ours.tokenizer.target_prefix_ids
+    src, prefix = torch.tensor([ids], device=device), ours.tokenizer.target_prefix_ids
     choose = no_eos_chooser(ours.config.eos_id)
     forced = prefix[0] if prefix else None
 
@@ -86,19 +85,23 @@ def decode_row(family: str, size: str, directory: Path, repeats: int) -> Row:
                 forced_eos_token_id=None,
             )
 
+    def timed(run):  # a GPU's work is queued: a run ends when the device has done it
+        return median_ms(lambda: (run(), torch.cuda.synchronize() if device == "cuda" else None), repeats)
+
     with torch.no_grad():
-        theirs_ms = median_ms(hugging_face, repeats)
-        ours_ms = median_ms(
-            lambda: generate(ours.model, src, TOKENS, choose, need_weights=True, prefix=prefix), repeats
-        )
-        silent_ms = median_ms(lambda: generate(ours.model, src, TOKENS, choose, prefix=prefix), repeats)
+        theirs_ms = timed(hugging_face)
+        ours_ms = timed(lambda: generate(ours.model, src, TOKENS, choose, need_weights=True, prefix=prefix))
+        silent_ms = timed(lambda: generate(ours.model, src, TOKENS, choose, prefix=prefix))
+        whole_ms = timed(lambda: decode_ids(ours.model, ours.tokenizer, ids, choose, max_new_tokens=TOKENS))
+    on = "" if device == "cpu" else f" on {torch.cuda.get_device_name()}"
     return Row(
-        f"{family}, {size}: greedy, per token, every map recorded",
+        f"{family}, {size}{on}: greedy, per token, every map recorded",
         "transformers generate, per token",
         theirs_ms / TOKENS,
         ours_ms / TOKENS,
         "report",
-        f"recording nothing: {silent_ms / TOKENS:.2f} ms ({silent_ms / theirs_ms:.2f} of theirs)",
+        f"recording nothing: {silent_ms / TOKENS:.2f} ms ({silent_ms / theirs_ms:.2f} of theirs); the app's whole "
+        f"decode (every layer's logit lens, top-k, entropy): {whole_ms / TOKENS:.2f} ms ({whole_ms / theirs_ms:.2f})",
     )
 
 
@@ -144,9 +147,9 @@ print(json.dumps({"import_s": imported - loaded, "decode_s": decoded - imported,
 """
 
 
-def nllb_600m_report() -> str:
+def nllb_600m_report(repeats: int, device: str) -> tuple[str, Row]:
     """Builds the model, then imports it and translates in a fresh process (its memory is the import's and the
-    decoding's alone)."""
+    decoding's alone); then its decode against transformers'."""
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         save_nllb_600m(Path(folder))
@@ -154,7 +157,8 @@ def nllb_600m_report() -> str:
         weights = (Path(folder) / "model.safetensors").stat().st_size
         out = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT, folder], capture_output=True, text=True, check=True)
         figures = json.loads(out.stdout.strip().splitlines()[-1])
-    return (
+        row = decode_row("NLLB-200", "NLLB-600M's size (d 1024, 12+12, 256k pieces)", Path(folder), repeats, device)
+    return row, (
         f"NLLB-600M configuration ({figures['parameters']:,} parameters, model.safetensors {weights / 2**30:.2f} GiB, "
         f"built with transformers in {built:.0f} s): import {figures['import_s']:.1f} s, its peak memory "
         f"{figures['import_peak_mb']:,.0f} MB ({figures['rss_before_mb']:,.0f} MB of it Python, torch and the package "
@@ -164,28 +168,34 @@ def nllb_600m_report() -> str:
     )
 
 
+def printed(row: Row) -> Row:
+    print(
+        f"{row.what}: ours {row.ours_ms:.2f} ms, theirs {row.baseline_ms:.2f} ms, ratio {row.ratio:.2f}; {row.note}",
+        flush=True,
+    )
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hf_families", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
     parser.add_argument("--skip-nllb-600m", action="store_true", help="no 2.4 GB model (it takes minutes)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides decode")
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
-    print(f"machine: {machine()}\n", flush=True)
+    print(f"machine: {machine()}, decoding on {args.device}\n", flush=True)
     rows = []
     for size, sizes in (("tests' size (d 16, 2+2)", TINY), ("opus-mt's size (d 512, 6+6)", OPUS_MT)):
         for family, build in family_builders().items():
             with tempfile.TemporaryDirectory() as folder:
-                rows.append(decode_row(family, size, build(Path(folder), sizes), repeats))
-                print(
-                    f"{rows[-1].what}: ours {rows[-1].ours_ms:.2f} ms, theirs {rows[-1].baseline_ms:.2f} ms, "
-                    f"ratio {rows[-1].ratio:.2f}; {rows[-1].note}",
-                    flush=True,
-                )
+                rows.append(printed(decode_row(family, size, build(Path(folder), sizes), repeats, args.device)))
+    if not args.skip_nllb_600m:
+        row, report = nllb_600m_report(repeats, args.device)
+        rows.append(printed(row))
+        print("\n" + report, flush=True)
     from benchmarks.model_speed import table
 
     print("\n" + table(rows), flush=True)
-    if not args.skip_nllb_600m:
-        print("\n" + nllb_600m_report(), flush=True)
     print(f"\nthis process's peak memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
 
 

@@ -255,3 +255,15 @@ def training_row(checkpoint: Checkpoint, repeats: int) -> Row:
         ours_ms,
         "≤ 1.25",
     )
+
+
+def cpu_name() -> str:
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def machine() -> str:
+    """What the figures were measured on: the processor, the threads, torch's build."""
+    return f"{cpu_name()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
