@@ -163,7 +163,7 @@ def nllb_600m_report(repeats: int, device: str) -> tuple[str, Row]:
         f"built with transformers in {built:.0f} s): import {figures['import_s']:.1f} s, its peak memory "
         f"{figures['import_peak_mb']:,.0f} MB ({figures['rss_before_mb']:,.0f} MB of it Python, torch and the package "
         f"before it), {figures['rss_imported_mb']:,.0f} MB held once imported, {figures['rss_decoding_mb']:,.0f} MB once "
-        f"decoding (each weight's transposed copy, for the faster decode step; peak {figures['peak_mb']:,.0f} MB); then {figures['tokens']} tokens decoded, every map recorded, in "
+        f"decoding (the self-attentions' fused query-key-value weights and the decode's own tensors; peak {figures['peak_mb']:,.0f} MB); then {figures['tokens']} tokens decoded, every map recorded, in "
         f"{figures['decode_s']:.1f} s ({figures['decode_s'] * 1000 / max(1, figures['tokens']):.0f} ms a token)"
     )
 

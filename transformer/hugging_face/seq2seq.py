@@ -113,5 +113,6 @@ def checkpoint_from_state(
         raise CheckpointError(
             f"the weights do not fit the config: {', '.join((wrong or sorted(set(state) - set(expected)))[:5])}"
         )
+    size = sum(t.nbytes for t in state.values())
     model, problems = model_from_tensors(config, state, device)
-    return Checkpoint(model, tokenizer, metadata, sum(t.nbytes for t in state.values()), problems)
+    return Checkpoint(model, tokenizer, metadata, size, problems)

@@ -37,7 +37,8 @@ FORMAT_NAME = "transformer-explorer-checkpoint"
 # FORMAT.md; versions 2 and 3 added the families' conventions to the config, each with the earlier version's defaults
 FORMAT_VERSION = "5"
 READABLE_VERSIONS = ("1", "2", "3", "4", "5")
-DEFAULT_MAX_FILE_BYTES = 2 * 1024**3
+APP_ROOM_BYTES = 1024**3  # left free beside an opened checkpoint: the app, its visitors' decodes and maps
+UNKNOWN_MEMORY_LIMIT = 2 * 1024**3  # the file limit where the machine does not say how much memory is free
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr-general.safetensors"
 # Shipped checkpoints that were renamed, by their former names: a link made before the rename still opens the same model.
@@ -278,25 +279,54 @@ def model_from_tensors(
     config: TransformerConfig, tensors: dict[str, torch.Tensor], device: torch.device | str
 ) -> tuple[Transformer, tuple[str, ...]]:
     """The read-only model in eval mode holding these (already checked) tensors, and what looks damaged in them
-    (NaN or infinite weights: warned, and kept to show with the checkpoint)."""
+    (NaN or infinite weights: warned, and kept to show with the checkpoint). It takes the tensors: the dict is
+    emptied, so that each weight's original is freed as the model lays it out (a 600M model is held once)."""
     bad = [name for name, t in tensors.items() if not torch.isfinite(t).all()]
     problems = (f"checkpoint has NaN or infinite weights in {', '.join(bad[:5])}",) if bad else ()
     for problem in problems:
         warnings.warn(problem, CheckpointWarning, stacklevel=3)
-    model = Transformer.holding(config, {name: t.float() for name, t in tensors.items()})
+    model = Transformer.holding(config, {name: tensors.pop(name).float() for name in list(tensors)})
     model.requires_grad_(False)
     return model.to(device).eval(), problems
 
 
-def load_checkpoint(
-    path: str | Path, device: torch.device | str = "cpu", max_bytes: int = DEFAULT_MAX_FILE_BYTES
-) -> Checkpoint:
-    """Reads the whole file once (a file replaced meanwhile cannot mix two versions) and loads it."""
+def memory_available() -> int | None:
+    """The memory the machine can give without swapping, in bytes (Linux's MemAvailable); None where unknown."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def file_limit(available: int | None) -> int:
+    """The largest checkpoint file that opens with `available` bytes free: opening holds the file's bytes and then
+    its weights (twice its size at the peak, the weights alone after), with APP_ROOM_BYTES left for the app."""
+    if available is None:
+        return UNKNOWN_MEMORY_LIMIT
+    return max(0, (available - APP_ROOM_BYTES) // 2)
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", max_bytes: int | None = None) -> Checkpoint:
+    """Reads the whole file once (a file replaced meanwhile cannot mix two versions) and loads it. Without
+    max_bytes, a file is refused only where this machine has not the memory to open it now (`file_limit`)."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise CheckpointError(f"no checkpoint file at {path}")
+    available = memory_available() if max_bytes is None else None
+    limit = file_limit(available) if max_bytes is None else max_bytes
     try:
-        data = read_regular(path, max_bytes)
+        data = read_regular(path, limit)
     except FileRefused as error:
-        raise CheckpointError(str(error)) from None
+        if not error.over_limit or max_bytes is not None:
+            raise CheckpointError(str(error)) from None
+        size = path.stat().st_size
+        free = "an unknown amount is free" if available is None else f"{available / 1e9:.1f} GB is free now"
+        raise CheckpointTooLarge(
+            f"{path} is {size / 1e9:.2f} GB: opening it needs about {(2 * size + APP_ROOM_BYTES) / 1e9:.1f} GB of "
+            f"memory (the file, then its weights, and {APP_ROOM_BYTES / 2**30:g} GiB for the app) and {free}"
+        ) from None
     return load_checkpoint_bytes(data, device)

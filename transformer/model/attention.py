@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer.model.config import TransformerConfig
-from transformer.model.linear import DerivedWeights, Linear, wants_gradient
+from transformer.model.linear import DerivedWeights, wants_gradient
 
 
 def attention(
@@ -51,10 +51,10 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.n_heads = config.n_heads
         self.d_head = config.d_head
-        self.q_proj = Linear(config.d_model, config.d_model, bias=config.bias)
-        self.k_proj = Linear(config.d_model, config.d_model, bias=config.bias)
-        self.v_proj = Linear(config.d_model, config.d_model, bias=config.bias)
-        self.out_proj = Linear(config.d_model, config.d_model, bias=config.bias)
+        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.k_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.v_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.scaled = config.attention_scale
         self._fused = DerivedWeights(side_by_side)

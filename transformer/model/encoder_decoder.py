@@ -17,7 +17,7 @@ from transformer.model.layers import (
     PositionalEncoding,
     make_norm,
 )
-from transformer.model.linear import Linear
+from transformer.model.linear import hold_transposed
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
 
@@ -76,7 +76,7 @@ class Transformer(nn.Module):
         final_norm = (lambda: make_norm(config)) if config.norm_first else nn.Identity
         self.encoder_norm = final_norm()  # pre-norm needs a last norm; post-norm ends normalised
         self.decoder_norm = final_norm()
-        self.generator = Linear(config.d_model, config.tgt_vocab_size, bias=config.bias)
+        self.generator = nn.Linear(config.d_model, config.tgt_vocab_size, bias=config.bias)
         self.output_scale = config.d_model**-0.5 if config.scale_output else None
         self._init_weights()
         self._tie_generator()
@@ -85,7 +85,9 @@ class Transformer(nn.Module):
     def holding(cls, config: TransformerConfig, tensors: dict[str, torch.Tensor]) -> Transformer:
         """The model built around these float tensors (state-dict names, tied ones once) without weights of its
         own: a 600M-parameter import is held once in memory, not twice, and nothing is initialised only to be
-        overwritten."""
+        overwritten. Its linear weights are laid out for decoding (`hold_transposed`), and every tensor owns its
+        memory: a Hugging Face file's mapping or a checkpoint's bytes are let go (an NLLB-600M directory held its
+        2.5 GB file mapped beside the laid-out weights)."""
         with torch.device("meta"):
             model = cls(config)
         model.load_state_dict(tensors, strict=False, assign=True)
@@ -95,6 +97,13 @@ class Transformer(nn.Module):
         missing = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
         if missing:
             raise ValueError(f"no tensor given for {', '.join(missing[:5])}")
+        tensors.clear()  # the caller's references: each weight's row-major original is freed as it is laid out
+        hold_transposed(model)
+        laid_out = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
+        with torch.no_grad():  # the rest copied too: nothing left pointing into a file's bytes or a mapped file
+            for tensor in {id(t): t for t in [*model.parameters(), *model.buffers()]}.values():
+                if id(tensor) not in laid_out:
+                    tensor.data = tensor.data.clone()
         return model
 
     def _tie_generator(self) -> None:

@@ -12,7 +12,6 @@ from torch import nn
 
 from transformer.model.attention import MultiHeadAttention
 from transformer.model.config import PRECOMPUTED_POSITIONS, TransformerConfig
-from transformer.model.linear import Linear
 from transformer.model.probes import SublayerProbe, SublayerRecord
 
 
@@ -159,9 +158,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.inner = Linear(config.d_model, config.d_ff, bias=config.bias)
-        self.gate = Linear(config.d_model, config.d_ff, bias=config.bias) if config.feed_forward == "gated" else None
-        self.outer = Linear(config.d_ff, config.d_model, bias=config.bias)
+        self.inner = nn.Linear(config.d_model, config.d_ff, bias=config.bias)
+        self.gate = nn.Linear(config.d_model, config.d_ff, bias=config.bias) if config.feed_forward == "gated" else None
+        self.outer = nn.Linear(config.d_ff, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
         self.activation = ACTIVATIONS[config.activation]
 
