@@ -8,6 +8,7 @@ Most nonsense shows no such mark, but the model says it itself: it gives its own
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -15,6 +16,14 @@ from transformer.decoding.result import DecodeResult
 
 FRAGMENTED_SHARE = 0.35  # of source pieces that are one or two letters inside a word
 REPEATS = 4  # the same piece (or a short run of pieces) this many times in a row
+# Pieces per whitespace-separated word above which a source reads as another language than the model's: the
+# default's tokenizer splits English sentences of its dev sets into 1.6 pieces a word (99 % of FLORES under 2.74)
+# and Multi30k's German captions into 3.3 (95 % over 2.64); `python -m benchmarks.output_notes --language-only`.
+FOREIGN_PIECES_PER_WORD = 2.8
+FOREIGN_MIN_WORDS = 4  # fewer words say too little
+# Sentence ends: . ! ? (and runs of them, and a closing quote) followed by a space or the end.
+SENTENCE_END = re.compile(r"(\S*?)[.!?…]+[\"'»”)]?(?=\s|$)")
+ABBREVIATION = re.compile(r"[A-Z][a-z]{0,2}|(\w\.)+\w|\w")  # Mr. Dr. St. U.S. p.m. A. (an initial): no end
 # How the unsure note is calibrated (benchmarks/output_notes.py measures it on dev sets): outputs of sentence chrF
 # under POOR are poor, over GOOD good, and the threshold notes at most MOST_GOOD_NOTED of the good ones.
 POOR, GOOD = 20.0, 60.0  # sentence chrF
@@ -32,13 +41,23 @@ def mean_log_prob(result: DecodeResult) -> float:
     return float(result.token_probs.clamp_min(1e-12).log().mean()) if result.steps else 0.0
 
 
-def decode_notes(result: DecodeResult, eos_piece: str, unsure_below: float, calibrated: bool = True) -> list[str]:
+def decode_notes(
+    result: DecodeResult,
+    eos_piece: str,
+    unsure_below: float,
+    calibrated: bool = True,
+    source_language: str | None = None,
+) -> list[str]:
     """Plain-language notes on what looks degenerate in a decode, most telling first; `calibrated` says whether
-    `unsure_below` was measured on this very model (else the note says it is a hint)."""
+    `unsure_below` was measured on this very model (else the note says it is a hint); `source_language` names the
+    language the model reads, where it is known."""
     notes = []
     words = [piece for piece in result.src_pieces if piece != eos_piece]
     fragments = [piece for piece in words if not piece.startswith("\u2581") and len(piece) <= 2 and piece.isalpha()]
-    if len(words) >= 6 and len(fragments) / len(words) > FRAGMENTED_SHARE:
+    foreign = foreign_note(words, source_language)
+    if foreign:
+        notes.append(foreign)
+    elif len(words) >= 6 and len(fragments) / len(words) > FRAGMENTED_SHARE:
         notes.append(
             f"The sentence falls apart into short pieces ({len(fragments)} of its {len(words)} are one or two letters "
             "inside a word): this model's vocabulary lacks many of its words, and its output may not mean much."
@@ -64,7 +83,49 @@ def decode_notes(result: DecodeResult, eos_piece: str, unsure_below: float, cali
         )
     if result.tgt_pieces and result.tgt_pieces[-1] != eos_piece:
         notes.append(f"The output stopped at the length limit ({result.steps} tokens) without ending: it is cut.")
+    dropped = dropped_sentences_note(text_of(words), result.text)
+    if dropped:
+        notes.append(dropped)
     return notes
+
+
+def text_of(pieces: list[str]) -> str:
+    return "".join(pieces).replace("\u2581", " ").strip()
+
+
+def foreign_note(source_pieces: list[str], language: str | None) -> str | None:
+    """A note where the source's words fall into many more pieces than the model's own language's do: the
+    tokenizer has not seen such words, as with another language (or, for a narrow model, words far from its
+    training text). None where the source reads as the model's language."""
+    words = len(text_of(source_pieces).split())
+    if words < FOREIGN_MIN_WORDS or len(source_pieces) / words <= FOREIGN_PIECES_PER_WORD:
+        return None
+    return (
+        f"This does not read like {language or 'the language this model translates from'}: its words fall into "
+        f"{len(source_pieces) / words:.1f} pieces each, where the sentences the shipped default learned from take "
+        f"about 1.6 (this note starts at {FOREIGN_PIECES_PER_WORD:g}). The model has not learned these words, so its "
+        "output says little about them."
+    )
+
+
+def sentence_count(text: str) -> int:
+    """Sentences in a text: its sentence ends (not an abbreviation's or an initial's period), and a last sentence
+    left without one."""
+    ends = [end for end in SENTENCE_END.finditer(text) if not ABBREVIATION.fullmatch(end.group(1).lstrip("\"'«“("))]
+    tail = text[ends[-1].end() :] if ends else text
+    return len(ends) + bool(re.search(r"\w", tail))
+
+
+def dropped_sentences_note(source: str, output: str) -> str | None:
+    """A note where the input has several sentences and the output fewer: a model trained on single sentences
+    leaves out what comes after the first ones, and nothing else says so."""
+    wanted, written = sentence_count(source), sentence_count(output)
+    if wanted < 2 or written >= wanted:
+        return None
+    return (
+        f"The input has {wanted} sentences and the output {written}: this model learned from one sentence at a time, "
+        "and given several it runs them together or leaves some out. Translate them one by one to see each."
+    )
 
 
 def _longest_repeat(pieces: list[str]) -> tuple[list[str], int] | None:

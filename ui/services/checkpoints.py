@@ -141,6 +141,12 @@ def language_label(code: str) -> str:
     return f"{langcodes.Language.make(language=tag.language, script=tag.script).display_name()} · {written}"
 
 
+def language_display(code: str | None) -> str | None:
+    """A language code's name ("English" for en), or None where it names no language."""
+    label = language_label(code) if code else ""
+    return label.split(" · ")[0] if " · " in label else None
+
+
 def with_languages(opened: KeyedCheckpoint, source: str, target: str) -> KeyedCheckpoint:
     """A language-pair model (M2M100, mBART-50) translating from `source` into `target` (code pieces): the same
     shared model, a tokenizer with those codes, and a key of its own so that no cached result of another pair

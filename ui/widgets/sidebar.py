@@ -92,7 +92,8 @@ def _input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult, shippe
     measured = UNSURE_BELOW.get(shipped)
     unsure_below = UNSURE_BELOW[checkpoints.DEFAULT_CHECKPOINT.stem] if measured is None else measured
     eos = checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id)
-    notes += decode_notes(result, eos, unsure_below, calibrated=measured is not None)
+    source = checkpoints.language_display(read_metadata(checkpoint.metadata).src_lang)
+    notes += decode_notes(result, eos, unsure_below, calibrated=measured is not None, source_language=source)
     unknown = checkpoint.tokenizer.unknown_parts(text)
     if unknown:
         shown = " ".join(repr(c) for c in unknown[:20])
