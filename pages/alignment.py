@@ -19,7 +19,7 @@ from ui.services import models, uploads
 from ui.services.work import heavy_job
 from ui.state import keys, url
 from ui.widgets.charts import show, table
-from ui.widgets.progress import Progress
+from ui.widgets.progress import Progress, pace
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
@@ -51,6 +51,11 @@ with st.form("alignment"):
     limit = right.number_input("Pairs (from the top)", 1, MAX_PAIRS, 200, key="align_limit")
     gradients = st.checkbox("Also integrated gradients (about 15 times as long)", key="align_gradients")
     run = st.form_submit_button("Align and score")
+    pairs = int(session.get("align_limit", 200))
+    st.caption(
+        pace("alignment", explored.checkpoint_key, "pair", pairs)
+        + (f" With gradients: {pace('alignment+gradients', explored.checkpoint_key, 'pair', pairs)}")
+    )
 
 
 def read_files() -> tuple[str, list[str], list[str], list[str]] | None:
@@ -83,7 +88,9 @@ if run and (files := read_files()) is not None:
             count = min(int(limit), len(sources))
             sources, targets, golds = sources[:count], targets[:count], golds[:count]
             costs = [len(s) * len(t) + 1 for s, t in zip(sources, targets)]
-            progress = Progress("Aligning", count, "pairs", costs, stop_key="align_stop")
+            work = "alignment+gradients" if gradients else "alignment"
+            timed = (work, explored.checkpoint_key, count)
+            progress = Progress("Aligning", count, "pairs", costs, stop_key="align_stop", timed=timed)
             with heavy_job("alignments") as should_stop:
                 report = align_corpus(
                     checkpoint.model,

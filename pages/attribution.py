@@ -73,7 +73,8 @@ if stop_button("attribution_stop", stop):  # pressed: this rerun ended the compu
     st.rerun()
 with heavy_job("attributions") as should_stop:
     costs = [len(result.src_ids) + step + 1 for step in range(result.steps)]  # a later step reads a longer input
-    progress = Progress("Integrated gradients", result.steps, "output tokens", costs)
+    timed = ("attribution", explored.checkpoint_key, sum(costs) * n_steps)
+    progress = Progress("Integrated gradients", result.steps, "output tokens", costs, timed=timed)
     found = models.attribution_cached(
         checkpoint,
         request,

@@ -20,7 +20,7 @@ from ui.services import models, uploads
 from ui.state import keys, url
 from ui.widgets import controls
 from ui.widgets.charts import show, table
-from ui.widgets.progress import Progress
+from ui.widgets.progress import Progress, pace
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
@@ -94,6 +94,7 @@ with st.form("corpus_statistics"):
     uploaded = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="stats_file")
     sample = st.slider("Sentences to use (from the top of the file)", 10, 500, 100, step=10, key="stats_sample")
     run = st.form_submit_button("Compute")
+    st.caption(pace("corpus statistics", explored.checkpoint_key, "sentence", int(session.get("stats_sample", 100))))
 if run and uploaded is not None:
     try:
         sentences = [s for s in uploads.uploaded_lines(uploaded) if s.strip()][:sample]
@@ -104,7 +105,8 @@ if run and uploaded is not None:
         st.warning(literal(f"{uploaded.name} has no sentences: it is empty or only blank lines."))
     elif sentences:
         costs = [len(s) ** 2 for s in sentences]
-        progress = Progress("Decoding", len(sentences), "sentences", costs, stop_key="stats_stop")
+        timed = ("corpus statistics", explored.checkpoint_key, len(sentences))
+        progress = Progress("Decoding", len(sentences), "sentences", costs, stop_key="stats_stop", timed=timed)
         session.stats_over_corpus = keys.CorpusStatistics(
             kind.value,
             explored.checkpoint_key,

@@ -264,14 +264,23 @@ def test_head_statistics_and_ablation_change_the_output():
     assert "a different output" in markdown(at)
 
 
-def test_head_statistics_over_an_uploaded_corpus():
+def test_head_statistics_over_an_uploaded_corpus_and_the_time_to_expect_before_the_click(monkeypatch):
+    """Corpus statistics of 20 lines took 45 s with no word before the click (tried as a new user would): the page
+    says what the pace measured on this server makes of it."""
+    import ui.widgets.progress
+    from ui.services.work import Timings
+
+    monkeypatch.setattr(ui.widgets.progress, "TIMINGS", Timings())  # this server has timed nothing yet
     at = start().switch_page("pages/heads.py").run()
+    assert any("Not yet timed on this server with this model" in c.value for c in at.caption)
     text = b"A dog runs.\nTwo men talk.\n\nA girl sings.\n"
     at.file_uploader(key="stats_file").set_value(("sample.txt", text, "text/plain"))
     at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
     assert not at.exception
     assert any("Averaged over 3 sentences" in c.value for c in at.caption)
     assert len(at.dataframe) == 2
+    pace = next(c.value for c in at.caption if "At the pace measured" in c.value)
+    assert re.search(r"about \d+ s a sentence, about \d+ s for 100\.", pace), pace
 
 
 def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
@@ -514,3 +523,15 @@ def test_head_statistics_use_one_sequential_range_per_statistic_for_both_maps():
             assert trace["zmin"] == 0 and "zmid" not in trace  # never negative: no scale centred on 0
             assert np.nanmax(values) <= trace["zmax"] + 1e-9, statistic  # nothing clipped
         assert traces[0]["zmax"] == traces[1]["zmax"], statistic  # the sentence's and the corpus's alike
+
+
+def test_the_pace_is_measured_per_unit_of_cost_for_each_work_and_model():
+    from ui.services.work import Timings
+
+    timings = Timings()
+    timings.record("alignment", "en-fr-general", 10, 5.0)
+    timings.record("alignment", "en-fr-general", 30, 35.0)  # runs add up: 40 s for 40 pairs
+    timings.record("alignment", "en-fr-general", 0, 9.0)  # nothing done says nothing of the pace
+    assert timings.expected("alignment", "en-fr-general", 24) == pytest.approx(24.0)
+    assert timings.expected("alignment", "en-fr-captions", 24) is None
+    assert timings.expected("alignment+gradients", "en-fr-general", 24) is None

@@ -241,6 +241,31 @@ def computing_clock() -> float:
     return time.monotonic() - getattr(_THIS_THREAD, "waited", 0.0)
 
 
+class Timings:
+    """How long each kind of work took on this server, in computing seconds per unit of its cost, per checkpoint:
+    what a page says to expect before the work starts (in a classroom, the first run times it for the room)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._totals: dict[tuple[str, str], tuple[float, float]] = {}  # (seconds, units) summed over runs
+
+    def record(self, work: str, checkpoint_key: str, units: float, seconds: float) -> None:
+        if units <= 0 or seconds <= 0:
+            return
+        with self._lock:
+            done, counted = self._totals.get((work, checkpoint_key), (0.0, 0.0))
+            self._totals[(work, checkpoint_key)] = (done + seconds, counted + units)
+
+    def expected(self, work: str, checkpoint_key: str, units: float) -> float | None:
+        """Seconds that `units` of this work should take, at the pace measured here so far; None if never run."""
+        with self._lock:
+            found = self._totals.get((work, checkpoint_key))
+        return None if found is None else found[0] / found[1] * units
+
+
+TIMINGS = Timings()
+
+
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, looked up once (find_library runs ldconfig); None on other C libraries."""

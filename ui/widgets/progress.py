@@ -7,12 +7,24 @@ from itertools import accumulate
 
 import streamlit as st
 
-from ui.services.work import computing_clock
+from ui.services.work import TIMINGS, computing_clock
 
 
 def duration(seconds: float) -> str:
     """A time left as a reader says it: "about 40 s", "about 3 min"."""
     return f"about {max(1, round(seconds))} s" if seconds < 90 else f"about {round(seconds / 60)} min"
+
+
+def pace(work: str, checkpoint_key: str, unit: str, units: int) -> str:
+    """What to expect before the click: the time `units` items of the work should take at the pace measured on
+    this server with this model, or, never run here, that the bar will say once it starts."""
+    seconds = TIMINGS.expected(work, checkpoint_key, 1)
+    if seconds is None:
+        return "Not yet timed on this server with this model: the bar says the time left once the first is done."
+    return (
+        f"At the pace measured on this server with this model: {duration(seconds)} a {unit}, "
+        f"{duration(seconds * units)} for {units:,}."
+    )
 
 
 class Progress:
@@ -25,17 +37,27 @@ class Progress:
     """
 
     def __init__(
-        self, what: str, total: int, unit: str, costs: Sequence[float] | None = None, stop_key: str | None = None
+        self,
+        what: str,
+        total: int,
+        unit: str,
+        costs: Sequence[float] | None = None,
+        stop_key: str | None = None,
+        timed: tuple[str, str, float] | None = None,
     ) -> None:
-        """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done."""
-        self.what, self.total, self.unit = what, total, unit
+        """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done.
+        `timed`: (work, checkpoint key, units of cost): the time the whole work took is recorded in TIMINGS, which
+        the bar states from the start where this work was timed here before."""
+        self.what, self.total, self.unit, self.timed = what, total, unit, timed
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
         self.started = computing_clock()
         self.frame = st.empty()
+        before = None if timed is None else TIMINGS.expected(*timed)
         with self.frame.container():
             if stop_key is not None:
                 stop_button(stop_key)  # pressed: the page runs again, without the form's submit, so stops there
-            self.bar = st.progress(0.0, text=f"{what} ...")
+            text = f"{what} ..." if before is None else f"{what} ... expect {duration(before)}"
+            self.bar = st.progress(0.0, text=text)
 
     def __call__(self, done: int, total: int | None = None) -> None:
         """`done` items of `total` (the work's own count when it reports one) are finished."""
@@ -44,6 +66,9 @@ class Progress:
         elapsed = computing_clock() - self.started
         left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 else ""
         self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
+        if done >= total and self.timed is not None:
+            TIMINGS.record(*self.timed, elapsed)
+            self.timed = None  # once
 
     def close(self) -> None:
         self.frame.empty()
