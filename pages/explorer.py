@@ -16,7 +16,7 @@ from ui.widgets.charts import show
 from ui.widgets.controls import words_toggle
 from ui.widgets.sidebar import Explored, page_frame, take_branch, take_prefix
 from ui.widgets.text import literal
-from ui.widgets.welcome import first_steps
+from ui.widgets.welcome import MEAN_OVER_HEADS, first_steps
 
 
 def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
@@ -93,9 +93,12 @@ with st.expander("Teacher forcing: run the model on a translation you give", exp
         except DecodeInputError as error:
             st.warning(literal(str(error)))
         else:
-            layer = (
-                st.slider("Layer (mean over its heads)", 1, len(forced.cross), len(forced.cross), key="tf_layer") - 1
-            )
+            layer_column, head_column = st.columns(2)
+            layers, heads = forced.cross.shape[:2]
+            layer = layer_column.slider("Layer", 1, layers, layers, key="tf_layer") - 1
+            head_names = [MEAN_OVER_HEADS, *(f"head {h + 1}" for h in range(heads))]
+            head_name = head_column.selectbox("Head", head_names, key="tf_head")
+            head = None if head_name == MEAN_OVER_HEADS else head_names.index(head_name) - 1
             free_column, forced_column = st.columns(2)
             runs = ((free_column, explored.result, "free decoding"), (forced_column, forced, "teacher forcing"))
             for column, result, name in runs:
@@ -109,8 +112,6 @@ with st.expander("Teacher forcing: run the model on a translation you give", exp
                         key=f"tf_probs_{name}",
                     )
                     view = attention_view(result, "cross", words=session.get("words", False))
-                    title = f"{name}: cross-attention, layer {layer + 1}, mean over heads"
-                    show(
-                        attention_heatmap(view.mean_over_heads()[layer], view.query_pieces, view.key_pieces, title),
-                        key=f"tf_cross_{name}",
-                    )
+                    title = f"{name}: cross-attention, layer {layer + 1}, {head_name}"
+                    weights = view.mean_over_heads()[layer] if head is None else view.maps[layer, head]
+                    show(attention_heatmap(weights, view.query_pieces, view.key_pieces, title), key=f"tf_cross_{name}")

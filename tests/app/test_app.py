@@ -586,3 +586,27 @@ def test_a_newcomer_is_told_what_to_do_can_try_an_example_and_learns_what_the_mo
     assert f"**Source** · {EXAMPLES[0]}" in markdown(at).replace("\\", "")
     assert not at.expander[0].proto.expanded  # a sentence of their own now: the guide folds
     assert not start({"presentation": "1"}).expander[0].proto.expanded  # a class sees the step view first
+
+
+def test_the_textbook_sentences_lead_to_what_this_model_shows_of_them():
+    """Bahdanau's sentence lost "Economic Area" with no word of where its crossing shows, and the tired animal's
+    famous encoder figure is not in this model (tried as a new user would): the landing page says what this model
+    shows of each, and one click teacher-forces the reference at the head that shows the crossing."""
+    at = start()
+    guides = " ".join(c.value for c in at.caption)
+    assert "it drops Economic Area" in guides and "not in this model" in guides
+    at.button(key="textbook_0").click().run()
+    assert not at.exception and at.session_state["target"].startswith("L'accord sur la zone économique européenne")
+    forced = next(
+        f
+        for f in (figure(at, i) for i in range(len(at.get("plotly_chart"))))
+        if f["layout"]["title"]["text"].startswith("teacher forcing: cross-attention")
+    )
+    assert "layer 1, head 6" in forced["layout"]["title"]["text"]
+    rows, columns, weights = forced["data"][0]["y"], forced["data"][0]["x"], array(forced["data"][0]["z"])
+    looked_at = {
+        row.split(" → ")[0].strip("·▁ "): columns[int(np.argmax(w))].strip("·▁ ") for row, w in zip(rows, weights)
+    }
+    assert looked_at["économique"] == "Economic" and looked_at["européenne"] == "European"  # the crossing
+    captions = start().selectbox(key="widget_checkpoint").set_value("en-fr-captions").run()
+    assert "it drops Economic Area" not in " ".join(c.value for c in captions.caption)  # measured on the default
