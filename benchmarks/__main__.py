@@ -12,7 +12,7 @@ from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, step_view_row
-from .attribution_speed import attribution_row, contributions_row
+from .attribution_speed import attribution_row, contributions_row, flow_row
 from .model_speed import (
     Row,
     batched_beam_row,
@@ -66,6 +66,7 @@ def main() -> None:
     rows.append(long_input_row(checkpoint))
     rows.append(attribution_row(checkpoint, repeats))
     rows.append(contributions_row(checkpoint, repeats))
+    rows.append(flow_row(checkpoint, repeats))
     if not args.no_browser:
         rows.extend(browser_rows(*((1, 2, 1) if args.smoke else ())))
         rows.extend(report_rows(checkpoint, *((1, 1) if args.smoke else ())))

@@ -1,9 +1,9 @@
-"""Attention maps: one head, a layer's heads, the whole model, the mean over heads, or the encoder rollout."""
+"""Attention maps: one head, a layer's heads, the whole model, the mean over heads, or the encoder's rollout and flow."""
 
 import numpy as np
 import streamlit as st
 
-from transformer.analysis.rollout import rollout
+from transformer.analysis.rollout import FlowTooLong, attention_flow, rollout
 from transformer.analysis.views import attention_view
 from transformer.io.export import attention_csv, to_npz
 from transformer.model.kinds import AttentionKind
@@ -25,7 +25,7 @@ session = st.session_state
 
 controls = st.columns([3, 4, 1, 1])
 kind, layer, head = kind_layer_head(result, [controls[0], controls[2], controls[3]])
-views = [v for v in VIEWS if v != "rollout" or kind is AttentionKind.ENCODER]
+views = [v for v in VIEWS if v not in ("rollout", "flow") or kind is AttentionKind.ENCODER]
 if session.get("view") not in views:
     session.view = "head"
 view_name = controls[1].radio("View", views, format_func=VIEWS.get, horizontal=True, **keys.shared("view"))
@@ -69,9 +69,18 @@ elif view_name in ("layer", "model"):
         )
         map_for_export, exported = view.mean_over_heads()[layer], f"layer {layer + 1}, mean over heads"
 else:
-    flow = rollout(view.maps)
-    figure = attention_heatmap(flow, view.query_pieces, view.key_pieces, "attention rollout over the encoder layers")
-    map_for_export, exported = flow, "rollout"
+    try:
+        flows = attention_flow(view.maps) if view_name == "flow" else None
+    except FlowTooLong as error:
+        st.info(f"Showing rollout: {error}.")
+        flows = None
+    if flows is None:
+        flows, name = rollout(view.maps), "rollout"
+        title = "attention rollout over the encoder layers"
+    else:
+        name, title = "flow", "attention flow over the encoder layers (maximum flow, residual mixed in as rollout)"
+    figure = attention_heatmap(flows, view.query_pieces, view.key_pieces, title)
+    map_for_export, exported = flows, name
 fitted = toggles[1].toggle(
     "Fit the colours to these weights",
     **keys.shared("attention_fit"),

@@ -192,6 +192,7 @@ def test_contributions_on_the_command_line_for_the_decode_and_for_a_given_transl
     arrays = np.load(out)
     steps, sources = len(arrays["tgt_pieces"]), len(arrays["src_pieces"])
     assert arrays["alti_plus"].shape == (steps, sources + steps) and arrays["encoder_alti"].shape == (sources, sources)
+    assert arrays["flow"].shape == (sources, sources) and np.allclose(arrays["flow"].sum(1), 1, atol=1e-6)
     np.testing.assert_allclose(arrays["source_share"], arrays["alti_plus"][:, :sources].sum(1))
     assert "from the source: seven " in done.stderr
     forced = tmp_path / "f.json"

@@ -10,6 +10,7 @@ from helpers import array, figure, markdown, start, step_action, step_view, tran
 from streamlit.testing.v1 import AppTest
 
 from transformer.analysis.contributions import contributions
+from transformer.analysis.rollout import attention_flow
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
@@ -255,6 +256,11 @@ def test_attention_page_views(explorer, reference):
     assert not at.exception
     rollout = array(figure(at, 0)["data"][0]["z"])
     assert np.allclose(rollout.sum(-1), 1, atol=1e-4)
+    at.radio(key="widget_view").set_value("flow").run()
+    assert not at.exception and "attention flow" in figure(at, 0)["layout"]["title"]["text"]
+    flow = array(figure(at, 0)["data"][0]["z"])
+    expected = attention_flow(reference.encoder_self.numpy())
+    assert np.allclose(flow, expected, atol=1e-6) and not np.allclose(flow, rollout, atol=1e-3)
 
 
 def test_attention_page_follows_the_step_and_merges_words(explorer, reference):

@@ -70,12 +70,14 @@ def cmd_contributions(args: argparse.Namespace) -> int:
     import numpy as np
 
     from transformer.analysis.contributions import contributions
+    from transformer.analysis.rollout import attention_flow
     from transformer.text.pieces import readable
 
     checkpoint, result = decode_argument(args)
     found = contributions(checkpoint.model, result.src_ids, result.tgt_ids)
     arrays = {
         "encoder_alti": found.encoder,
+        "flow": attention_flow(result.encoder_self.numpy(), max_tokens=None),
         "alti_plus": found.alti_plus,
         "source_share": found.source_share,
         "src_pieces": np.array(result.src_pieces),

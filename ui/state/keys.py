@@ -35,6 +35,7 @@ ATTENTION_VIEWS = {
     "model": "whole model (layers × heads)",
     "mean": "mean over heads",
     "rollout": "rollout (encoder)",
+    "flow": "flow (encoder)",
 }
 
 
