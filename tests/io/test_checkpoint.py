@@ -356,3 +356,15 @@ def test_the_file_limit_follows_the_machines_free_memory(checkpoint_path, monkey
     monkeypatch.setattr(module, "memory_available", lambda: module.APP_ROOM_BYTES + size)
     with pytest.raises(CheckpointTooLarge, match=r"opening it needs about [\d.]+ GB of memory .* GB is free now"):
         load_checkpoint(checkpoint_path)
+
+
+def test_a_file_longer_than_its_header_says_is_refused_before_its_body_is_read(checkpoint_path, tmp_path):
+    """With a limit that follows the machine's memory, a 3 GB sparse file was read whole before it was refused."""
+    grown = tmp_path / "grown.safetensors"
+    grown.write_bytes(checkpoint_path.read_bytes())
+    with open(grown, "r+b") as file:
+        file.truncate(checkpoint_path.stat().st_size + 2**30)  # a gigabyte of zeros after the tensors, sparse
+    with measured() as cost:
+        with pytest.raises(CheckpointError, match="but its header describes .*: it is damaged"):
+            load_checkpoint(grown)
+    assert cost.peak_growth_mb < 100, cost

@@ -25,7 +25,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as save_safetensors
 
-from transformer.io.header import CheckpointError, check_tensors, read_file_header, read_header
+from transformer.io.header import CheckpointError, check_tensors, declared_size, read_file_header, read_header
 from transformer.io.metadata import read_metadata
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.model.encoder_decoder import Transformer
@@ -319,6 +319,9 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", max_by
     available = memory_available() if max_bytes is None else None
     limit = file_limit(available) if max_bytes is None else max_bytes
     try:
+        size, declared = path.stat().st_size, declared_size(path)  # the header first: a hostile body stays unread
+        if size != declared and size <= limit:
+            raise CheckpointError(f"{path} is {size:,} bytes, but its header describes {declared:,}: it is damaged")
         data = read_regular(path, limit)
     except FileRefused as error:
         if not error.over_limit or max_bytes is not None:

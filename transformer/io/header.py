@@ -83,6 +83,21 @@ def read_file_header(path: str | Path, require_metadata: bool = True) -> dict[st
     return read_header(prefix, require_metadata)
 
 
+def declared_size(path: str | Path) -> int:
+    """The bytes a checkpoint file's header accounts for (8, the header, and its tensors' extents), from its first
+    bytes alone: a file of any other size is damaged, and is refused before its body is read. CheckpointError for
+    a header that cannot be read."""
+    header = read_file_header(path)
+    with open_regular(path) as file:
+        length = struct.unpack("<Q", file.read(8))[0]
+    ends = [
+        entry["data_offsets"][1]
+        for name, entry in header.items()
+        if name != "__metadata__" and isinstance(entry, dict) and _is_int_list(entry.get("data_offsets"), 2)
+    ]
+    return 8 + length + max(ends, default=0)
+
+
 def _is_int_list(value: Any, length: int | None = None) -> bool:
     return (
         isinstance(value, list)
