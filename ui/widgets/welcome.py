@@ -110,13 +110,13 @@ def first_steps(checkpoint_name: str) -> None:
         )
         for index, sentence in enumerate(EXAMPLES):  # one a line: whole on a projector's 1024 pixels too
             st.button(sentence, key=f"example_{index}", on_click=_try, args=(sentence,))
-        textbook = TEXTBOOK.get(checkpoint_name, ())
-        if textbook:
-            st.markdown("**Sentences from the textbooks, and what this model shows of them**")
-        for index, example in enumerate(textbook):
-            label = example.sentence if example.reference is None else f"{example.sentence} (with its reference)"
-            st.button(label, key=f"textbook_{index}", on_click=_try_textbook, args=(example,))
-            st.caption(example.guide)
         card = model_card(checkpoint_name)
         if card:
             st.markdown(f"**What {literal(checkpoint_name)} knows.** {literal(card)}")
+    textbook = TEXTBOOK.get(checkpoint_name, ())
+    if textbook:  # folded: open, it would push the step view below a laptop's screen
+        with st.expander("Sentences from the textbooks, and what this model shows of them"):
+            for index, example in enumerate(textbook):
+                label = example.sentence if example.reference is None else f"{example.sentence} (with its reference)"
+                st.button(label, key=f"textbook_{index}", on_click=_try_textbook, args=(example,))
+                st.caption(example.guide)
