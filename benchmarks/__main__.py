@@ -12,7 +12,7 @@ from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, step_view_row
-from .attribution_speed import attribution_row, contributions_row, flow_row
+from .attribution_speed import attribution_row, contributions_row, flow_row, head_importance_rows
 from .model_speed import (
     Row,
     batched_beam_row,
@@ -54,6 +54,7 @@ def main() -> None:
         sentences = read_lines(args.sentences)[: 16 if args.smoke else BEAM_SENTENCES]
         rows.append(batched_beam_row(checkpoint, sentences))
         rows.append(corpus_batch_row(checkpoint, sentences, TRANSLATE_BATCH))
+        rows.extend(head_importance_rows(checkpoint, sentences))
     else:
         print(f"{args.sentences} is missing: no batched beam row", flush=True)
     rows.append(training_row(checkpoint, max(1 if args.smoke else 3, repeats // 2)))

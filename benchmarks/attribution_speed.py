@@ -5,13 +5,17 @@ python -m benchmarks.attribution_speed
 
 from __future__ import annotations
 
+import time
+
 import torch
 from captum.attr import IntegratedGradients
 
 from transformer.analysis import attribution
 from transformer.analysis.contributions import contributions
+from transformer.analysis.heads.importance import ablation_importance, corpus_of, every_head, gradient_importance
 from transformer.analysis.rollout import attention_flow, rollout
 from transformer.decoding.greedy import decode
+from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
 
 from .model_speed import Row, median_ms
@@ -64,6 +68,29 @@ def flow_row(checkpoint: Checkpoint, repeats: int) -> Row:
         "≤ 1 s",
         f"{ours / 1000:.2f} s",
     )
+
+
+def head_importance_rows(checkpoint: Checkpoint, sentences: list[str]) -> list[Row]:
+    """Every head's importance over a sample, by ablation (each head off: greedy decodes and a teacher-forced pass)
+    and by the gradient of its gate, against one greedy decode of the same sample."""
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    started = time.perf_counter()
+    outputs = translate_texts(model, tokenizer, sentences)
+    decoded = (time.perf_counter() - started) * 1000
+    heads = len(every_head(model))
+    started = time.perf_counter()
+    ablation_importance(model, tokenizer, sentences, outputs)
+    ablated = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    gradient_importance(model, corpus_of(model, tokenizer, sentences, outputs))
+    gradient = (time.perf_counter() - started) * 1000
+    baseline = f"one greedy decode of the {len(sentences)} sentences"
+    return [
+        Row(f"head importance by ablation, {heads} heads x {len(sentences)} sentences", baseline, decoded, ablated,
+            "≤ 2 min", f"{ablated / 1000:.0f} s"),
+        Row(f"head importance by gradient, {len(sentences)} sentences", baseline, decoded, gradient, "≤ 10 s",
+            f"{gradient / 1000:.1f} s"),
+    ]  # fmt: skip
 
 
 def completeness_by_method(checkpoint: Checkpoint, n_steps: int = attribution.DEFAULT_STEPS) -> dict[str, float]:

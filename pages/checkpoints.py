@@ -6,7 +6,7 @@ from dataclasses import asdict
 import pandas as pd
 import streamlit as st
 
-from transformer.analysis.head_stats import parameter_counts
+from transformer.analysis.heads.statistics import parameter_counts
 from transformer.io.checkpoint import CheckpointError
 from transformer.io.metadata import TrainingRecord, read_metadata
 from transformer.viz.charts import lines

@@ -3,7 +3,7 @@
 import numpy as np
 import streamlit as st
 
-from transformer.analysis.head_stats import js_divergence
+from transformer.analysis.heads.statistics import js_divergence
 from transformer.analysis.views import attention_view
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap

@@ -3,7 +3,7 @@
 import streamlit as st
 
 from transformer.analysis.alignment import CONVENTIONS, aer_grid
-from transformer.analysis.head_stats import (
+from transformer.analysis.heads.statistics import (
     STATISTICS,
     corpus_statistics,
     head_statistics,

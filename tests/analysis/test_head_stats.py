@@ -4,7 +4,7 @@ import math
 import numpy as np
 import torch
 
-from transformer.analysis.head_stats import (
+from transformer.analysis.heads.statistics import (
     corpus_statistics,
     head_statistics,
     js_divergence,

@@ -248,3 +248,27 @@ def test_a_deep_model_translates_in_batches_its_decoding_state_allows(tokenizer,
     )
     assert translate_texts(model, tokenizer, texts) == whole and sizes == [2, 2, 1]
     assert translate.batch_rows(model, DecodeSettings(strategy="beam", beam_width=4), 64) == 1  # each beam counts
+
+
+def test_a_batch_decodes_its_long_rows_alone_once_a_quarter_have_ended_and_gives_the_same_tokens():
+    """One row that never ends kept a whole batch of 256 decoding to the length limit; now the rows still going are
+    decoded alone once a quarter have ended, with the tokens they had."""
+    from unittest import mock
+
+    from transformer.decoding.greedy import generate
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    model, pad = checkpoint.model, checkpoint.config.pad_id
+    texts = ["Hi.", "I love you.", "Where is the train station?", "The black cat is sleeping on the red chair.",
+             "Two dogs play in the snow.", "A man in a blue shirt is riding a bicycle down the street."]  # fmt: skip
+    rows = [checkpoint.tokenizer.encode(text) + [checkpoint.config.eos_id] for text in texts]
+    src = torch.full((len(rows), max(map(len, rows))), pad)
+    for row, ids in enumerate(rows):
+        src[row, : len(ids)] = torch.tensor(ids)
+    whole = generate(model, src, 40).tokens
+    with mock.patch.object(model, "decode", wraps=model.decode) as decode_calls:
+        compacted = generate(model, src, 40, tokens_only=True).tokens
+    assert torch.equal(compacted, whole)
+    sizes = [call.args[0].size(0) for call in decode_calls.call_args_list]
+    assert sizes[0] == len(texts) and sizes[-1] < len(texts), sizes  # the last steps ran on the long rows alone

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from transformer.analysis.alignment import GoldAlignment, aer_grid, align_corpus
-from transformer.analysis.head_stats import js_divergence, row_entropy
+from transformer.analysis.heads.statistics import js_divergence, row_entropy
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.decoding.greedy import decode
 from transformer.decoding.result import source_ids

@@ -13,6 +13,7 @@ from transformer.cli.common import (
     device,
     write_arrays,
 )
+from transformer.cli.heads import head_argument, heads_off_probe
 from transformer.decoding.result import source_ids, truncation_note
 from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.text.files import TEXT_FILE, decoded_lines, open_regular
@@ -35,7 +36,8 @@ def cmd_translate(args: argparse.Namespace) -> int:
         ids, cut = source_ids(checkpoint.tokenizer, line, max_len) if line.strip() else ([], False)
         if cut:
             print(f"{source}: line {number}: {truncation_note(max_len, len(ids) - 1)}", file=sys.stderr)
-    for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, decode_settings(args)):
+    probe = heads_off_probe(checkpoint.model, args.heads_off)
+    for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, decode_settings(args), probe=probe):
         print(line)
     return 1 if problems else 0
 
@@ -98,6 +100,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     add_checkpoint(translate)
     add_decode_fields(translate)
     translate.add_argument("--input", help="file to translate instead of stdin")
+    translate.add_argument(
+        "--heads-off",
+        nargs="+",
+        type=head_argument,
+        default=[],
+        metavar="KIND:LAYER:HEAD",
+        help="switch these heads off (1-based, as the app shows them: encoder:1:6 decoder:2:3 cross:3:1); greedy only",
+    )
     translate.set_defaults(run=cmd_translate)
 
     inspect = commands.add_parser("inspect", help="decode one sentence and write every attention map")

@@ -11,6 +11,7 @@ from transformer.decoding.greedy import default_max_new_tokens, generate, greedy
 from transformer.decoding.result import model_device, source_ids
 from transformer.decoding.settings import DecodeSettings
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.probes import Probe
 from transformer.text.tokenizer import TokenizerBase
 
 # What one batch's decoding state may hold (each sentence's keys and values in every decoder layer, for every beam):
@@ -34,12 +35,16 @@ def translate_texts(
     settings: DecodeSettings = DecodeSettings(),
     batch_size: int = 64,
     progress: Callable[[int], None] | None = None,
+    probe: Probe | None = None,
 ) -> list[str]:
     """Translations in input order; an empty line translates to an empty line.
 
     Sentences are decoded in batches of similar lengths: greedy, sampling (one seeded generator for the
-    batch) or beam search (each sentence its own beam).
+    batch) or beam search (each sentence its own beam). A probe (heads switched off) applies to greedy and
+    sampling, not to beam search.
     """
+    if probe is not None and settings.strategy == "beam":
+        raise ValueError("heads can be switched off for greedy decoding or sampling, not for beam search")
     device = model_device(model)
     pad = model.config.pad_id
     batch_size = batch_rows(model, settings, batch_size)
@@ -51,21 +56,7 @@ def translate_texts(
         return settings.max_new_tokens or default_max_new_tokens(model, source_length)
 
     if settings.strategy == "beam":
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            found = beam_search_batch(
-                model,
-                [sources[i] for i in chunk],
-                settings.beam_width,
-                settings.length_penalty,
-                [limit(len(sources[i])) for i in chunk],
-                tokenizer.target_prefix_ids,
-            )
-            for i, tokens in zip(chunk, found):
-                outputs[i] = tokenizer.decode(tokens)
-            if progress:
-                progress(len(chunk))
-        return outputs
+        return _beam_texts(model, tokenizer, sources, order, settings, batch_size, limit, outputs, progress)
     choose = (
         sampling_chooser(settings.temperature, settings.top_k, settings.seed)
         if settings.strategy == "sampling"
@@ -77,9 +68,46 @@ def translate_texts(
         src = torch.full((len(chunk), longest), pad, dtype=torch.long)
         for row, i in enumerate(chunk):
             src[row, : len(sources[i])] = torch.tensor(sources[i])
-        tokens = generate(model, src.to(device), limit(longest), choose, prefix=tokenizer.target_prefix_ids).tokens
+        tokens = generate(
+            model,
+            src.to(device),
+            limit(longest),
+            choose,
+            prefix=tokenizer.target_prefix_ids,
+            probe=probe,
+            tokens_only=True,
+        ).tokens
         for row, i in enumerate(chunk):  # each sentence keeps the length limit it has alone
             outputs[i] = tokenizer.decode(tokens[row, : limit(len(sources[i]))].tolist())
+        if progress:
+            progress(len(chunk))
+    return outputs
+
+
+def _beam_texts(
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    sources: dict[int, list[int]],
+    order: list[int],
+    settings: DecodeSettings,
+    batch_size: int,
+    limit: Callable[[int], int],
+    outputs: list[str],
+    progress: Callable[[int], None] | None,
+) -> list[str]:
+    """translate_texts' beam search: each sentence its own beam, in batches of similar lengths."""
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        found = beam_search_batch(
+            model,
+            [sources[i] for i in chunk],
+            settings.beam_width,
+            settings.length_penalty,
+            [limit(len(sources[i])) for i in chunk],
+            tokenizer.target_prefix_ids,
+        )
+        for i, tokens in zip(chunk, found):
+            outputs[i] = tokenizer.decode(tokens)
         if progress:
             progress(len(chunk))
     return outputs

@@ -33,7 +33,7 @@ class SublayerRecord:
 class SublayerProbe:
     """One attention sublayer's share of a Probe."""
 
-    keep: torch.Tensor | None  # (1, H, 1, 1): 1 for heads kept, 0 for heads switched off
+    keep: torch.Tensor | None  # (1 or B, H, 1, 1): 1 for heads kept, 0 for heads switched off, or a gate
     records: dict[tuple[AttentionKind, int], SublayerRecord] | None  # where to record, if recording
     site: tuple[AttentionKind, int]
 
@@ -54,6 +54,8 @@ class Probe:
     heads_off: frozenset[tuple[AttentionKind, int, int]] = frozenset()
     record_at: frozenset[tuple[AttentionKind, int]] = frozenset()
     records: dict[tuple[AttentionKind, int], SublayerRecord] = field(default_factory=dict)
+    # Per sublayer, a (B, H) multiplier of each row's heads: a gate to differentiate a loss by (head importance)
+    gates: dict[tuple[AttentionKind, int], torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     def ablating(cls, heads: Iterable[tuple[AttentionKind | str, int, int]]) -> Probe:
@@ -63,14 +65,24 @@ class Probe:
     def recording(cls, kind: AttentionKind | str, layer: int) -> Probe:
         return cls(record_at=frozenset({(AttentionKind(kind), layer)}))
 
+    def selected(self, rows: torch.Tensor) -> Probe:
+        """The same probe for these rows of the batch (its gates' rows; the rest applies to every row)."""
+        if not self.gates:
+            return self
+        gates = {site: gate.index_select(0, rows) for site, gate in self.gates.items()}
+        return Probe(self.heads_off, self.record_at, self.records, gates)
+
     def at(self, kind: AttentionKind, layer: int, n_heads: int) -> SublayerProbe | None:
         """This probe's part for one sublayer, or None where it asks nothing of it."""
         off = [head for k, index, head in self.heads_off if (k, index) == (kind, layer)]
         recording = (kind, layer) in self.record_at
-        if not off and not recording:
+        gate = self.gates.get((kind, layer))
+        if not off and not recording and gate is None:
             return None
         keep = None
         if off:
             keep = torch.ones(1, n_heads, 1, 1)
             keep[0, off] = 0.0
+        if gate is not None:
+            keep = gate[:, :, None, None] if keep is None else gate[:, :, None, None] * keep.to(gate)
         return SublayerProbe(keep, self.records if recording else None, (kind, layer))

@@ -1,0 +1,157 @@
+"""Head importance against references that do not use the probe or autograd: the model with a head's columns of W_O
+zeroed in its file, and finite differences of the loss in a head's gate."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import run_cli, tiny_config
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from transformer.analysis.heads.importance import (
+    Corpus,
+    ImportanceStopped,
+    ablated_rows,
+    ablation_importance,
+    corpus_of,
+    every_head,
+    gradient_importance,
+    importance_table,
+    reference_log_probs,
+)
+from transformer.decoding.translate import translate_texts
+from transformer.io.checkpoint import CHECKPOINT_DIR, load_checkpoint
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
+from transformer.model.probes import Probe
+
+REVERSE = CHECKPOINT_DIR / "reverse.safetensors"
+WORDS = "one two three four five six seven eight nine ten".split()
+
+
+def reversal_sample(count: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    rng = random.Random(seed)
+    sources = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))) for _ in range(count)]
+    return sources, [" ".join(reversed(s.split())) for s in sources]
+
+
+@pytest.mark.parametrize(
+    "head", [(AttentionKind.ENCODER, 0, 0), (AttentionKind.DECODER, 1, 3), (AttentionKind.CROSS, 0, 2)]
+)
+def test_switching_a_head_off_equals_zeroing_its_columns_of_w_o_in_the_file(tmp_path, head):
+    checkpoint = load_checkpoint(REVERSE)
+    kind, layer, index = head
+    names = {module: name for name, module in checkpoint.model.named_modules()}
+    out_proj = f"{names[kind.module(checkpoint.model, layer)]}.out_proj.weight"
+    tensors, d_head = load_file(REVERSE), checkpoint.model.config.d_head
+    with safe_open(REVERSE, "pt") as opened:
+        metadata = opened.metadata()
+    tensors[out_proj][:, index * d_head : (index + 1) * d_head] = 0.0  # the head's output reaches nothing
+    edited = tmp_path / "edited.safetensors"
+    save_file(tensors, edited, metadata=metadata)
+    without = load_checkpoint(edited)
+    sources, references = reversal_sample(12)
+    probe = Probe.ablating([head])
+    assert translate_texts(checkpoint.model, checkpoint.tokenizer, sources, probe=probe) == translate_texts(
+        without.model, without.tokenizer, sources
+    )
+    corpus = corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
+    with torch.inference_mode():
+        torch.testing.assert_close(
+            reference_log_probs(checkpoint.model, corpus.sources, corpus.references, probe),
+            reference_log_probs(without.model, corpus.sources, corpus.references),
+            atol=1e-5,
+            rtol=1e-5,
+        )
+
+
+def test_rows_of_different_heads_decoded_together_equal_each_head_switched_off_alone():
+    checkpoint = load_checkpoint(REVERSE)
+    sources, references = reversal_sample(6, seed=2)
+    heads = [(AttentionKind.CROSS, 0, 0), (AttentionKind.ENCODER, 1, 3), (AttentionKind.DECODER, 0, 1)]
+    corpus = corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
+    with torch.inference_mode():
+        rows = ablated_rows(checkpoint.model, checkpoint.tokenizer, corpus, heads, 5, None, lambda: False)
+        for head in heads:
+            alone = Probe.ablating([head])
+            assert rows[head][0] == translate_texts(checkpoint.model, checkpoint.tokenizer, sources, probe=alone)
+            expected = reference_log_probs(checkpoint.model, corpus.sources, corpus.references, alone)
+            np.testing.assert_allclose(rows[head][1], expected.numpy(), atol=1e-5)
+        with pytest.raises(ImportanceStopped):
+            ablated_rows(checkpoint.model, checkpoint.tokenizer, corpus, heads, 5, None, lambda: True)
+
+
+def test_the_gradient_estimate_equals_finite_differences_of_the_loss_in_the_gate(tokenizer):
+    torch.manual_seed(5)
+    model = Transformer(tiny_config(tokenizer, dropout=0.0)).double().eval()
+    corpus = Corpus([[5, 9, 14, 3], [7, 11, 3]], [[12, 4, 3], [8, 3]], ["", ""])
+    found = gradient_importance(model, corpus, batch_size=2, per_layer_norm=False)
+    eps = 1e-6
+    for kind, layer, head in [
+        (AttentionKind.ENCODER, 1, 0),
+        (AttentionKind.DECODER, 2, 1),
+        (AttentionKind.CROSS, 0, 1),
+    ]:
+        derivatives = []
+        for row in range(2):
+            losses = []
+            for sign in (1, -1):
+                gate = torch.ones(1, model.config.n_heads, dtype=torch.float64)
+                gate[0, head] += sign * eps
+                probe = Probe(gates={(kind, layer): gate})
+                with torch.no_grad():
+                    losses.append(
+                        -reference_log_probs(
+                            model, corpus.sources[row : row + 1], corpus.references[row : row + 1], probe
+                        )
+                    )
+            derivatives.append(float((losses[0] - losses[1]) / (2 * eps)))
+        assert found[kind][layer, head] == pytest.approx(np.mean(np.abs(derivatives)), rel=1e-5)
+
+
+def test_on_the_reversal_model_both_measures_find_the_head_it_cannot_do_without():
+    checkpoint = load_checkpoint(REVERSE)
+    sources, references = reversal_sample(40)
+    corpus = corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
+    table = importance_table(
+        checkpoint.model,
+        ablation_importance(checkpoint.model, checkpoint.tokenizer, sources, references),
+        gradient_importance(checkpoint.model, corpus),
+    )
+    assert len(table) == len(every_head(checkpoint.model)) == 24
+    worst = table.sort_values("ablation_logprob_delta").iloc[0]
+    assert worst.ablation_logprob_delta < -0.1  # the translation needs it
+    assert (worst["kind"], worst["layer"], worst["head"]) in set(
+        table.nlargest(2, "gradient_importance")[["kind", "layer", "head"]].itertuples(index=False, name=None)
+    )
+    for kind in ("encoder", "decoder", "cross"):  # normalised per layer, as in the paper
+        for layer, rows in table[table.kind == kind].groupby("layer"):
+            assert np.linalg.norm(rows.gradient_importance) == pytest.approx(1.0), (kind, layer)
+
+
+def test_heads_on_the_command_line_writes_every_heads_row_and_translate_switches_heads_off(tmp_path):
+    sources, references = reversal_sample(10, seed=1)
+    src, ref, out = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "heads.csv"
+    src.write_text("\n".join(sources) + "\n")
+    ref.write_text("\n".join(references) + "\n")
+    done = run_cli("heads", "--src", str(src), "--ref", str(ref), "--checkpoint", str(REVERSE), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(out)
+    assert len(table) == 24 and {"kind", "layer", "head", "ablation_bleu_delta", "ablation_logprob_delta",
+                                 "gradient_importance"} <= set(table.columns)  # fmt: skip
+    assert table[["layer", "head"]].min().tolist() == [1, 1]  # 1-based, as the app shows them
+    top = table.sort_values("ablation_logprob_delta").iloc[0]
+    assert f"most important by ablation_logprob_delta: {top['kind']} {top['layer']}.{top['head']}" in done.stdout
+    intact = run_cli("translate", "--checkpoint", str(REVERSE), "--input", str(src))
+    spec = f"{top['kind']}:{top['layer']}:{top['head']}"
+    ablated = run_cli("translate", "--checkpoint", str(REVERSE), "--input", str(src), "--heads-off", spec)
+    assert intact.returncode == ablated.returncode == 0 and intact.stdout != ablated.stdout
+    wrong = run_cli("translate", "--checkpoint", str(REVERSE), "--input", str(src), "--heads-off", "cross:9:1")
+    assert wrong.returncode == 2 and "this model has 2 cross layers of 4 heads" in wrong.stderr
+    unreadable = run_cli("translate", "--checkpoint", str(REVERSE), "--input", str(src), "--heads-off", "cross-1")
+    assert unreadable.returncode == 2 and "give KIND:LAYER:HEAD" in unreadable.stderr

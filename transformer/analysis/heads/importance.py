@@ -1,0 +1,230 @@
+"""Which heads a model's translations depend on, over a corpus (Michel, Levy and Neubig 2019, "Are Sixteen Heads
+Really Better than One?"), measured two ways for every head of every kind:
+
+- ablation: the head switched off (its output zeroed before W_O, exactly the model without it), and the change in
+  the corpus BLEU and chrF of the greedy output and in the mean teacher-forced log-probability of the references;
+- gradient: I_h = mean over the sentences of |dL/dxi_h|, xi_h a gate of 1 on the head's output and L the sentence's
+  teacher-forced loss (the mean negative log-probability of its reference tokens), each sentence with gates of its
+  own so that one backward pass per batch gives every sentence's derivative; then, as in the paper (after Molchanov
+  et al. 2017), each layer's scores divided by their L2 norm.
+
+Without references, the intact model's own greedy outputs stand in for them (the change is then away from what the
+model says, not from a human translation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import sacrebleu
+import torch
+
+from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser
+from transformer.decoding.result import model_device, source_ids
+from transformer.decoding.translate import translate_texts
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
+from transformer.model.probes import Probe
+from transformer.text.tokenizer import TokenizerBase
+
+Head = tuple[AttentionKind, int, int]  # kind, layer, head (0-based)
+
+
+class ImportanceStopped(Exception):
+    """The visitor stopped the work (should_stop said yes): nothing partial is returned."""
+
+
+def every_head(model: Transformer) -> list[Head]:
+    """Every head of the model: the encoder's, then each decoder layer's self and cross heads."""
+    config = model.config
+    heads = [
+        (AttentionKind.ENCODER, layer, h) for layer in range(config.n_encoder_layers) for h in range(config.n_heads)
+    ]
+    for kind in (AttentionKind.DECODER, AttentionKind.CROSS):
+        heads += [(kind, layer, h) for layer in range(config.n_decoder_layers) for h in range(config.n_heads)]
+    return heads
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Sentences tokenized for the model: sources and their references (eos included), each within max_len."""
+
+    sources: list[list[int]]
+    references: list[list[int]]
+    reference_texts: list[str]
+
+
+def corpus_of(
+    model: Transformer, tokenizer: TokenizerBase, sources: Sequence[str], references: Sequence[str]
+) -> Corpus:
+    limit = model.config.max_len
+    return Corpus(
+        [source_ids(tokenizer, text, limit)[0] for text in sources],
+        [source_ids(tokenizer, text, limit, side="target")[0] for text in references],
+        list(references),
+    )
+
+
+def _padded(rows: Sequence[list[int]], pad: int, device: torch.device) -> torch.Tensor:
+    batch = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
+    for row, ids in enumerate(rows):
+        batch[row, : len(ids)] = torch.tensor(ids)
+    return batch.to(device)
+
+
+def reference_log_probs(
+    model: Transformer, sources: Sequence[list[int]], references: Sequence[list[int]], probe: Probe | None = None
+) -> torch.Tensor:
+    """Each sentence's mean log-probability of its reference's tokens, teacher forced, (B,): one batched pass."""
+    config, device = model.config, model_device(model)
+    src = _padded(sources, config.pad_id, device)
+    target = _padded(references, config.pad_id, device)
+    decoder_input = _padded([[config.start_id, *ids[:-1]] for ids in references], config.pad_id, device)
+    log_probs = model(src, decoder_input, probe=probe).log_probs.gather(-1, target[..., None])[..., 0]
+    real = (target != config.pad_id).to(log_probs.dtype)
+    return (log_probs * real).sum(-1) / real.sum(-1)
+
+
+def gradient_importance(
+    model: Transformer, corpus: Corpus, batch_size: int = 16, per_layer_norm: bool = True
+) -> dict[AttentionKind, np.ndarray]:
+    """Michel et al.'s I_h for every head, (layers, heads) per kind, each layer's scores divided by their L2 norm
+    (per_layer_norm=False: the mean |dL/dxi_h| itself)."""
+    if model.training:
+        raise ValueError("head importance needs the model in eval mode (dropout changes the loss)")
+    config, device = model.config, model_device(model)
+    layers = {
+        AttentionKind.ENCODER: config.n_encoder_layers,
+        AttentionKind.DECODER: config.n_decoder_layers,
+        AttentionKind.CROSS: config.n_decoder_layers,
+    }
+    totals = {kind: torch.zeros(count, config.n_heads, dtype=torch.float64) for kind, count in layers.items()}
+    for start in range(0, len(corpus.sources), batch_size):
+        sources = corpus.sources[start : start + batch_size]
+        references = corpus.references[start : start + batch_size]
+        gates = {
+            (kind, layer): torch.ones(len(sources), config.n_heads, device=device, requires_grad=True)
+            for kind, count in layers.items()
+            for layer in range(count)
+        }
+        with torch.enable_grad():
+            loss = -reference_log_probs(model, sources, references, Probe(gates=gates)).sum()
+            grads = torch.autograd.grad(loss, list(gates.values()))
+        for (kind, layer), grad in zip(gates, grads):
+            totals[kind][layer] += grad.abs().sum(0).double().cpu()
+    found = {}
+    for kind, total in totals.items():
+        mean = total / len(corpus.sources)
+        found[kind] = (mean / mean.norm(dim=-1, keepdim=True).clamp_min(1e-30) if per_layer_norm else mean).numpy()
+    return found
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """The intact model's scores, and each head's change when it alone is switched off."""
+
+    bleu: float
+    chrf: float
+    log_prob: float  # mean over sentences of the mean log-probability of the reference's tokens
+    deltas: dict[Head, tuple[float, float, float]]  # head -> (BLEU, chrF, log-probability), ablated minus intact
+
+
+def scores(outputs: Sequence[str], references: Sequence[str]) -> tuple[float, float]:
+    return sacrebleu.corpus_bleu(outputs, [list(references)]).score, sacrebleu.corpus_chrf(
+        outputs, [list(references)]
+    ).score
+
+
+def ablating_gates(model: Transformer, heads: Sequence[Head], device: torch.device) -> Probe:
+    """A probe switching off, in each row of a batch, that row's head (rows of different heads decode together)."""
+    config = model.config
+    sites = {(kind, layer) for kind, layer, _ in every_head(model)}
+    gates = {site: torch.ones(len(heads), config.n_heads, device=device) for site in sites}
+    for row, (kind, layer, head) in enumerate(heads):
+        gates[(kind, layer)][row, head] = 0.0
+    return Probe(gates=gates)
+
+
+def ablated_rows(
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    corpus: Corpus,
+    heads: Sequence[Head],
+    rows_per_batch: int,
+    progress: Callable[[int, int], None] | None,
+    should_stop: Callable[[], bool],
+) -> dict[Head, tuple[list[str], list[float]]]:
+    """Every (head, sentence) pair as a row: greedy outputs and reference log-probabilities with that head off,
+    rows of similar lengths batched whatever their head, so a batch is as full as the work allows."""
+    config, device = model.config, model_device(model)
+    rows = sorted(
+        ((h, s) for h in range(len(heads)) for s in range(len(corpus.sources))),
+        key=lambda row: len(corpus.sources[row[1]]),
+    )
+    outputs = {head: ([""] * len(corpus.sources), [0.0] * len(corpus.sources)) for head in heads}
+    for start in range(0, len(rows), rows_per_batch):
+        if should_stop():
+            raise ImportanceStopped
+        chunk = rows[start : start + rows_per_batch]
+        sources = [corpus.sources[s] for _, s in chunk]
+        probe = ablating_gates(model, [heads[h] for h, _ in chunk], device)
+        limit = default_max_new_tokens(model, max(map(len, sources)))
+        src = _padded(sources, config.pad_id, device)
+        tokens = generate(
+            model, src, limit, greedy_chooser, prefix=tokenizer.target_prefix_ids, probe=probe, tokens_only=True
+        ).tokens
+        log_probs = reference_log_probs(model, sources, [corpus.references[s] for _, s in chunk], probe)
+        for row, (h, s) in enumerate(chunk):
+            own_limit = default_max_new_tokens(model, len(corpus.sources[s]))  # as the sentence alone decodes
+            outputs[heads[h]][0][s] = tokenizer.decode(tokens[row, :own_limit].tolist())
+            outputs[heads[h]][1][s] = float(log_probs[row])
+        if progress:
+            progress(min(start + rows_per_batch, len(rows)), len(rows))
+    return outputs
+
+
+@torch.inference_mode()
+def ablation_importance(
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    sources: Sequence[str],
+    references: Sequence[str] | None = None,
+    heads: Sequence[Head] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    rows_per_batch: int = 256,
+) -> Ablation:
+    """Each head switched off alone: greedy decodes of the whole sample and a teacher-forced pass over its
+    references, every (head, sentence) pair a row of batches that mix heads. `progress` hears (rows done, rows);
+    `should_stop`, asked between batches, ends the work with ImportanceStopped."""
+    heads = every_head(model) if heads is None else list(heads)
+    intact = translate_texts(model, tokenizer, sources)
+    references = intact if references is None else list(references)
+    corpus = corpus_of(model, tokenizer, sources, references)
+    bleu, chrf = scores(intact, references)
+    log_prob = float(reference_log_probs(model, corpus.sources, corpus.references).mean())
+    found = ablated_rows(model, tokenizer, corpus, heads, rows_per_batch, progress, should_stop)
+    deltas = {}
+    for head, (outputs, log_probs) in found.items():
+        ablated_bleu, ablated_chrf = scores(outputs, references)
+        deltas[head] = (ablated_bleu - bleu, ablated_chrf - chrf, float(np.mean(log_probs)) - log_prob)
+    return Ablation(bleu, chrf, log_prob, deltas)
+
+
+def importance_table(
+    model: Transformer, ablation: Ablation | None, gradient: dict[AttentionKind, np.ndarray] | None
+) -> pd.DataFrame:
+    """One row per head, as the app and the command line show them (layer and head 1-based)."""
+    rows = []
+    for kind, layer, head in every_head(model):
+        row = {"kind": kind.value, "layer": layer + 1, "head": head + 1}
+        if ablation is not None and (kind, layer, head) in ablation.deltas:
+            bleu, chrf, log_prob = ablation.deltas[(kind, layer, head)]
+            row |= {"ablation_bleu_delta": bleu, "ablation_chrf_delta": chrf, "ablation_logprob_delta": log_prob}
+        if gradient is not None:
+            row["gradient_importance"] = float(gradient[kind][layer, head])
+        rows.append(row)
+    return pd.DataFrame(rows)
