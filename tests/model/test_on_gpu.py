@@ -103,3 +103,19 @@ def test_an_imported_hugging_face_model_on_the_gpu(tmp_path: Path, family):
         decode_text(cpu.model, cpu.tokenizer, sentences[0], DecodeSettings(max_new_tokens=12)),
         decode_text(gpu.model, gpu.tokenizer, sentences[0], DecodeSettings(max_new_tokens=12)),
     )
+
+
+def test_a_batch_translation_and_head_importance_on_the_gpu(both):
+    """translate_texts' batches (rows still going decoded alone once a quarter have ended) and the gates of head
+    importance move with the batch on the GPU as on the CPU."""
+    from transformer.analysis.heads.importance import corpus_of, gradient_importance
+    from transformer.decoding.translate import translate_texts
+
+    cpu, gpu = both
+    texts = [*SENTENCES, "Where is the train station?", "Two dogs play in the snow.", "Hi."]
+    assert translate_texts(gpu.model, gpu.tokenizer, texts) == translate_texts(cpu.model, cpu.tokenizer, texts)
+    references = translate_texts(cpu.model, cpu.tokenizer, texts)
+    found = gradient_importance(gpu.model, corpus_of(gpu.model, gpu.tokenizer, texts, references))
+    expected = gradient_importance(cpu.model, corpus_of(cpu.model, cpu.tokenizer, texts, references))
+    for kind, values in expected.items():
+        np.testing.assert_allclose(found[kind], values, atol=1e-3, rtol=1e-2, err_msg=kind.value)
