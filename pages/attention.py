@@ -4,7 +4,7 @@ import numpy as np
 import streamlit as st
 
 from transformer.analysis.rollout import FlowTooLong, attention_flow, rollout
-from transformer.analysis.views import attention_view
+from transformer.analysis.views import attention_view, content_only
 from transformer.io.export import attention_csv, to_npz
 from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_grid, attention_heatmap, fit_colour_scale, heads_or_means
@@ -35,10 +35,20 @@ if not kind.queries_from_source:
     step = chosen if session.get("stepped") else None  # opened directly: every row, not the first step's one
 toggles = st.columns(2)  # each label whole beside the other, at every width
 words = words_toggle(toggles[0])
+content = st.columns(2)[0].toggle(  # a row of its own: a third beside them cut a label at 1024 pixels
+    "Content only",
+    **keys.shared("attention_content"),
+    help="Drops </s>, <s> and punctuation as keys, where heads park weight they do not use (attention sinks), and "
+    "renormalises each row over the words left. Rollout and flow keep every token.",
+)
 
 view = attention_view(result, kind, step, words)
+kind_title = kind.title
+if content and view_name not in ("rollout", "flow"):
+    view = content_only(view)
+    kind_title = f"{kind.title}, content only (</s>, <s> and punctuation dropped, rows renormalised)"
 layers = view.maps.shape[0]
-title = f"{kind.title}, layer {layer + 1}"
+title = f"{kind_title}, layer {layer + 1}"
 layer_names = [f"layer {i + 1}" for i in range(layers)]
 map_for_export, exported = view.maps[layer, head], f"layer {layer + 1}, head {head + 1}"
 
@@ -53,13 +63,13 @@ elif view_name == "mean":
         view.key_pieces,
         layer_names,
         ["mean over heads"],
-        kind.title,
+        kind_title,
         view.mask,
     )
     map_for_export, exported = view.mean_over_heads()[layer], f"layer {layer + 1}, mean over heads"
 elif view_name in ("layer", "model"):
     maps, rows, name = (
-        (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, kind.title)
+        (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, kind_title)
     )
     figure, fell_back = heads_or_means(maps, view.query_pieces, view.key_pieces, rows, name, view.mask)
     if fell_back:

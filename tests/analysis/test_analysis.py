@@ -137,3 +137,18 @@ def test_a_merged_row_is_labelled_by_the_whole_words_it_reads_and_writes():
     labels = [readable_label(label) for label in attention_view(result, "cross", words=True).query_pieces]
     assert "août → 1992." in labels and "l'Europe → est" in labels, labels
     assert not [label for label in labels if label.startswith("·")], labels  # no row named by a piece
+
+
+def test_content_only_drops_the_sink_keys_and_renormalises_each_row():
+    from transformer.analysis.views import AttentionView, content_only
+
+    keys = ["\u2581Le", "\u2581chat", "\u2581.", "</s>"]
+    maps = np.array([[[[0.1, 0.1, 0.2, 0.6], [0.0, 0.0, 0.5, 0.5], [0.3, 0.1, 0.0, 0.6]]]], dtype=np.float32)
+    mask = np.array([[False, False, False, False], [False, False, False, False], [False, True, False, False]])
+    found = content_only(AttentionView(AttentionKind.DECODER, maps, ["a", "b", "c"], keys, mask))
+    assert found.key_pieces == ["\u2581Le", "\u2581chat"] and found.mask.shape == (3, 2)
+    np.testing.assert_allclose(found.maps[0, 0, 0], [0.5, 0.5])  # the content's shares, renormalised
+    assert np.isnan(found.maps[0, 0, 1]).all()  # a row that looked only at sinks has nothing left to show
+    np.testing.assert_allclose(found.maps[0, 0, 2], [1.0, 0.0])  # a masked key stays at 0
+    plain = AttentionView(AttentionKind.ENCODER, maps[..., :2], ["a", "b", "c"], keys[:2], None)
+    assert content_only(plain) is plain  # nothing to drop

@@ -263,6 +263,21 @@ def test_attention_page_views(explorer, reference):
     assert np.allclose(flow, expected, atol=1e-6) and not np.allclose(flow, rollout, atol=1e-3)
 
 
+def test_attention_maps_content_only_drops_the_sinks_and_the_link_keeps_it(explorer):
+    at = explorer.switch_page("pages/attention.py").run()
+    full = figure(at, 0)
+    at.toggle(key="widget_attention_content").set_value(True).run()
+    assert not at.exception
+    content = figure(at, 0)
+    assert "content only" in content["layout"]["title"]["text"]
+    assert "&lt;/s&gt;" in full["data"][0]["x"] and "&lt;/s&gt;" not in content["data"][0]["x"]
+    assert len(content["data"][0]["x"]) < len(full["data"][0]["x"])
+    weights = array(content["data"][0]["z"])
+    rows = ~np.isnan(weights).all(axis=-1)
+    np.testing.assert_allclose(np.nansum(weights[rows], axis=-1), 1, atol=1e-4)
+    assert at.query_params.get("content") in ("1", ["1"])
+
+
 def test_attention_page_follows_the_step_and_merges_words(explorer, reference):
     at = step_action(explorer, name="attention", step=2)
     at.radio(key="widget_kind").set_value("decoder").run()

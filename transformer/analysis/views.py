@@ -6,7 +6,8 @@ same on one head's map, a layer's heads or the whole model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import unicodedata
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -66,3 +67,28 @@ def _query_labels(queries: list[str], produced: list[str] | None) -> list[str]:
     """A decoder row is labelled by its input and the token it produces ("en → robe"): read by its input
     alone, row "en" looking at "dress" seems shifted by one, though it is producing "robe"."""
     return queries if produced is None else [produced_label(query, output) for query, output in zip(queries, produced)]
+
+
+SINK_PIECES = ("</s>", "<s>", "<pad>")  # the special tokens heads park their weight on (attention sinks)
+
+
+def is_sink(piece: str) -> bool:
+    """A special token or a piece (or word) of punctuation alone: where heads park weight they do not use."""
+    text = piece.replace("\u2581", "").replace("·", "").strip()
+    return piece in SINK_PIECES or (bool(text) and all(unicodedata.category(c).startswith("P") for c in text))
+
+
+def content_only(view: AttentionView) -> AttentionView:
+    """The view without its sink keys (`</s>`, `<s>` and punctuation), each row renormalised over the keys left: a
+    row with nothing left is NaN (drawn grey). The same view where every key is content."""
+    kept = [index for index, piece in enumerate(view.key_pieces) if not is_sink(piece)]
+    if len(kept) == len(view.key_pieces):
+        return view
+    maps = view.maps[..., kept].astype(np.float64)
+    if view.mask is not None:
+        maps = np.where(view.mask[:, kept], 0.0, maps)
+    totals = maps.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        maps = np.where(totals > 0, maps / totals, np.nan).astype(np.float32)
+    mask = None if view.mask is None else view.mask[:, kept]
+    return replace(view, maps=maps, key_pieces=[view.key_pieces[i] for i in kept], mask=mask)

@@ -135,6 +135,7 @@ KEYS: dict[str, Key] = {
     "presentation": Key(bool, None, "presentation mode"),
     "lens": Key(str, None, "the lens the step view opens with (logit or tuned), as a link named it"),
     "attention_fit": Key(bool, None, "the Attention maps page's colours fitted to the weights drawn"),
+    "attention_content": Key(bool, None, "the Attention maps page's maps without sink keys (</s>, <s>, punctuation)"),
     "sidebar_collapsed": Key(bool, None, "presentation mode collapsed the sidebar (once: it may be reopened)"),
     "target": Key(str, None, "the translation given for teacher forcing"),
     "tf_layer": Key(int, None, "the layer teacher forcing draws (1-based, its slider), a textbook example's"),

@@ -54,9 +54,10 @@ def read_url_once(checkpoints: dict) -> None:
         st.session_state.view = params["view"]
     if params.get("lens") in ("logit", "tuned"):
         st.session_state.lens = params["lens"]
-    fitted = link_flag("fit")
-    if fitted is not None:
-        st.session_state.attention_fit = fitted
+    for name, key in (("fit", "attention_fit"), ("content", "attention_content")):
+        flag = link_flag(name)
+        if flag is not None:
+            st.session_state[key] = flag
     for name in ("words", "presentation"):
         flag = link_flag(name)
         if flag is not None:
@@ -158,8 +159,9 @@ def write_url(page: dict[str, str] | None = None) -> None:
     if state.get("view", "head") != "head":
         params["view"] = state.view
     params |= {name: "1" for name in ("words", "presentation") if state.get(name)}
-    if state.get("attention_fit"):
-        params["fit"] = "1"
+    params |= {
+        name: "1" for name, key in (("fit", "attention_fit"), ("content", "attention_content")) if state.get(key)
+    }
     if state.get("lens") == "tuned":  # the lens a link opened with (the step view writes the visitor's own)
         params["lens"] = "tuned"
     for name in ("step", "layer", "head"):
