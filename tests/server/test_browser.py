@@ -389,6 +389,23 @@ def test_the_beam_tree_on_a_projector_is_readable_scrolls_and_opens_a_branch_in_
     assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= 768  # the branch and the way back
 
 
+def test_the_beam_tree_of_a_short_output_fits_a_projector_without_scrolling(server, browser):
+    """The tree of "I love you." (six steps, beam 4) scrolled sideways at 1024x768 in presentation mode: its boxes were
+    made for ten characters whatever the labels (tried as a new user would)."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/?strategy=beam&beam_width=4&presentation=1&text=I+love+you.")
+    wait_for_step_view(page, 1)
+    wait_idle(page)
+    page.locator(".tree").first.wait_for(state="attached")
+    fit = page.evaluate(
+        f"() => {{ const s = {PLAYER}.querySelector('.tree-scroller'); return [s.scrollWidth, s.clientWidth]; }}"
+    )
+    assert fit[0] <= fit[1], f"the tree is {fit[0]} px wide in a {fit[1]} px box: it scrolls"
+    tree = page.evaluate(TREE_BOX)
+    assert tree["lastInView"] and tree["nowInView"]
+    assert page.evaluate(SMALL_TEXT) == []
+
+
 def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_step(server, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     sent = count_frames_sent(page)

@@ -148,6 +148,7 @@ function drawLens(box, data, step, go, state) {
 const TREE = { column: 98, row: 26, box: 84, top: 22, left: 4, bars: 60, caption: 18, node: 20, text: 14, step: 13 };
 const TREE_PROJECTOR_SCALE = 1.5;
 const TREE_LABEL_CHARACTERS = 10; // a longer hypothesis' piece is cut, whole in its hover text
+const TREE_MIN_BOX = 40; // px at 12 px text: room for a step's number above a one-character box
 const TREE_ALL_UNDER = 150; // nodes: a larger search opens with its dropped hypotheses folded away
 
 // A beam search as a tree: a column per step, each hypothesis kept (in the beam's order) then those finished there;
@@ -173,7 +174,13 @@ function drawTree(box, beam, step, choose, scale) {
   const shown = beam.step.map((_, i) => showAll.checked || !beam.dropped[i]);
   const steps = Math.max(...beam.step) + 1;
   const rows = Math.max(...beam.slot.filter((_, i) => shown[i])) + 1; // no empty rows where folded ones were
-  const G = Object.fromEntries(Object.entries(TREE).map(([name, px]) => [name, px * scale]));
+  // Boxes as wide as the longest label shown needs (7 px a character at 12 px, "■ " included): a short output's tree
+  // then fits a projector's width, where boxes made for ten characters scrolled "I love you."'s six steps sideways.
+  const characters = Math.max(...beam.label.map((piece, i) => (shown[i]
+    ? Math.min(piece.length, TREE_LABEL_CHARACTERS) + (beam.finished[i] ? 2 : 0) : 0)));
+  const boxWidth = Math.min(TREE.box, Math.max(TREE_MIN_BOX, 10 + 7 * characters));
+  const sized = { ...TREE, box: boxWidth, column: boxWidth + TREE.column - TREE.box };
+  const G = Object.fromEntries(Object.entries(sized).map(([name, px]) => [name, px * scale]));
   const x = (t) => G.left + t * G.column;
   const y = (slot) => G.top + slot * G.row;
   const base = y(rows) + G.bars; // the P(</s>) bars stand on it
