@@ -155,3 +155,39 @@ def test_heads_on_the_command_line_writes_every_heads_row_and_translate_switches
     assert wrong.returncode == 2 and "this model has 2 cross layers of 4 heads" in wrong.stderr
     unreadable = run_cli("translate", "--checkpoint", str(REVERSE), "--input", str(src), "--heads-off", "cross-1")
     assert unreadable.returncode == 2 and "give KIND:LAYER:HEAD" in unreadable.stderr
+
+
+def test_synthetic_heads_get_the_roles_they_were_made_for():
+    from transformer.analysis.heads.roles import add_sentence, empty_counts
+
+    pieces = ["\u2581the", "\u2581red", "\u2581dog", "\u2581runs", "\u2581.", "</s>"]
+    size = len(pieces)
+    previous = np.eye(size, k=-1)
+    previous[0, 0] = 1.0  # the first token has no previous one: itself
+    sink = np.zeros((size, size))
+    sink[:, -1] = 1.0
+    rare = np.full((size, size), 0.1)
+    rare[:, 2] = 0.5  # "dog", the rarest piece here
+    counts = empty_counts(1, 3)
+    add_sentence(counts, np.stack([previous, sink, rare])[None], pieces, rarest=2)
+    shares = counts.offsets[0] / counts.tokens
+    assert shares[0].tolist() == [5 / 6, 1 / 6, 0.0]  # offset -1 for all but the first token
+    assert counts.confidence[0, 0] / counts.tokens == 1.0 and counts.sink[0, 1] / counts.tokens == 1.0
+    assert counts.sink[0, 0] / counts.tokens == pytest.approx(1 / 6)  # "." after "runs"
+    assert counts.rare[0].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_roles_of_the_reversal_models_heads_are_shares_and_cross_heads_have_no_positional_role():
+    from transformer.analysis.heads.roles import head_roles
+
+    checkpoint = load_checkpoint(REVERSE)
+    sources, references = reversal_sample(8)
+    roles = head_roles(
+        checkpoint.model, checkpoint.tokenizer, corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
+    )
+    table = importance_table(checkpoint.model, None, None, roles)
+    for column in ("confidence", "sink_share"):
+        assert table[column].between(0, 1).all(), column
+    cross = table[table.kind == "cross"]
+    assert cross.positional_share.isna().all() and table[table.kind != "cross"].positional_share.between(0, 1).all()
+    assert set(table.positional_offset.dropna()) <= {-1, 0, 1}

@@ -1,4 +1,5 @@
-"""`heads`: which heads the translations depend on, over a corpus sample (ablation and gradient importance)."""
+"""`heads`: which heads the translations depend on, over a corpus sample (ablation and gradient importance), and
+what each does (Voita et al.'s roles)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def cmd_heads(args: argparse.Namespace) -> int:
         gradient_importance,
         importance_table,
     )
+    from transformer.analysis.heads.roles import POSITIONAL_SHARE, head_roles
     from transformer.decoding.translate import translate_texts
     from transformer.io.export import csv_text
 
@@ -78,10 +80,12 @@ def cmd_heads(args: argparse.Namespace) -> int:
             f" ({len(sources)} sentences, against {'the references' if args.ref else 'its own greedy output'})",
             file=sys.stderr,
         )
+    corpus = corpus_of(
+        model, tokenizer, sources, references if args.ref else translate_texts(model, tokenizer, sources)
+    )
     if args.measure in ("gradient", "both"):
-        wanted = references if args.ref else translate_texts(model, tokenizer, sources)
-        gradient = gradient_importance(model, corpus_of(model, tokenizer, sources, wanted))
-    table = importance_table(model, ablation, gradient)
+        gradient = gradient_importance(model, corpus)
+    table = importance_table(model, ablation, gradient, head_roles(model, tokenizer, corpus))
     out = Path(args.out)
     if out.suffix == ".json":
         out.write_text(table.to_json(orient="records", indent=1), encoding="utf-8")
@@ -93,6 +97,9 @@ def cmd_heads(args: argparse.Namespace) -> int:
             for end, rows in (("most", ranked.head(SHOWN)), ("least", ranked.tail(SHOWN)[::-1])):
                 names = ", ".join(f"{r.kind} {r.layer}.{r.head} ({getattr(r, column):+.3f})" for r in rows.itertuples())
                 print(f"{end} important by {column}: {names}")
+    positional = table[table.positional_share >= POSITIONAL_SHARE]
+    names = ", ".join(f"{r.kind} {r.layer}.{r.head} ({r.positional_offset:+.0f})" for r in positional.itertuples())
+    print(f"positional (largest weight at one offset for {POSITIONAL_SHARE:.0%} of tokens or more): {names or 'none'}")
     print(f"wrote {out} ({len(table)} heads)", file=sys.stderr)
     return 0
 

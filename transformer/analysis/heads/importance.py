@@ -215,9 +215,13 @@ def ablation_importance(
 
 
 def importance_table(
-    model: Transformer, ablation: Ablation | None, gradient: dict[AttentionKind, np.ndarray] | None
+    model: Transformer,
+    ablation: Ablation | None,
+    gradient: dict[AttentionKind, np.ndarray] | None,
+    roles: object | None = None,
 ) -> pd.DataFrame:
-    """One row per head, as the app and the command line show them (layer and head 1-based)."""
+    """One row per head, as the app and the command line show them (layer and head 1-based); `roles`, a
+    roles.HeadRoles, adds its columns (empty where a role is not read for that kind)."""
     rows = []
     for kind, layer, head in every_head(model):
         row = {"kind": kind.value, "layer": layer + 1, "head": head + 1}
@@ -226,5 +230,9 @@ def importance_table(
             row |= {"ablation_bleu_delta": bleu, "ablation_chrf_delta": chrf, "ablation_logprob_delta": log_prob}
         if gradient is not None:
             row["gradient_importance"] = float(gradient[kind][layer, head])
+        for name in ("confidence", "positional_offset", "positional_share", "sink_share", "rare_share"):
+            found = None if roles is None else getattr(roles, name).get(kind)
+            if roles is not None:
+                row[name] = np.nan if found is None else found[layer, head].item()
         rows.append(row)
     return pd.DataFrame(rows)
