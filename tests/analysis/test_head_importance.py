@@ -89,7 +89,7 @@ def test_rows_of_different_heads_decoded_together_equal_each_head_switched_off_a
 def test_the_gradient_estimate_equals_finite_differences_of_the_loss_in_the_gate(tokenizer):
     torch.manual_seed(5)
     model = Transformer(tiny_config(tokenizer, dropout=0.0)).double().eval()
-    corpus = Corpus([[5, 9, 14, 3], [7, 11, 3]], [[12, 4, 3], [8, 3]], ["", ""])
+    corpus = Corpus([[5, 9, 14, 3], [7, 11, 3]], [[12, 4, 3], [8, 3]])
     found = gradient_importance(model, corpus, batch_size=2, per_layer_norm=False)
     eps = 1e-6
     for kind, layer, head in [

@@ -206,10 +206,7 @@ def value_weighted_attention(
 ) -> dict[AttentionKind, np.ndarray]:
     """Kobayashi et al.'s ||alpha_tj f_h(x_j)|| for every kind, layer and head, as shares of each row."""
     src, decoder_input = _inputs(model, src_ids, tgt_ids)
-    layers = {
-        kind: model.config.n_encoder_layers if kind.queries_from_source else model.config.n_decoder_layers
-        for kind in AttentionKind
-    }
+    layers = {kind: kind.layers(model.config) for kind in AttentionKind}
     probe = Probe(record_at=frozenset((kind, layer) for kind, count in layers.items() for layer in range(count)))
     with torch.inference_mode():
         model(src, decoder_input, probe=probe)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer.decoding.lens import LogitLens, guesses
-from transformer.decoding.result import source_ids
+from transformer.decoding.result import padded, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
 
@@ -70,11 +70,8 @@ def _batches(
         while end < len(pairs) and (end + 1 - start) * len(pairs[end][1]) <= tokens:
             end += 1
         chunk = pairs[start:end]
-        src = torch.full((len(chunk), max(len(s) for s, _ in chunk)), config.pad_id, dtype=torch.long)
-        tgt = torch.full((len(chunk), max(len(t) for _, t in chunk) + 1), config.pad_id, dtype=torch.long)
-        for row, (s, t) in enumerate(chunk):
-            src[row, : len(s)] = torch.tensor(s)
-            tgt[row, : len(t) + 1] = torch.tensor([config.start_id, *t])
+        src = padded([s for s, _ in chunk], config.pad_id)
+        tgt = padded([[config.start_id, *t] for _, t in chunk], config.pad_id)
         batches.append((src, tgt))
         start = end
     return batches

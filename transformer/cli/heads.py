@@ -36,9 +36,8 @@ def heads_off_probe(model, heads: list[tuple[AttentionKind, int, int]]) -> Probe
     if not heads:
         return None
     config = model.config
-    layers = {AttentionKind.ENCODER: config.n_encoder_layers}
     for kind, layer, head in heads:
-        count = layers.get(kind, config.n_decoder_layers)
+        count = kind.layers(config)
         if layer >= count or head >= config.n_heads:
             raise ValueError(
                 f"{kind.value}:{layer + 1}:{head + 1}: this model has {count} {kind.value} layers of {config.n_heads} heads"
@@ -59,11 +58,12 @@ def cmd_heads(args: argparse.Namespace) -> int:
 
     checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    sources = [line for line in read_lines(args.src) if line.strip()][: args.sentences]
+    sources = read_lines(args.src)
     if args.ref:
-        references = read_lines(args.ref)
-        pairs = [(s, r) for s, r in zip(read_lines(args.src), references) if s.strip() and r.strip()][: args.sentences]
+        pairs = [(s, r) for s, r in zip(sources, read_lines(args.ref)) if s.strip() and r.strip()][: args.sentences]
         sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    else:
+        sources = [line for line in sources if line.strip()][: args.sentences]
     if not sources:
         raise ValueError(f"{args.src} has no sentences")
     ablation = gradient = None
@@ -80,9 +80,9 @@ def cmd_heads(args: argparse.Namespace) -> int:
             f" ({len(sources)} sentences, against {'the references' if args.ref else 'its own greedy output'})",
             file=sys.stderr,
         )
-    corpus = corpus_of(
-        model, tokenizer, sources, references if args.ref else translate_texts(model, tokenizer, sources)
-    )
+    if not args.ref:  # the model's own greedy outputs, decoded once
+        references = ablation.intact if ablation is not None else translate_texts(model, tokenizer, sources)
+    corpus = corpus_of(model, tokenizer, sources, references)
     if args.measure in ("gradient", "both"):
         gradient = gradient_importance(model, corpus)
     table = importance_table(model, ablation, gradient, head_roles(model, tokenizer, corpus))

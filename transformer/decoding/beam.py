@@ -10,7 +10,7 @@ import torch
 from transformer.decoding.beam_tree import BeamTree, grow_tree
 from transformer.decoding.greedy import KeysSoFar, default_max_new_tokens, encode_source
 from transformer.decoding.lens import logit_lens
-from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, source_ids
+from transformer.decoding.result import DecodeResult, assemble, lower_triangle, model_device, padded, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
 
@@ -195,9 +195,7 @@ def beam_search_batch(
     """
     config = model.config
     device = model_device(model)
-    src = torch.full((len(sources), max(map(len, sources))), config.pad_id, dtype=torch.long, device=device)
-    for row, ids in enumerate(sources):
-        src[row, : len(ids)] = torch.tensor(ids, device=device)
+    src = padded(sources, config.pad_id, device)
     encoded, src_mask = encode_source(model, src, need_weights=False)
     memory = encoded.memory.repeat_interleave(width, 0)  # rows b*W .. b*W+W-1 are sentence b's hypotheses
     src_mask = src_mask.repeat_interleave(width, 0)

@@ -97,6 +97,14 @@ def model_device(model: Transformer) -> torch.device:
     return next(model.parameters()).device
 
 
+def padded(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Token id rows of different lengths as one (B, longest) batch, padded at the end."""
+    batch = torch.full((len(rows), max(map(len, rows))), pad_id, dtype=torch.long)
+    for row, ids in enumerate(rows):
+        batch[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+    return batch.to(device)
+
+
 def pieces_of(tokenizer: TokenizerBase, ids: Sequence[int]) -> list[str]:
     return [tokenizer.id_to_piece(i) for i in ids]
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
-
 from transformer.decoding.beam import beam_search_batch
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser, sampling_chooser
-from transformer.decoding.result import model_device, source_ids
+from transformer.decoding.result import model_device, padded, source_ids
 from transformer.decoding.settings import DecodeSettings
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.probes import Probe
@@ -65,12 +63,10 @@ def translate_texts(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         longest = max(len(sources[i]) for i in chunk)
-        src = torch.full((len(chunk), longest), pad, dtype=torch.long)
-        for row, i in enumerate(chunk):
-            src[row, : len(sources[i])] = torch.tensor(sources[i])
+        src = padded([sources[i] for i in chunk], pad, device)
         tokens = generate(
             model,
-            src.to(device),
+            src,
             limit(longest),
             choose,
             prefix=tokenizer.target_prefix_ids,

@@ -71,8 +71,8 @@ def read_header(data: bytes, require_metadata: bool = True, max_header_bytes: in
     return header
 
 
-def read_file_header(path: str | Path, require_metadata: bool = True) -> dict[str, Any]:
-    """The header of a checkpoint file, reading only its first bytes (for listing files without loading them)."""
+def _file_prefix(path: str | Path) -> bytes:
+    """A checkpoint file's first bytes: its 8-byte header length and the header (bounded), nothing of its body."""
     try:
         with open_regular(path) as file:
             prefix = file.read(8)
@@ -80,16 +80,20 @@ def read_file_header(path: str | Path, require_metadata: bool = True) -> dict[st
                 prefix += file.read(min(struct.unpack("<Q", prefix)[0], MAX_HEADER_BYTES + 1))
     except FileRefused as error:
         raise CheckpointError(str(error)) from None
-    return read_header(prefix, require_metadata)
+    return prefix
+
+
+def read_file_header(path: str | Path, require_metadata: bool = True) -> dict[str, Any]:
+    """The header of a checkpoint file, reading only its first bytes (for listing files without loading them)."""
+    return read_header(_file_prefix(path), require_metadata)
 
 
 def declared_size(path: str | Path) -> int:
     """The bytes a checkpoint file's header accounts for (8, the header, and its tensors' extents), from its first
     bytes alone: a file of any other size is damaged, and is refused before its body is read. CheckpointError for
     a header that cannot be read."""
-    header = read_file_header(path)
-    with open_regular(path) as file:
-        length = struct.unpack("<Q", file.read(8))[0]
+    prefix = _file_prefix(path)
+    header, length = read_header(prefix), struct.unpack("<Q", prefix[:8])[0]
     ends = [
         entry["data_offsets"][1]
         for name, entry in header.items()

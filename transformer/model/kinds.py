@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from torch import nn
 
+from transformer.model.config import TransformerConfig
+
 
 class AttentionKind(StrEnum):
     """Encoder self-attention, masked decoder self-attention, encoder-decoder (cross) attention.
@@ -39,6 +41,10 @@ class AttentionKind(StrEnum):
     def keys_from_source(self) -> bool:
         """Whether the keys are source positions (else the decoder input positions)."""
         return self is not AttentionKind.DECODER
+
+    def layers(self, config: TransformerConfig) -> int:
+        """How many layers of this kind the model has: the encoder's, else the decoder's."""
+        return config.n_encoder_layers if self is AttentionKind.ENCODER else config.n_decoder_layers
 
     def module(self, model: nn.Module, layer: int) -> nn.Module:
         """The model's attention module of this kind in the given layer."""

@@ -127,24 +127,24 @@ def language_name(code: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def language_label(code: str) -> str:
-    """A language chooser's entry, found by typing the name or the code: "German · deu_Latn". The name is the
-    language's and script's (mBART-50's regions, as in ar_AR, are not the language's country); a code that names no
-    language stays as it is."""
-    written = language_name(code)
+def language_display(code: str | None) -> str | None:
+    """A language code's name, its script's with it ("English" for en, "Chinese (Simplified)" for zho_Hans), or None
+    where it names no language. mBART-50's regions, as in ar_AR, are not the language's country: left out."""
+    written = language_name(code) if code else ""
     try:
         tag = langcodes.Language.get(written.replace("_", "-"))
     except (LookupError, ValueError):  # not a language tag at all
-        return written
+        return None
     if not tag.language or not tag.is_valid():
-        return written
-    return f"{langcodes.Language.make(language=tag.language, script=tag.script).display_name()} · {written}"
+        return None
+    return langcodes.Language.make(language=tag.language, script=tag.script).display_name()
 
 
-def language_display(code: str | None) -> str | None:
-    """A language code's name ("English" for en), or None where it names no language."""
-    label = language_label(code) if code else ""
-    return label.split(" · ")[0] if " · " in label else None
+def language_label(code: str) -> str:
+    """A language chooser's entry, found by typing the name or the code: "German · deu_Latn"; a code that names no
+    language stays as it is."""
+    name = language_display(code)
+    return language_name(code) if name is None else f"{name} · {language_name(code)}"
 
 
 def with_languages(opened: KeyedCheckpoint, source: str, target: str) -> KeyedCheckpoint:

@@ -17,6 +17,10 @@ from ui.state.keys import ATTENTION_VIEWS, MAX_CHARACTERS, SETTING_RANGES, SETTI
 T = TypeVar("T")
 
 
+# The Attention maps page's yes/no controls a link names, by parameter: fitted colours, content only.
+ATTENTION_FLAGS = {"fit": "attention_fit", "content": "attention_content"}
+
+
 def read_url_once(checkpoints: dict) -> None:
     """On a visitor's first run, take the view named in the URL (a shared link)."""
     if st.session_state.get("url_read"):
@@ -54,7 +58,7 @@ def read_url_once(checkpoints: dict) -> None:
         st.session_state.view = params["view"]
     if params.get("lens") in ("logit", "tuned"):
         st.session_state.lens = params["lens"]
-    for name, key in (("fit", "attention_fit"), ("content", "attention_content")):
+    for name, key in ATTENTION_FLAGS.items():
         flag = link_flag(name)
         if flag is not None:
             st.session_state[key] = flag
@@ -159,9 +163,7 @@ def write_url(page: dict[str, str] | None = None) -> None:
     if state.get("view", "head") != "head":
         params["view"] = state.view
     params |= {name: "1" for name in ("words", "presentation") if state.get(name)}
-    params |= {
-        name: "1" for name, key in (("fit", "attention_fit"), ("content", "attention_content")) if state.get(key)
-    }
+    params |= {name: "1" for name, key in ATTENTION_FLAGS.items() if state.get(key)}
     if state.get("lens") == "tuned":  # the lens a link opened with (the step view writes the visitor's own)
         params["lens"] = "tuned"
     for name in ("step", "layer", "head"):

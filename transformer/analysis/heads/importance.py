@@ -23,7 +23,7 @@ import sacrebleu
 import torch
 
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser
-from transformer.decoding.result import model_device, source_ids
+from transformer.decoding.result import model_device, padded, source_ids
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -40,12 +40,12 @@ class ImportanceStopped(Exception):
 def every_head(model: Transformer) -> list[Head]:
     """Every head of the model: the encoder's, then each decoder layer's self and cross heads."""
     config = model.config
-    heads = [
-        (AttentionKind.ENCODER, layer, h) for layer in range(config.n_encoder_layers) for h in range(config.n_heads)
+    return [
+        (kind, layer, h)
+        for kind in AttentionKind
+        for layer in range(kind.layers(config))
+        for h in range(config.n_heads)
     ]
-    for kind in (AttentionKind.DECODER, AttentionKind.CROSS):
-        heads += [(kind, layer, h) for layer in range(config.n_decoder_layers) for h in range(config.n_heads)]
-    return heads
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,6 @@ class Corpus:
 
     sources: list[list[int]]
     references: list[list[int]]
-    reference_texts: list[str]
 
 
 def corpus_of(
@@ -64,15 +63,7 @@ def corpus_of(
     return Corpus(
         [source_ids(tokenizer, text, limit)[0] for text in sources],
         [source_ids(tokenizer, text, limit, side="target")[0] for text in references],
-        list(references),
     )
-
-
-def _padded(rows: Sequence[list[int]], pad: int, device: torch.device) -> torch.Tensor:
-    batch = torch.full((len(rows), max(map(len, rows))), pad, dtype=torch.long)
-    for row, ids in enumerate(rows):
-        batch[row, : len(ids)] = torch.tensor(ids)
-    return batch.to(device)
 
 
 def reference_log_probs(
@@ -80,9 +71,9 @@ def reference_log_probs(
 ) -> torch.Tensor:
     """Each sentence's mean log-probability of its reference's tokens, teacher forced, (B,): one batched pass."""
     config, device = model.config, model_device(model)
-    src = _padded(sources, config.pad_id, device)
-    target = _padded(references, config.pad_id, device)
-    decoder_input = _padded([[config.start_id, *ids[:-1]] for ids in references], config.pad_id, device)
+    src = padded(sources, config.pad_id, device)
+    target = padded(references, config.pad_id, device)
+    decoder_input = padded([[config.start_id, *ids[:-1]] for ids in references], config.pad_id, device)
     log_probs = model(src, decoder_input, probe=probe).log_probs.gather(-1, target[..., None])[..., 0]
     real = (target != config.pad_id).to(log_probs.dtype)
     return (log_probs * real).sum(-1) / real.sum(-1)
@@ -96,11 +87,7 @@ def gradient_importance(
     if model.training:
         raise ValueError("head importance needs the model in eval mode (dropout changes the loss)")
     config, device = model.config, model_device(model)
-    layers = {
-        AttentionKind.ENCODER: config.n_encoder_layers,
-        AttentionKind.DECODER: config.n_decoder_layers,
-        AttentionKind.CROSS: config.n_decoder_layers,
-    }
+    layers = {kind: kind.layers(config) for kind in AttentionKind}
     totals = {kind: torch.zeros(count, config.n_heads, dtype=torch.float64) for kind, count in layers.items()}
     for start in range(0, len(corpus.sources), batch_size):
         sources = corpus.sources[start : start + batch_size]
@@ -130,6 +117,7 @@ class Ablation:
     chrf: float
     log_prob: float  # mean over sentences of the mean log-probability of the reference's tokens
     deltas: dict[Head, tuple[float, float, float]]  # head -> (BLEU, chrF, log-probability), ablated minus intact
+    intact: list[str]  # the intact model's greedy outputs
 
 
 def scores(outputs: Sequence[str], references: Sequence[str]) -> tuple[float, float]:
@@ -172,7 +160,7 @@ def ablated_rows(
         sources = [corpus.sources[s] for _, s in chunk]
         probe = ablating_gates(model, [heads[h] for h, _ in chunk], device)
         limit = default_max_new_tokens(model, max(map(len, sources)))
-        src = _padded(sources, config.pad_id, device)
+        src = padded(sources, config.pad_id, device)
         tokens = generate(
             model, src, limit, greedy_chooser, prefix=tokenizer.target_prefix_ids, probe=probe, tokens_only=True
         ).tokens
@@ -211,7 +199,7 @@ def ablation_importance(
     for head, (outputs, log_probs) in found.items():
         ablated_bleu, ablated_chrf = scores(outputs, references)
         deltas[head] = (ablated_bleu - bleu, ablated_chrf - chrf, float(np.mean(log_probs)) - log_prob)
-    return Ablation(bleu, chrf, log_prob, deltas)
+    return Ablation(bleu, chrf, log_prob, deltas, intact)
 
 
 def importance_table(

@@ -90,12 +90,7 @@ def rarest_piece(tokenizer: TokenizerBase, ids: Sequence[int]) -> int | None:
 def head_roles(model: Transformer, tokenizer: TokenizerBase, corpus: Corpus) -> HeadRoles:
     """Each head's roles over the sample: one teacher-forced pass per sentence pair, every map recorded."""
     config = model.config
-    layers = {
-        AttentionKind.ENCODER: config.n_encoder_layers,
-        AttentionKind.DECODER: config.n_decoder_layers,
-        AttentionKind.CROSS: config.n_decoder_layers,
-    }
-    counts = {kind: empty_counts(n, config.n_heads) for kind, n in layers.items()}
+    counts = {kind: empty_counts(kind.layers(config), config.n_heads) for kind in AttentionKind}
     read_rarity = rarest_piece(tokenizer, corpus.sources[0]) is not None if corpus.sources else False
     for src_ids, tgt_ids in zip(corpus.sources, corpus.references, strict=True):
         result = teacher_force_ids(model, tokenizer, src_ids, tgt_ids)
