@@ -4,7 +4,8 @@ import numpy as np
 import streamlit as st
 
 from transformer.analysis.heads.statistics import js_divergence
-from transformer.analysis.views import attention_view
+from transformer.analysis.views import attention_view, matching_rows
+from transformer.text.pieces import readable_label
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import checkpoints, models
@@ -40,21 +41,26 @@ columns = st.columns(2)
 columns[0].markdown(f"**{literal(explored.checkpoint_name)}** · {literal(first.text)}")
 columns[1].markdown(f"**{literal(other_name)}** · {literal(other_free.text)}")
 
-if not other.tokenizer.same_as(explored.checkpoint.tokenizer):
-    st.warning(
-        "These checkpoints have different tokenizers: their tokens, and so their attention maps, do not "
-        "line up. Only the outputs above can be compared."
+same_tokens = other.tokenizer.same_as(explored.checkpoint.tokenizer)
+if same_tokens:  # the same tokens on both sides: the second model is run (teacher-forced) on the first one's output
+    second = models.teacher_force_ids_cached(
+        other, other_key, tuple(first.src_ids), tuple(first.tgt_ids), first.truncated
     )
-    st.stop()
-# The same tokens on both sides: the second model is run (teacher-forced) on the first one's output.
-second = models.teacher_force_ids_cached(other, other_key, tuple(first.src_ids), tuple(first.tgt_ids), first.truncated)
-st.caption(
-    f"Maps below: {literal(other_name)} is run on the output of {literal(explored.checkpoint_name)} "
-    "(teacher forcing), so both maps have the same rows and columns."
-)
+    st.caption(
+        f"Maps below: {literal(other_name)} is run on the output of {literal(explored.checkpoint_name)} "
+        "(teacher forcing), so both maps have the same rows and columns."
+    )
+else:  # each reads the text in its own pieces: compared over the words they make of it
+    second = models.teacher_force_cached(other, other_key, explored.text, first.text)
+    st.caption(
+        f"These checkpoints have different tokenizers, so each reads the sentence in its own pieces: both maps are "
+        f"drawn over words (a word's pieces merged), {literal(other_name)} run on the output of "
+        f"{literal(explored.checkpoint_name)} (teacher forcing)."
+    )
 kind, layer, head = kind_layer_head(first)
-words = words_toggle()
+words = words_toggle() if same_tokens else True
 view_a, view_b = attention_view(first, kind, words=words), attention_view(second, kind, words=words)
+rows = list(range(len(view_a.query_pieces))) if same_tokens else matching_rows(view_a, view_b)
 layers = min(view_a.maps.shape[0], view_b.maps.shape[0])
 heads = min(view_a.maps.shape[1], view_b.maps.shape[1])
 if (view_a.maps.shape[:2]) != (view_b.maps.shape[:2]):
@@ -83,14 +89,26 @@ with columns[1]:
         ),
         key="cmp_b",
     )
+if rows is None:
+    st.info(
+        "The two tokenizers make different words of this text (the first's: "
+        f"{literal(' '.join(readable_label(k) for k in view_a.key_pieces))}; the second's: "
+        f"{literal(' '.join(readable_label(k) for k in view_b.key_pieces))}), so their maps are not compared cell by "
+        "cell."
+    )
+    url.write_url({"with": other_name})
+    st.stop()
+if len(rows) < len(view_a.query_pieces):
+    st.caption(f"The difference and divergence below are over the {len(rows)} rows that read the same word in both.")
+query_labels = [view_a.query_pieces[row] for row in rows]
 columns = st.columns(2)
 with columns[0]:
-    difference = view_a.maps[layer, head] - view_b.maps[layer, head]
+    difference = view_a.maps[layer, head][rows] - view_b.maps[layer, head][rows]
     show(
-        matrix_heatmap(difference, "difference (first − second)", view_a.query_pieces, view_a.key_pieces),
+        matrix_heatmap(difference, "difference (first − second)", query_labels, view_a.key_pieces),
         key="cmp_diff",
     )
-divergence = js_divergence(view_a.maps[:layers, :heads], view_b.maps[:layers, :heads])
+divergence = js_divergence(view_a.maps[:layers, :heads, rows], view_b.maps[:layers, :heads, rows])
 # Natural log: the divergence runs from 0 (the same rows) to ln 2 (disjoint), and so does the colour scale.
 figure = matrix_heatmap(
     divergence,

@@ -59,6 +59,7 @@ else:  # a decoder row is a decoding step: the shared one, so the explorer, the 
 inputs = models.sublayer_inputs_cached(checkpoint, explored.identity, kind.value, layer)
 stages = attention_stages(inputs, head)
 d_k = config.d_head
+WEIGHT_ROWS_SHOWN = 32  # rows of a d_model × d_k weight drawn by default: a 512-row one took several screens
 
 
 def scaled_title(module: MultiHeadAttention, biased: bool, d_k: int) -> str:
@@ -91,10 +92,17 @@ with right:
         draw(inputs.context, "C (encoder output)", keys, highlight=False)
     else:
         st.info("Self-attention: keys and values come from X itself (C = X).")
+url.from_link("walk_whole_weights", "weights", [True, False], lambda whole: "whole" if whole else "slice")
+whole_weights = config.d_model <= WEIGHT_ROWS_SHOWN or st.toggle(
+    f"Whole weight matrices (all {config.d_model} rows each; a readable slice otherwise)", key="walk_whole_weights"
+)
 columns = st.columns(3)
 for column, (name, weight) in zip(columns, (("W_Q", stages.w_query), ("W_K", stages.w_key), ("W_V", stages.w_value))):
     with column:
-        draw(weight, f"{name} of head {head + 1} (d_model × d_k)", None, highlight=False)
+        shown, part = (
+            (weight, "") if whole_weights else (weight[:WEIGHT_ROWS_SHOWN], f", first {WEIGHT_ROWS_SHOWN} rows")
+        )
+        draw(shown, f"{name} of head {head + 1} (d_model × d_k{part})", None, highlight=False)
 columns = st.columns(3)
 with columns[0]:
     draw(stages.query, "Q = X W_Q", queries)
@@ -137,4 +145,4 @@ if output_gap < 1e-4 and p_attn_gap < 1e-4:
     )
 else:
     st.error(f"Mismatch with the model: output differs by {output_gap:.3g}, p_attn by {p_attn_gap:.3g}.")
-url.write_url()
+url.write_url({"weights": "whole"} if config.d_model > WEIGHT_ROWS_SHOWN and whole_weights else None)

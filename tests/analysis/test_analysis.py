@@ -152,3 +152,18 @@ def test_content_only_drops_the_sink_keys_and_renormalises_each_row():
     np.testing.assert_allclose(found.maps[0, 0, 2], [1.0, 0.0])  # a masked key stays at 0
     plain = AttentionView(AttentionKind.ENCODER, maps[..., :2], ["a", "b", "c"], keys[:2], None)
     assert content_only(plain) is plain  # nothing to drop
+
+
+def test_matching_rows_pairs_the_rows_that_read_the_same_word_over_the_same_keys():
+    from transformer.analysis.views import AttentionView, matching_rows
+
+    maps = np.full((1, 1, 3, 2), 0.5, dtype=np.float32)
+
+    def view(queries, keys):
+        return AttentionView(AttentionKind.CROSS, maps, queries, keys, None)
+
+    first = view(["<s>→▁Le", "▁Le→▁chat", "▁chat→</s>"], ["▁The", "▁cat"])
+    assert matching_rows(first, view(["<s>→▁Le", "▁Le→▁chien", "▁chien→</s>"], ["▁The", "▁cat"])) == [0]
+    assert matching_rows(first, first) == [0, 1, 2]
+    assert matching_rows(first, view(first.query_pieces, ["▁The", "▁dog"])) is None  # other keys: no row compares
+    assert matching_rows(first, view(first.query_pieces[:2], first.key_pieces)) is None

@@ -388,6 +388,21 @@ def test_computation_page_matches_the_model_for_every_layer_and_head(explorer):
             assert at.success and at.success[0].value.startswith("The numbers match"), (kind, layer, head)
 
 
+def test_the_weight_matrices_show_a_readable_slice_and_the_whole_on_demand(explorer):
+    """Each d_model × d_k weight was drawn whole (256 rows, 900 px, several projector screens): a slice of 32 rows
+    by default, every row with the toggle, which the link carries."""
+    at = explorer.switch_page("pages/computation.py").run()
+    titles = {index: figure(at, index)["layout"]["title"]["text"] for index in range(len(at.get("plotly_chart")))}
+    weights = [index for index, title in titles.items() if title.startswith("W_")]
+    assert len(weights) == 3
+    for index in weights:
+        assert figure(at, index)["data"][0]["z"]["shape"] == "32, 32" and "first 32 rows" in titles[index]
+    at.toggle(key="walk_whole_weights").set_value(True).run()
+    for index in weights:
+        assert figure(at, index)["data"][0]["z"]["shape"] == "256, 32", titles[index]
+    assert at.query_params["weights"] == "whole"
+
+
 def test_presentation_mode_enlarges_figures(explorer):
     explorer.toggle(key="widget_presentation").set_value(True).run()
     assert step_view(explorer)["presentation"]

@@ -27,7 +27,9 @@ from helpers import (
     with_metadata,
 )
 
-from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_cost
+from transformer.analysis.views import attention_view
+from transformer.decoding.forcing import teacher_force
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint, load_cost
 from transformer.io.header import read_header
 from ui.players.packing import unpacked
 from ui.services.uploads import upload_cost
@@ -243,12 +245,36 @@ def test_compare_shows_where_an_early_snapshot_differs():
     assert np.allclose(difference, first - second, atol=1e-5)
 
 
-def test_compare_with_another_tokenizer_compares_only_outputs():
+def test_compare_with_another_tokenizer_draws_both_models_maps_over_words():
+    """With different tokenizers the page showed the outputs only: each model's maps are drawn over words (its own
+    pieces merged), the difference and each head's divergence where the words match."""
+    at = start().switch_page("pages/compare.py").run()
+    at.selectbox(key="compare_with").set_value("en-fr-captions").run()
+    assert not at.exception
+    assert any("different tokenizers" in c.value for c in at.caption)
+    first, second, difference, divergence = (figure(at, index) for index in range(4))
+    assert first["data"][0]["y"] == second["data"][0]["y"] and first["data"][0]["x"] == second["data"][0]["x"]
+    assert "sleeping" in first["data"][0]["x"] and "chat" in " ".join(first["data"][0]["y"])  # words, not pieces
+    assert np.allclose(
+        array(difference["data"][0]["z"]), array(first["data"][0]["z"]) - array(second["data"][0]["z"]), atol=1e-5
+    )
+    assert array(divergence["data"][0]["z"]).shape == (3, 8)
+    # the second model's map is its own, merged from its own pieces: the same as its word view of its teacher forcing
+    captions = load_checkpoint(REPO / "checkpoints" / "en-fr-captions.safetensors")
+    forced = teacher_force(
+        captions.model, captions.tokenizer, at.session_state["applied_text"], at.session_state["result"].text
+    )
+    layer, head = map(int, re.search(r"layer (\d+), head (\d+)", second["layout"]["title"]["text"]).groups())
+    expected = attention_view(forced, "cross", words=True).maps[layer - 1, head - 1]
+    assert np.allclose(array(second["data"][0]["z"]), expected, atol=1e-5)
+
+
+def test_compare_with_a_tokenizer_that_makes_other_words_says_so():
     at = start().switch_page("pages/compare.py").run()
     at.selectbox(key="compare_with").set_value("reverse").run()
     assert not at.exception
-    assert any("different tokenizers" in w.value for w in at.warning)
-    assert len(at.get("plotly_chart")) == 0
+    assert len(at.get("plotly_chart")) == 2  # each model's map; no cell-by-cell difference of different words
+    assert any("make different words of this text" in i.value for i in at.info)
 
 
 def test_head_statistics_and_ablation_change_the_output():

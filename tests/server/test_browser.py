@@ -698,6 +698,12 @@ def test_the_beam_tree_stays_readable_and_a_hypothesis_opens_as_a_branch(server,
 EPOCH_CAPTION = f"{PLAYER}?.querySelector('.epochs .caption b')?.textContent"
 EPOCH_MAP = f"{PLAYER}?.querySelector('.epoch-map .map-title')?.textContent"
 SNAPSHOTS = load_timeline(timeline_path(DEFAULT_CHECKPOINT)).snapshots  # the shipped timeline's, in order
+# The height from the player's controls to the bottom of its map, and the screen's below the app's header.
+CONTROLS_TO_MAP = f"""() => {{
+  const top = {PLAYER}.querySelector('.controls').getBoundingClientRect().top;
+  const header = document.querySelector('[data-testid="stHeader"]').getBoundingClientRect().bottom;
+  return [{PLAYER}.querySelector('.epoch-map').getBoundingClientRect().bottom - top, innerHeight - header];
+}}"""
 
 
 @pytest.mark.parametrize(
@@ -710,6 +716,9 @@ def test_how_it_learned_steps_and_plays_epochs_in_the_browser(server, browser, s
     page.wait_for_function(f"{EPOCH_CAPTION} === 'epoch 1'")
     wait_idle(page)
     assert page.evaluate(EPOCH_MAP).startswith("epoch 1 · encoder-decoder attention, layer 3, head 2")
+    if presentation:  # the controls and the map they step on one projector screen (the map was 130 px below it)
+        player_height, screen_height = page.evaluate(CONTROLS_TO_MAP)
+        assert player_height <= screen_height
     page.wait_for_timeout(500)
     before = len(sent)
     page.get_by_role("button", name="Next ›").click()

@@ -14,7 +14,7 @@ import numpy as np
 from transformer.analysis.words import merge_words, word_labels, word_spans
 from transformer.decoding.result import DecodeResult
 from transformer.model.kinds import AttentionKind
-from transformer.text.pieces import produced_label
+from transformer.text.pieces import produced_label, readable_label
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,20 @@ def _query_labels(queries: list[str], produced: list[str] | None) -> list[str]:
     """A decoder row is labelled by its input and the token it produces ("en → robe"): read by its input
     alone, row "en" looking at "dress" seems shifted by one, though it is producing "robe"."""
     return queries if produced is None else [produced_label(query, output) for query, output in zip(queries, produced)]
+
+
+def matching_rows(first: AttentionView, second: AttentionView) -> list[int] | None:
+    """The rows at which two views over words (two models with different tokenizers, the same text) read the same
+    word, where their keys are the same words; None where the keys differ or the rows do not pair up, so that no
+    row is compared with another word's."""
+
+    def words(labels: list[str]) -> list[str]:
+        return [readable_label(label) for label in labels]
+
+    if words(first.key_pieces) != words(second.key_pieces) or len(first.query_pieces) != len(second.query_pieces):
+        return None
+    pairs = zip(words(first.query_pieces), words(second.query_pieces))
+    return [row for row, (a, b) in enumerate(pairs) if a == b]
 
 
 SINK_PIECES = ("</s>", "<s>", "<pad>")  # the special tokens heads park their weight on (attention sinks)

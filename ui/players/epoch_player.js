@@ -111,10 +111,10 @@ export default function (component) {
   const body = element("div", "epoch-body");
   const left = element("div", "epoch-left");
   const right = element("div", "epoch-right");
-  left.append(view, mapBox);
+  left.append(view, mapBox, outputs, probs);  // the map right below the controls: both on one projector screen
   right.append(heads, curves);
   body.append(left, right);
-  root.append(stepper.controls, stepper.slider, marks, caption, outputs, probs, body, lens);
+  root.append(stepper.controls, stepper.slider, marks, caption, body, lens);
   parentElement.querySelector(".player")?.remove();
   parentElement.append(root);
 
