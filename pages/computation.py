@@ -99,10 +99,9 @@ whole_weights = config.d_model <= WEIGHT_ROWS_SHOWN or st.toggle(
 columns = st.columns(3)
 for column, (name, weight) in zip(columns, (("W_Q", stages.w_query), ("W_K", stages.w_key), ("W_V", stages.w_value))):
     with column:
-        shown, part = (
-            (weight, "") if whole_weights else (weight[:WEIGHT_ROWS_SHOWN], f", first {WEIGHT_ROWS_SHOWN} rows")
-        )
-        draw(shown, f"{name} of head {head + 1} (d_model × d_k{part})", None, highlight=False)
+        whole = (weight, " (d_model × d_k)")  # a slice's title says its rows, short enough for a third of the width
+        shown, part = whole if whole_weights else (weight[:WEIGHT_ROWS_SHOWN], f", rows 0–{WEIGHT_ROWS_SHOWN - 1}")
+        draw(shown, f"{name} of head {head + 1}{part}", None, highlight=False)
 columns = st.columns(3)
 with columns[0]:
     draw(stages.query, "Q = X W_Q", queries)

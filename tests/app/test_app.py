@@ -396,7 +396,7 @@ def test_the_weight_matrices_show_a_readable_slice_and_the_whole_on_demand(explo
     weights = [index for index, title in titles.items() if title.startswith("W_")]
     assert len(weights) == 3
     for index in weights:
-        assert figure(at, index)["data"][0]["z"]["shape"] == "32, 32" and "first 32 rows" in titles[index]
+        assert figure(at, index)["data"][0]["z"]["shape"] == "32, 32" and "rows 0–31" in titles[index]
     at.toggle(key="walk_whole_weights").set_value(True).run()
     for index in weights:
         assert figure(at, index)["data"][0]["z"]["shape"] == "256, 32", titles[index]
