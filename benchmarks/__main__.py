@@ -1,4 +1,4 @@
-"""python -m benchmarks [--quick | --smoke] [--no-browser] [--sentences FILE]: every figure of the performance table,
+"""python -m benchmarks [--quick | --smoke] [--no-browser] [--sentences FILE] [--treebank FILE]: every figure of the performance table,
 with its baseline, each row printed as it is measured."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, step_view_row
-from .attribution_speed import attribution_row, contributions_row, flow_row, head_importance_rows
+from .attribution_speed import attribution_row, contributions_row, flow_row, head_importance_rows, syntax_row
 from .model_speed import (
     Row,
     batched_beam_row,
@@ -27,7 +27,9 @@ from .report_speed import report_rows
 from .training_step import GENERAL, training_step_rows
 
 MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
+UD_DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "ud" / "en_ewt-ud-dev.conllu.gz"
 BEAM_SENTENCES = 200
+TREEBANK_SENTENCES = 2000
 
 
 def main() -> None:
@@ -43,6 +45,9 @@ def main() -> None:
         default=MULTI30K_VALIDATION,
         help="English sentences, one a line (plain or gzip), for the batched beam row",
     )
+    parser.add_argument(
+        "--treebank", type=Path, default=UD_DEV, help="gold parses (CoNLL-U) for the syntactic heads' row"
+    )
     args = parser.parse_args()
     repeats = 1 if args.smoke else 3 if args.quick else 9
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
@@ -57,6 +62,10 @@ def main() -> None:
         rows.extend(head_importance_rows(checkpoint, sentences))
     else:
         print(f"{args.sentences} is missing: no batched beam row", flush=True)
+    if args.treebank.exists():
+        rows.append(syntax_row(checkpoint, args.treebank, 50 if args.smoke else TREEBANK_SENTENCES))
+    else:
+        print(f"{args.treebank} is missing: no syntactic heads' row", flush=True)
     rows.append(training_row(checkpoint, max(1 if args.smoke else 3, repeats // 2)))
     # The general recipe's model (a model of a few dimensions in the smoke run: that the rows run, not their figures)
     recipe = dataclasses.replace(GENERAL, d_model=32, n_heads=2, d_ff=64) if args.smoke else GENERAL

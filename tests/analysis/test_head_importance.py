@@ -21,9 +21,9 @@ from transformer.analysis.heads.importance import (
     corpus_of,
     every_head,
     gradient_importance,
-    importance_table,
     reference_log_probs,
 )
+from transformer.analysis.heads.table import head_table
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import CHECKPOINT_DIR, load_checkpoint
 from transformer.model.encoder_decoder import Transformer
@@ -70,20 +70,21 @@ def test_switching_a_head_off_equals_zeroing_its_columns_of_w_o_in_the_file(tmp_
         )
 
 
-def test_rows_of_different_heads_decoded_together_equal_each_head_switched_off_alone():
+def test_rows_of_different_heads_decoded_together_equal_each_set_of_heads_switched_off_alone():
     checkpoint = load_checkpoint(REVERSE)
     sources, references = reversal_sample(6, seed=2)
     heads = [(AttentionKind.CROSS, 0, 0), (AttentionKind.ENCODER, 1, 3), (AttentionKind.DECODER, 0, 1)]
     corpus = corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
+    sets = [frozenset({head}) for head in heads] + [frozenset(heads[:2]), frozenset(heads)]  # one head, or several
     with torch.inference_mode():
-        rows = ablated_rows(checkpoint.model, checkpoint.tokenizer, corpus, heads, 5, None, lambda: False)
-        for head in heads:
-            alone = Probe.ablating([head])
-            assert rows[head][0] == translate_texts(checkpoint.model, checkpoint.tokenizer, sources, probe=alone)
+        rows = ablated_rows(checkpoint.model, checkpoint.tokenizer, corpus, sets, 5, None, lambda: False)
+        for heads_off in sets:
+            alone = Probe.ablating(heads_off)
+            assert rows[heads_off][0] == translate_texts(checkpoint.model, checkpoint.tokenizer, sources, probe=alone)
             expected = reference_log_probs(checkpoint.model, corpus.sources, corpus.references, alone)
-            np.testing.assert_allclose(rows[head][1], expected.numpy(), atol=1e-5)
+            np.testing.assert_allclose(rows[heads_off][1], expected.numpy(), atol=1e-5)
         with pytest.raises(ImportanceStopped):
-            ablated_rows(checkpoint.model, checkpoint.tokenizer, corpus, heads, 5, None, lambda: True)
+            ablated_rows(checkpoint.model, checkpoint.tokenizer, corpus, sets, 5, None, lambda: True)
 
 
 def test_the_gradient_estimate_equals_finite_differences_of_the_loss_in_the_gate(tokenizer):
@@ -118,7 +119,7 @@ def test_on_the_reversal_model_both_measures_find_the_head_it_cannot_do_without(
     checkpoint = load_checkpoint(REVERSE)
     sources, references = reversal_sample(40)
     corpus = corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
-    table = importance_table(
+    table = head_table(
         checkpoint.model,
         ablation_importance(checkpoint.model, checkpoint.tokenizer, sources, references),
         gradient_importance(checkpoint.model, corpus),
@@ -185,9 +186,56 @@ def test_roles_of_the_reversal_models_heads_are_shares_and_cross_heads_have_no_p
     roles = head_roles(
         checkpoint.model, checkpoint.tokenizer, corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
     )
-    table = importance_table(checkpoint.model, None, None, roles)
+    table = head_table(checkpoint.model, None, None, roles)
     for column in ("confidence", "sink_share"):
         assert table[column].between(0, 1).all(), column
     cross = table[table.kind == "cross"]
     assert cross.positional_share.isna().all() and table[table.kind != "cross"].positional_share.between(0, 1).all()
     assert set(table.positional_offset.dropna()) <= {-1, 0, 1}
+
+
+def test_the_pruning_curves_points_are_the_models_with_those_heads_off_and_importance_orders_them():
+    from transformer.analysis.heads.importance import scores
+    from transformer.analysis.heads.pruning import LEAST_FIRST, MOST_FIRST, RANDOM, orders, pruning_curves, ranking_by
+
+    checkpoint = load_checkpoint(REVERSE)
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    sources, references = reversal_sample(16, seed=3)
+    ablation = ablation_importance(model, tokenizer, sources, references)
+    ranking = ranking_by({head: -delta[2] for head, delta in ablation.deltas.items()})
+    curves = {curve.order: curve for curve in pruning_curves(model, tokenizer, sources, references, ranking)}
+    assert set(curves) == {LEAST_FIRST, RANDOM, MOST_FIRST}
+    intact = scores(translate_texts(model, tokenizer, sources), references)[0]
+    for curve in curves.values():
+        assert curve.counts == (0, 2, 5, 7, 10, 12, 14) and curve.bleu[0] == intact  # 10 % ... 60 % of 24 heads
+        assert [len(heads) for heads in curve.heads_off] == list(curve.counts)
+    least, most = curves[LEAST_FIRST], curves[MOST_FIRST]
+    assert least.heads_off[1] == frozenset(ranking[-2:]) and most.heads_off[1] == frozenset(ranking[:2])
+    for point in range(1, 7):  # each point against the model decoding alone with those heads off
+        alone = translate_texts(model, tokenizer, sources, probe=Probe.ablating(least.heads_off[point]))
+        assert least.bleu[point] == pytest.approx(scores(alone, references)[0])
+    random_bleu = [
+        scores(translate_texts(model, tokenizer, sources, probe=Probe.ablating(order[:5])), references)[0]
+        for order in orders(ranking)[RANDOM]
+    ]
+    assert curves[RANDOM].bleu[2] == pytest.approx(np.mean(random_bleu))  # the mean of the three orders
+    assert most.bleu[1] < least.bleu[1]  # the two heads the task needs most matter more than the two it needs least
+    with pytest.raises(ValueError, match="every head"):
+        pruning_curves(model, tokenizer, sources, references, ranking[1:])
+
+
+def test_heads_command_prunes_and_writes_the_curve_beside_the_table(tmp_path):
+    sources, references = reversal_sample(8, seed=4)
+    src, ref, out = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "heads.csv"
+    src.write_text("\n".join(sources) + "\n")
+    ref.write_text("\n".join(references) + "\n")
+    args = ["heads", "--src", str(src), "--ref", str(ref), "--checkpoint", str(REVERSE), "--out", str(out), "--prune"]
+    done = run_cli(*args, "--measure", "gradient")
+    assert done.returncode == 0, done.stderr
+    assert "heads ranked by gradient" in done.stdout
+    curve = pd.read_csv(tmp_path / "heads.pruning.csv")
+    assert len(curve) == 21 and set(curve.order) == {"least important first", "random order", "most important first"}
+    last = curve[curve.order == "least important first"].iloc[-1]
+    assert last.heads_off == 14 and len(last.heads.split()) == 14 and last.share == pytest.approx(14 / 24)
+    refused = run_cli(*args, "--measure", "gradient", "--prune-by", "ablation")
+    assert refused.returncode == 2 and "--prune-by ablation needs --measure ablation or both" in refused.stderr

@@ -46,19 +46,55 @@ def heads_off_probe(model, heads: list[tuple[AttentionKind, int, int]]) -> Probe
 
 
 def cmd_heads(args: argparse.Namespace) -> int:
-    from transformer.analysis.heads.importance import (
-        ablation_importance,
-        corpus_of,
-        gradient_importance,
-        importance_table,
-    )
-    from transformer.analysis.heads.roles import POSITIONAL_SHARE, head_roles
-    from transformer.decoding.translate import translate_texts
+    from transformer.analysis.heads.survey import PHASES, survey_heads
+    from transformer.analysis.heads.syntax import read_treebank
     from transformer.io.export import csv_text
 
     checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
-    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    sources, references = read_sample(args)
+    ablation = args.measure in ("ablation", "both")
+    prune_by = (args.prune_by or ("ablation" if ablation else "gradient")) if args.prune else None
+    if prune_by == "ablation" and not ablation:
+        raise ValueError("--prune-by ablation needs --measure ablation or both")
+    treebank = read_treebank(args.treebank, args.treebank_sentences) if args.treebank else None
+    if args.treebank and not treebank:
+        raise ValueError(f"{args.treebank} has no sentences")
+
+    def progress(phase: str, done: int, total: int) -> None:
+        end = "\n" if done >= total else ""
+        print(f"\r{phase}: {done:,} of {total:,} {PHASES[phase]}", end=end, file=sys.stderr, flush=True)
+
+    survey = survey_heads(
+        checkpoint.model, checkpoint.tokenizer, sources, references, ablation, treebank, prune_by, progress
+    )
+    against = "the references" if survey.given_references else "its own greedy output"
+    chrf = f", chrF {survey.ablation.chrf:.2f}, mean log-probability {survey.ablation.log_prob:.3f}" if ablation else ""
+    print(f"intact: greedy BLEU {survey.bleu:.2f}{chrf} ({len(sources)} sentences, against {against})", file=sys.stderr)
+    table = survey.table
+    if args.measure == "ablation":
+        table = table.drop(columns="gradient_importance")
+    out = Path(args.out)
+    if out.suffix == ".json":
+        out.write_text(table.to_json(orient="records", indent=1), encoding="utf-8")
+    else:
+        out.write_text(csv_text(table, index=False), encoding="utf-8", newline="")
+    print_rankings(table)
+    if survey.syntax is not None:
+        print_syntax(survey.syntax)
+    if survey.curves is not None:
+        pruning = out.with_suffix(".pruning.csv")
+        frame = pruning_frame(survey.curves, len(table))
+        pruning.write_text(csv_text(frame, index=False), encoding="utf-8", newline="")
+        print_pruning(survey.curves, len(table), prune_by)
+        print(f"wrote {pruning} (the random order's heads are its first order's)", file=sys.stderr)
+    print(f"wrote {out} ({len(table)} heads)", file=sys.stderr)
+    return 0
+
+
+def read_sample(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
+    """--src's first --sentences non-blank lines, and --ref's beside them (pairs with a blank side left out)."""
     sources = read_lines(args.src)
+    references = None
     if args.ref:
         pairs = [(s, r) for s, r in zip(sources, read_lines(args.ref)) if s.strip() and r.strip()][: args.sentences]
         sources, references = [s for s, _ in pairs], [r for _, r in pairs]
@@ -66,31 +102,13 @@ def cmd_heads(args: argparse.Namespace) -> int:
         sources = [line for line in sources if line.strip()][: args.sentences]
     if not sources:
         raise ValueError(f"{args.src} has no sentences")
-    ablation = gradient = None
-    if args.measure in ("ablation", "both"):
+    return sources, references
 
-        def progress(done: int, total: int) -> None:
-            print(
-                f"\rablation: {done:,} of {total:,} rows (a head off, a sentence)", end="", file=sys.stderr, flush=True
-            )
 
-        ablation = ablation_importance(model, tokenizer, sources, references if args.ref else None, progress=progress)
-        print(
-            f"\nintact: BLEU {ablation.bleu:.2f}, chrF {ablation.chrf:.2f}, mean log-probability {ablation.log_prob:.3f}"
-            f" ({len(sources)} sentences, against {'the references' if args.ref else 'its own greedy output'})",
-            file=sys.stderr,
-        )
-    if not args.ref:  # the model's own greedy outputs, decoded once
-        references = ablation.intact if ablation is not None else translate_texts(model, tokenizer, sources)
-    corpus = corpus_of(model, tokenizer, sources, references)
-    if args.measure in ("gradient", "both"):
-        gradient = gradient_importance(model, corpus)
-    table = importance_table(model, ablation, gradient, head_roles(model, tokenizer, corpus))
-    out = Path(args.out)
-    if out.suffix == ".json":
-        out.write_text(table.to_json(orient="records", indent=1), encoding="utf-8")
-    else:
-        out.write_text(csv_text(table, index=False), encoding="utf-8", newline="")
+def print_rankings(table) -> None:
+    """The most and least important heads by each measure run, and the positional heads."""
+    from transformer.analysis.heads.roles import POSITIONAL_SHARE
+
     for column, ascending in (("ablation_logprob_delta", True), ("gradient_importance", False)):
         if column in table:
             ranked = table.sort_values(column, ascending=ascending)
@@ -100,8 +118,54 @@ def cmd_heads(args: argparse.Namespace) -> int:
     positional = table[table.positional_share >= POSITIONAL_SHARE]
     names = ", ".join(f"{r.kind} {r.layer}.{r.head} ({r.positional_offset:+.0f})" for r in positional.itertuples())
     print(f"positional (largest weight at one offset for {POSITIONAL_SHARE:.0%} of tokens or more): {names or 'none'}")
-    print(f"wrote {out} ({len(table)} heads)", file=sys.stderr)
-    return 0
+
+
+def pruning_frame(curves, total: int):
+    """Every point of every curve with its heads off (KIND:LAYER:HEAD, as --heads-off takes them)."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "order": curve.order,
+            "heads_off": count,
+            "share": count / total,
+            "bleu": curve.bleu[point],
+            "heads": " ".join(f"{k.value}:{layer + 1}:{head + 1}" for k, layer, head in sorted(curve.heads_off[point])),
+        }
+        for curve in curves
+        for point, count in enumerate(curve.counts)
+    )
+
+
+def print_pruning(curves, total: int, by: str) -> None:
+    print(f"pruning curve (BLEU of the greedy output; heads ranked by {by}):")
+    print("  heads off  " + "  ".join(f"{curve.order:>22}" for curve in curves))
+    for point, count in enumerate(curves[0].counts):
+        values = "  ".join(f"{curve.bleu[point]:>22.2f}" for curve in curves)
+        print(f"  {count:>3} ({count / total:>4.0%})  {values}")
+
+
+def print_syntax(syntax) -> None:
+    """Each relation and direction: its arcs, the positional baseline, the best encoder head; then the syntactic
+    heads (those beating a baseline by MARGIN)."""
+    from transformer.analysis.heads.syntax import MARGIN, READINGS
+
+    skipped = f", {syntax.skipped} longer than the model reads left out" if syntax.skipped else ""
+    print(f"syntactic accuracy over {syntax.sentences:,} treebank sentences{skipped} (encoder heads):")
+    for reading in READINGS:
+        accuracy = syntax.accuracy[reading]
+        layer, head = divmod(int(accuracy.argmax()), accuracy.shape[1])
+        print(
+            f"  {reading}: {syntax.arcs[reading]:,} arcs, positional baseline {syntax.baseline[reading]:.3f} "
+            f"(offset {syntax.baseline_offset[reading]:+d}), best head encoder {layer + 1}.{head + 1} "
+            f"{accuracy[layer, head]:.3f}"
+        )
+    found = syntax.syntactic()
+    names = ", ".join(
+        f"encoder {layer + 1}.{head + 1} {reading} ({acc:.3f} vs {base:.3f})"
+        for reading, layer, head, acc, base in found
+    )
+    print(f"syntactic (beating the positional baseline by {MARGIN:.0%} or more): {names or 'none'}")
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -114,5 +178,18 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     heads.add_argument("--ref", help="their references, line by line (default: the model's own greedy outputs)")
     heads.add_argument("--sentences", type=int, default=200, help="sentences from the top (default: %(default)s)")
     heads.add_argument("--measure", choices=["ablation", "gradient", "both"], default="both")
+    heads.add_argument(
+        "--treebank", help="gold parses (CoNLL-U, .gz accepted): each encoder head's syntactic accuracy, Voita et al.'s"
+    )
+    heads.add_argument(
+        "--treebank-sentences", type=int, default=2000, help="treebank sentences from the top (default: %(default)s)"
+    )
+    heads.add_argument(
+        "--prune",
+        action="store_true",
+        help="the pruning curve: 10%% of the heads off at a time up to 60%%, least important first, in random order "
+        "and most important first; written beside --out as NAME.pruning.csv",
+    )
+    heads.add_argument("--prune-by", choices=["ablation", "gradient"], help="the ranking (default: ablation if run)")
     heads.add_argument("--out", required=True, help="the table: .csv, or .json")
     heads.set_defaults(run=cmd_heads)

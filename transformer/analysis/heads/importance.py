@@ -18,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 import sacrebleu
 import torch
 
@@ -126,13 +125,15 @@ def scores(outputs: Sequence[str], references: Sequence[str]) -> tuple[float, fl
     ).score
 
 
-def ablating_gates(model: Transformer, heads: Sequence[Head], device: torch.device) -> Probe:
-    """A probe switching off, in each row of a batch, that row's head (rows of different heads decode together)."""
+def ablating_gates(model: Transformer, head_sets: Sequence[frozenset[Head]], device: torch.device) -> Probe:
+    """A probe switching off, in each row of a batch, that row's set of heads (rows of different sets decode
+    together)."""
     config = model.config
     sites = {(kind, layer) for kind, layer, _ in every_head(model)}
-    gates = {site: torch.ones(len(heads), config.n_heads, device=device) for site in sites}
-    for row, (kind, layer, head) in enumerate(heads):
-        gates[(kind, layer)][row, head] = 0.0
+    gates = {site: torch.ones(len(head_sets), config.n_heads, device=device) for site in sites}
+    for row, heads in enumerate(head_sets):
+        for kind, layer, head in heads:
+            gates[(kind, layer)][row, head] = 0.0
     return Probe(gates=gates)
 
 
@@ -140,13 +141,14 @@ def ablated_rows(
     model: Transformer,
     tokenizer: TokenizerBase,
     corpus: Corpus,
-    heads: Sequence[Head],
+    head_sets: Sequence[frozenset[Head]],
     rows_per_batch: int,
     progress: Callable[[int, int], None] | None,
     should_stop: Callable[[], bool],
-) -> dict[Head, tuple[list[str], list[float]]]:
-    """Every (head, sentence) pair as a row: greedy outputs and reference log-probabilities with that head off,
-    rows of similar lengths batched whatever their head, so a batch is as full as the work allows."""
+) -> dict[frozenset[Head], tuple[list[str], list[float]]]:
+    """Every (set of heads, sentence) pair as a row: greedy outputs and reference log-probabilities with those heads
+    off, rows of similar lengths batched whatever their heads, so a batch is as full as the work allows."""
+    heads = list(head_sets)
     config, device = model.config, model_device(model)
     rows = sorted(
         ((h, s) for h in range(len(heads)) for s in range(len(corpus.sources))),
@@ -194,33 +196,11 @@ def ablation_importance(
     corpus = corpus_of(model, tokenizer, sources, references)
     bleu, chrf = scores(intact, references)
     log_prob = float(reference_log_probs(model, corpus.sources, corpus.references).mean())
-    found = ablated_rows(model, tokenizer, corpus, heads, rows_per_batch, progress, should_stop)
+    found = ablated_rows(
+        model, tokenizer, corpus, [frozenset({h}) for h in heads], rows_per_batch, progress, should_stop
+    )
     deltas = {}
-    for head, (outputs, log_probs) in found.items():
+    for (head,), (outputs, log_probs) in found.items():
         ablated_bleu, ablated_chrf = scores(outputs, references)
         deltas[head] = (ablated_bleu - bleu, ablated_chrf - chrf, float(np.mean(log_probs)) - log_prob)
     return Ablation(bleu, chrf, log_prob, deltas, intact)
-
-
-def importance_table(
-    model: Transformer,
-    ablation: Ablation | None,
-    gradient: dict[AttentionKind, np.ndarray] | None,
-    roles: object | None = None,
-) -> pd.DataFrame:
-    """One row per head, as the app and the command line show them (layer and head 1-based); `roles`, a
-    roles.HeadRoles, adds its columns (empty where a role is not read for that kind)."""
-    rows = []
-    for kind, layer, head in every_head(model):
-        row = {"kind": kind.value, "layer": layer + 1, "head": head + 1}
-        if ablation is not None and (kind, layer, head) in ablation.deltas:
-            bleu, chrf, log_prob = ablation.deltas[(kind, layer, head)]
-            row |= {"ablation_bleu_delta": bleu, "ablation_chrf_delta": chrf, "ablation_logprob_delta": log_prob}
-        if gradient is not None:
-            row["gradient_importance"] = float(gradient[kind][layer, head])
-        for name in ("confidence", "positional_offset", "positional_share", "sink_share", "rare_share"):
-            found = None if roles is None else getattr(roles, name).get(kind)
-            if roles is not None:
-                row[name] = np.nan if found is None else found[layer, head].item()
-        rows.append(row)
-    return pd.DataFrame(rows)
