@@ -18,7 +18,7 @@ from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
 from ui.state import keys, url
-from ui.widgets import controls
+from ui.widgets import controls, head_importance
 from ui.widgets.charts import show, table
 from ui.widgets.progress import Progress, pace
 from ui.widgets.sidebar import page_frame
@@ -125,6 +125,8 @@ elif run:
 if stored:  # read above, for the colour ranges; a new computation reruns the page
     st.caption(f"Averaged over {stored.sentences} sentences; the colours use the same range as the sentence's.")
     statistics_view(stored.statistics, "corpus", ranges)
+
+head_importance.section(explored)
 
 st.subheader("Head ablation")
 st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")

@@ -18,6 +18,9 @@ NOT_IN_LINKS = {
     # The settings of a run over a file (Head statistics, Corpus, Alignment): the file stays with its visitor, and a
     # run of a minute is asked for by its button, never by opening a link.
     "stats_sample",
+    "matter_sample",
+    "matter_measure",
+    "matter_prune",
     "corpus_limit",
     "corpus_beam",
     "align_example",

@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import re
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -26,6 +27,7 @@ from helpers import (
     with_config,
     with_metadata,
 )
+from streamlit.testing.v1 import AppTest
 
 from transformer.analysis.views import attention_view
 from transformer.decoding.forcing import teacher_force
@@ -561,3 +563,58 @@ def test_the_pace_is_measured_per_unit_of_cost_for_each_work_and_model():
     assert timings.expected("alignment", "en-fr-general", 24) == pytest.approx(24.0)
     assert timings.expected("alignment", "en-fr-captions", 24) is None
     assert timings.expected("alignment+gradients", "en-fr-general", 24) is None
+
+
+def test_which_heads_matter_measures_every_head_draws_its_roles_and_links_each_pruning_point():
+    at = start().switch_page("pages/heads.py").run()
+    assert any("Not yet timed on this server" in c.value for c in at.caption)  # what to expect, before the click
+    sources = "\n".join(["The black cat is sleeping.", "A man is riding a bicycle.", "Two dogs play in the snow."] * 4)
+    references = "\n".join(["Le chat noir dort.", "Un homme fait du vélo.", "Deux chiens jouent dans la neige."] * 4)
+    treebank = "\n".join(
+        "\t".join([str(i), form, form, upos, "_", "_", head, rel, "_", misc])
+        for i, form, upos, head, rel, misc in [
+            (1, "The", "DET", "3", "det", "_"),
+            (2, "black", "ADJ", "3", "amod", "_"),
+            (3, "cat", "NOUN", "4", "nsubj", "_"),
+            (4, "sleeps", "VERB", "0", "root", "SpaceAfter=No"),
+            (5, ".", "PUNCT", "4", "punct", "_"),
+        ]
+    )
+    at.file_uploader(key="matter_src").set_value(("src.txt", sources.encode(), "text/plain"))
+    at.file_uploader(key="matter_ref").set_value(("ref.txt", references.encode(), "text/plain"))
+    at.file_uploader(key="matter_treebank").set_value(("tiny.conllu", treebank.encode(), "text/plain"))
+    at.slider(key="matter_sample").set_value(10)
+    at.radio(key="matter_measure").set_value("both")
+    at.checkbox(key="matter_prune").set_value(True)
+    at.button(key="FormSubmitter:head_importance-Measure the heads").click().run()
+    assert not at.exception, at.exception
+    run = at.session_state["heads_matter"].survey
+    assert at.session_state["heads_matter"].sentences == 10 and len(run.table) == 80 and run.given_references
+    assert run.table.syntactic_amod_to_head.notna().sum() == 32  # the encoder's heads
+    titles = {index: figure(at, index)["layout"]["title"]["text"] for index in range(len(at.get("plotly_chart")))}
+    grids = {
+        title.split(" · ")[0]: index
+        for index, title in titles.items()
+        if title.split(" · ")[0] in ("encoder", "decoder", "cross")
+    }
+    assert set(grids) == {"encoder", "decoder", "cross"}
+    cross = figure(at, grids["cross"])["data"][0]
+    expected = run.table[run.table.kind == "cross"].pivot(
+        index="layer", columns="head", values="ablation_logprob_delta"
+    )
+    np.testing.assert_allclose(array(cross["z"]), expected.to_numpy(), atol=1e-6)  # the first measure, drawn
+    encoder_tags = [tag for row in figure(at, grids["encoder"])["data"][0]["text"] for tag in row]
+    assert any(tag.startswith("pos") for tag in encoder_tags)  # the default's self-attending encoder heads
+    assert "roles" in at.dataframe[-1].value.columns
+    pruning = next(index for index, title in titles.items() if title.startswith("BLEU as heads"))
+    assert [trace["name"] for trace in figure(at, pruning)["data"]] == [
+        "least important first", "random order", "most important first"
+    ]  # fmt: skip
+    links = re.findall(r"\]\((heads\?[^)]+)\)", markdown(at))
+    assert len(links) == 12  # six points of each ordered curve
+    query = dict(urllib.parse.parse_qsl(links[0].split("?", 1)[1]))
+    assert len(query["off"].split(",")) == 8  # 10 % of 80 heads
+    opened = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    opened.query_params.update(query)
+    opened = opened.switch_page("pages/heads.py").run()
+    assert not opened.exception and "8 heads off" in markdown(opened)  # the point, with its heads switched off

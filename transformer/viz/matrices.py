@@ -33,8 +33,10 @@ def matrix_heatmap(
     y_title: str | None = None,
     probabilities: bool = False,
     value_range: tuple[float, float] | None = None,
+    cell_text: np.ndarray | None = None,
 ) -> go.Figure:
-    """A real matrix with its shape in the title; -inf cells (masked) grey; one row outlined if asked.
+    """A real matrix with its shape in the title; -inf cells (masked) grey; one row outlined if asked; `cell_text`,
+    a few words written in each cell (a head's roles on a grid of heads).
 
     Probabilities (0..1), or values of a given non-negative range, get the attention's sequential colour
     scale; anything else a diverging one centred on 0.
@@ -42,23 +44,19 @@ def matrix_heatmap(
     z = np.asarray(matrix, dtype=np.float32)
     rows, columns = z.shape
     z = np.where(np.isneginf(z), np.float32("nan"), z)
-    finite = np.abs(z[np.isfinite(z)])
-    bound = float(finite.max()) if finite.size else 1.0
-    value_range = (0.0, 1.0) if probabilities else value_range
-    scale = (
-        diverging_scale(bound)
-        if value_range is None
-        else dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
-    )
+    scale = _colour_scale(z, (0.0, 1.0) if probabilities else value_range)
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=_labels(column_pieces),
             y=_labels(row_pieces),
             hoverongaps=False,
-            hovertemplate="row %{y}<br>column %{x}<br>%{z:.4f}<extra></extra>",
+            hovertemplate="row %{y}<br>column %{x}<br>%{z:.4f}"
+            + ("<br>%{text}" if cell_text is not None else "")
+            + "<extra></extra>",
             colorbar=dict(thickness=10),
             **scale,
+            **({} if cell_text is None else dict(text=cell_text, texttemplate="%{text}")),
         )
     )
     fig.update_layout(
@@ -80,6 +78,15 @@ def matrix_heatmap(
             type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5, line=outline
         )
     return fit_labels(fig)
+
+
+def _colour_scale(z: np.ndarray, value_range: tuple[float, float] | None) -> dict:
+    """A given range on the attention's sequential scale; without one, a diverging scale around 0 that holds every
+    value."""
+    if value_range is not None:
+        return dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
+    finite = np.abs(z[np.isfinite(z)])
+    return diverging_scale(float(finite.max()) if finite.size else 1.0)
 
 
 KEEP_COLOR = "#1f4e9c"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import streamlit as st
@@ -34,6 +35,10 @@ from ui.services.cache import RESULTS
 from ui.services.checkpoints import checkpoint_files, load
 from ui.services.work import heavy_job
 from ui.state.identity import ResultIdentity
+
+if TYPE_CHECKING:
+    from transformer.analysis.heads.survey import Survey
+    from transformer.analysis.heads.syntax import ParsedSentence
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -179,3 +184,32 @@ def contrastive_cached(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Integrated gradients of log p(output token) - log p(foil) at one step."""
     return contrastive(_checkpoint.model, _result, step, foil, n_steps, _should_stop)
+
+
+@RESULTS
+def heads_survey_cached(
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    sources: tuple[str, ...],
+    references: tuple[str, ...] | None,
+    ablation: bool,
+    treebank: tuple[ParsedSentence, ...] | None,
+    prune_by: str | None,
+    *,
+    _progress: Callable[[str, int, int], None],
+    _should_stop: Callable[[], bool],
+) -> Survey:
+    """Every measure of every head over a sample (a classroom measuring the teacher's file measures it once)."""
+    from transformer.analysis.heads.survey import survey_heads  # pandas and sacrebleu: only this page needs them
+
+    return survey_heads(
+        _checkpoint.model,
+        _checkpoint.tokenizer,
+        list(sources),
+        None if references is None else list(references),
+        ablation,
+        treebank,
+        prune_by,
+        _progress,
+        _should_stop,
+    )

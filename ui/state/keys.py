@@ -17,8 +17,10 @@ from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings
 from ui.state.identity import ResultIdentity
 
-if TYPE_CHECKING:  # pandas takes 0.4 s to import, and only the Corpus page needs it
+if TYPE_CHECKING:  # pandas takes 0.4 s to import, and only the Corpus and Head statistics pages need it
     import pandas as pd
+
+    from transformer.analysis.heads.survey import Survey
 
 # The sentence box's label: it says how to translate where the Translate button is out of view (a projector's screen).
 SENTENCE_LABEL = "Sentence · Ctrl+Enter translates"
@@ -90,6 +92,16 @@ class CorpusAgreement:
 
 
 @dataclass(frozen=True)
+class HeadsRun:
+    """Head statistics' measures of every head over a visitor's sample (session key heads_matter)."""
+
+    checkpoint_key: str
+    name: str  # the sample's file, as the page says it
+    sentences: int
+    survey: Survey
+
+
+@dataclass(frozen=True)
 class Key:
     """One value kept in a visitor's session."""
 
@@ -155,6 +167,7 @@ KEYS: dict[str, Key] = {
     "alignment_run": Key(AlignmentRun, None, "the Alignment page's corpus, aligned by every method and scored"),
     "compare_with": Key(str, None, "the checkpoint Compare checkpoints compares with (its widget, named in the link)"),
     "pe_dims": Key(list, None, "the dimensions Positional encoding draws (its widget, named in the link)"),
+    "heads_matter": Key(HeadsRun, None, "every head's importance, roles and pruning curve over the visitor's sample"),
     "ablate_heads": Key(list, None, "the heads picked on Head statistics, as (kind, layer, head) (its widget)"),
 }
 
