@@ -1,5 +1,7 @@
 """The decode explorer: step through the output token by token, branch with "what if", teacher-force a target."""
 
+from dataclasses import replace
+
 import streamlit as st
 
 from transformer.analysis.tuned_lens import TunedLens, TunedLensError
@@ -49,8 +51,18 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 
 words = words_toggle()
 step = keys.clamp_index("step", explored.result.steps)
+shown = explored.result
+if not shown.lens.read:  # a large vocabulary: every layer's guesses cost more than the decode, and wait to be asked
+    vocabulary = explored.checkpoint.model.config.tgt_vocab_size
+    if st.toggle(
+        f"Each layer's guesses (the logit lens, over {vocabulary:,} pieces: read when asked)", key="read_lens"
+    ):
+        with st.spinner("Reading what each decoder layer would predict at every step ..."):
+            shown = replace(
+                shown, lens=models.lens_read_cached(explored.checkpoint, explored.identity, _result=explored.result)
+            )
 action = step_player(
-    explored.result,
+    shown,
     explored.checkpoint.tokenizer,
     explored.identity,
     step,

@@ -646,3 +646,23 @@ def test_the_textbook_sentences_lead_to_what_this_model_shows_of_them():
     assert looked_at["économique"] == "Economic" and looked_at["européenne"] == "European"  # the crossing
     captions = start().selectbox(key="widget_checkpoint").set_value("en-fr-captions").run()
     assert "it drops Economic Area" not in " ".join(c.value for c in captions.caption)  # measured on the default
+
+
+def test_a_lens_left_unread_at_decode_is_read_when_the_visitor_asks(monkeypatch):
+    """A large vocabulary's lens waits to be asked for (decoding.lens.read_at_decode): the step view says where to
+    ask, and the switch reads every layer's guesses, as an eager decode would have."""
+    import transformer.decoding.lens as lens_module
+
+    sentence = "A lens of its own is asked for by the visitor."  # decoded by no other test: the results are shared
+    monkeypatch.setattr(lens_module, "EAGER_LENS_PRODUCTS", 0)
+    at = translate(start(), sentence)
+    assert not at.exception
+    assert step_view(at)["lens"] is None and step_view(at)["tuned_lens"] is not None  # the tuned lens still reads
+    at.toggle(key="read_lens").set_value(True).run()
+    assert not at.exception
+    monkeypatch.undo()
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    eager = decode(checkpoint.model, checkpoint.tokenizer, sentence).lens
+    view = step_view(at)["lens"]
+    assert view["top_ids"] == eager.top_ids.transpose(0, 1).tolist() and view["rank"] == eager.chosen_rank.T.tolist()
+    np.testing.assert_allclose(view["chosen_prob"], eager.chosen_probs.T.numpy(), atol=1e-4)

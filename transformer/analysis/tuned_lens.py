@@ -49,7 +49,12 @@ def read_with(model: Transformer, tuned: TunedLens, lens: LogitLens, tgt_ids: Se
     with torch.inference_mode():
         translated = tuned.translated(lens.states.to(tuned.weights))
         layers = [guesses(model.lens_log_probs(s.to(weight)).cpu(), chosen) for s in translated[:-1]]
-    last = (lens.top_ids[-1], lens.top_probs[-1], lens.chosen_rank[-1], lens.chosen_probs[-1])
+        read = lens if lens.read else None  # a lens left unread: its last layer read here, the rest never needed
+        last = (
+            (read.top_ids[-1], read.top_probs[-1], read.chosen_rank[-1], read.chosen_probs[-1])
+            if read is not None
+            else guesses(model.lens_log_probs(lens.states[-1].to(weight)).cpu(), chosen)
+        )
     return LogitLens(*(torch.stack(part) for part in zip(*layers, last)), states=translated)
 
 

@@ -43,9 +43,13 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from transformer.decoding.lens import read_lens
     from transformer.io.export import result_arrays
 
     checkpoint, result = decode_argument(args)
+    result = replace(result, lens=read_lens(checkpoint.model, result.lens, result.tgt_ids))  # every layer's guesses
     out = write_arrays(args, result_arrays(result, checkpoint.tokenizer))
     print(result.text)
     print(f"wrote {out} ({len(result.src_ids)} source, {result.steps} output tokens)", file=sys.stderr)

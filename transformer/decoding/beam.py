@@ -126,6 +126,7 @@ def forcing(log_probs: torch.Tensor, forced: Sequence[int], step: int) -> torch.
     )
 
 
+@torch.inference_mode()  # a model whose weights require gradients built a graph over every step (its memory)
 def beam_search_ids(
     model: Transformer,
     src_ids: list[int],
@@ -234,6 +235,7 @@ def beam_search_batch(
     return [search.best()[0] for search in searches]
 
 
+@torch.inference_mode()
 def beam_search(
     model: Transformer,
     tokenizer: TokenizerBase,

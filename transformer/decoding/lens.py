@@ -13,20 +13,38 @@ from dataclasses import dataclass
 
 import torch
 
+from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 
 LENS_TOP = 5  # guesses kept per layer and step
 
+# The multiply-adds per output token that reading every layer's guesses at decode may cost: (decoder layers - 1) x
+# d_model x vocabulary. The default's 2 x 256 x 8,000 and opus-mt's 5 x 512 x 59,514 are read at decode; NLLB-600M's
+# 11 x 1,024 x 256,206 made its whole decode 1.41 times transformers' on 2 cores, and is read when asked (read_lens).
+EAGER_LENS_PRODUCTS = 2**28
+
+
+def read_at_decode(config: TransformerConfig) -> bool:
+    """Whether a decode reads every layer's guesses itself, or leaves them to read_lens, when a view asks."""
+    return (config.n_decoder_layers - 1) * config.d_model * config.tgt_vocab_size <= EAGER_LENS_PRODUCTS
+
 
 @dataclass(frozen=True)
 class LogitLens:
-    """Each decoder layer's guesses at each step; the last layer's are the model's own output distribution."""
+    """Each decoder layer's guesses at each step; the last layer's are the model's own output distribution.
 
-    top_ids: torch.Tensor  # (L_dec, T, LENS_TOP)
-    top_probs: torch.Tensor  # (L_dec, T, LENS_TOP)
-    chosen_rank: torch.Tensor  # (L_dec, T) the taken token's rank among the layer's guesses, 1 for the top
-    chosen_probs: torch.Tensor  # (L_dec, T)
+    A decode of a model with a large vocabulary keeps only the layer outputs (`read` False: the guesses are None)
+    and read_lens reads the guesses from them when a view asks."""
+
+    top_ids: torch.Tensor | None  # (L_dec, T, LENS_TOP)
+    top_probs: torch.Tensor | None  # (L_dec, T, LENS_TOP)
+    chosen_rank: torch.Tensor | None  # (L_dec, T) the taken token's rank among the layer's guesses, 1 for the top
+    chosen_probs: torch.Tensor | None  # (L_dec, T)
     states: torch.Tensor  # (L_dec, T, d_model) the layer outputs read, for a lens fitted to them (tuned_lens)
+
+    @property
+    def read(self) -> bool:
+        return self.top_ids is not None
 
 
 def guesses(log_probs: torch.Tensor, chosen: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -41,12 +59,27 @@ def guesses(log_probs: torch.Tensor, chosen: torch.Tensor) -> tuple[torch.Tensor
 def logit_lens(
     model: Transformer, states: torch.Tensor, output_log_probs: torch.Tensor, tgt_ids: Sequence[int]
 ) -> LogitLens:
-    """The lens over decoder layer outputs `states` (L_dec, T, d_model) for the output `tgt_ids` (T).
+    """The lens over decoder layer outputs `states` (L_dec, T, d_model) for the output `tgt_ids` (T), its guesses
+    read where read_at_decode says so (else left to read_lens).
 
-    The last layer's row is the decode's own `output_log_probs` (T, V): the same numbers the step view shows
-    (the lens computes them too, but a matrix product of another shape may differ in the last bit).
+    The last layer's row is the decode's own `output_log_probs` (T, V): the same numbers the step view shows (the
+    lens computes them too, but a matrix product of another shape may differ in the last bit).
     """
+    if not read_at_decode(model.config):
+        return LogitLens(None, None, None, None, states=states.float().cpu())
     chosen = torch.tensor(list(tgt_ids), dtype=torch.long, device=states.device)[:, None]
     layers = [guesses(model.lens_log_probs(layer_states), chosen) for layer_states in states[:-1]]  # a layer at a
     layers.append(guesses(output_log_probs, chosen))  # time: (T, V) of a 60k vocabulary is 15 MB every 60 steps
     return LogitLens(*(torch.stack(part) for part in zip(*layers)), states=states.float().cpu())
+
+
+@torch.inference_mode()
+def read_lens(model: Transformer, lens: LogitLens, tgt_ids: Sequence[int]) -> LogitLens:
+    """A lens whose guesses the decode left unread, read from its layer outputs (the last layer's through the
+    output layer again, equal to the decode's own distribution to float32's last bits); a read lens as it is."""
+    if lens.read:
+        return lens
+    device = next(model.parameters()).device
+    chosen = torch.tensor(list(tgt_ids), dtype=torch.long, device=device)[:, None]
+    layers = [guesses(model.lens_log_probs(states.to(device)), chosen) for states in lens.states]
+    return LogitLens(*(torch.stack(part) for part in zip(*layers)), states=lens.states)

@@ -9,13 +9,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
 from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import TokenizerBase
 
 
 def result_arrays(result: DecodeResult, tokenizer: TokenizerBase) -> dict[str, np.ndarray]:
-    """Every attention map (L, H, query, key), the pieces, the per-step top-k candidates and the logit lens."""
+    """Every attention map (L, H, query, key), the pieces, the per-step top-k candidates and the logit lens, where
+    it was read."""
     return {
         "encoder_self": result.encoder_self.numpy(),
         "decoder_self": result.decoder_self.numpy(),
@@ -34,15 +36,22 @@ def result_arrays(result: DecodeResult, tokenizer: TokenizerBase) -> dict[str, n
         "topk_pieces": np.array([[tokenizer.id_to_piece(i) for i in row] for row in result.topk_ids.tolist()]),
         "topk_probs": result.topk_probs.numpy(),
         "entropy_bits": result.entropy_bits.numpy(),
-        "layer_top_ids": result.lens.top_ids.numpy(),
-        "layer_top_pieces": np.array(
-            [[[tokenizer.id_to_piece(i) for i in row] for row in layer] for layer in result.lens.top_ids.tolist()]
-        ),
-        "layer_top_probs": result.lens.top_probs.numpy(),
-        "layer_chosen_rank": result.lens.chosen_rank.numpy(),
-        "layer_chosen_probs": result.lens.chosen_probs.numpy(),
+        **(lens_arrays(result.lens, tokenizer) if result.lens.read else {}),
         "translation": np.array(result.text),
         "strategy": np.array(result.strategy),
+    }
+
+
+def lens_arrays(lens: LogitLens, tokenizer: TokenizerBase) -> dict[str, np.ndarray]:
+    """The logit lens' guesses by layer (a decode of a large-vocabulary model leaves them unread: read_lens)."""
+    return {
+        "layer_top_ids": lens.top_ids.numpy(),
+        "layer_top_pieces": np.array(
+            [[[tokenizer.id_to_piece(i) for i in row] for row in layer] for layer in lens.top_ids.tolist()]
+        ),
+        "layer_top_probs": lens.top_probs.numpy(),
+        "layer_chosen_rank": lens.chosen_rank.numpy(),
+        "layer_chosen_probs": lens.chosen_probs.numpy(),
     }
 
 

@@ -52,13 +52,18 @@ function drawBars(box, title, labels, probs, chosenIndex, words) {
 // The logit lens at one step: each decoder layer's top guesses and the rank it gave the token taken; beside it a
 // strip of every step (a column each) coloured by the probability each layer gave that step's token.
 function drawLens(box, data, step, go, state) {
-  const tuned = data.tuned_lens !== null && state.lens === "tuned";
+  if (data.lens === null && data.tuned_lens === null) { // a large vocabulary: read when the visitor asks (the server)
+    box.replaceChildren(element("p", "lens-plain", "What each decoder layer would predict (the logit lens) is read "
+      + "for a model of this size when asked: the switch “Each layer's guesses” above."));
+    return;
+  }
+  const tuned = data.tuned_lens !== null && (state.lens === "tuned" || data.lens === null);
   const lens = tuned ? data.tuned_lens : data.lens;
   const layers = lens.rank[0].length;
   const guesses = lens.top_ids[0][0].length;
   box.replaceChildren();
   box.append(element("div", "map-title", `what each decoder layer would predict at step ${step + 1}`));
-  if (data.tuned_lens !== null) {
+  if (data.tuned_lens !== null && data.lens !== null) {
     const choice = element("div", "lens-choice");
     choice.append("read with ");
     [["logit", "the logit lens"], ["tuned", "the tuned lens"]].forEach(([name, label]) => {

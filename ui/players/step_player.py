@@ -123,7 +123,7 @@ def step_data(
         "topk_probs": rounded(result.topk_probs.numpy()),
         "topk_words": candidate_words,
         "entropy": rounded(result.entropy_bits.numpy()),
-        "lens": lens_data(result.lens, tokenizer),
+        "lens": lens_data(result.lens, tokenizer) if result.lens.read else None,
         "tuned_lens": None if tuned is None else tuned_lens_data(*tuned, tokenizer),
         "cross_labels": [readable_label(label) for label in cross_labels],
         "cross": packed(with_layer_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)

@@ -24,7 +24,7 @@ from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.forcing import teacher_force, teacher_force_ids
 from transformer.decoding.greedy import decode
-from transformer.decoding.lens import LogitLens
+from transformer.decoding.lens import LogitLens, read_lens
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import Checkpoint
@@ -70,6 +70,12 @@ def tuned_lens_cached(
 ) -> LogitLens:
     """The tuned lens over a result's layer outputs, shared by the visitors who look at the same result."""
     return read_with(_checkpoint.model, _tuned, _result.lens, _result.tgt_ids)
+
+
+@RESULTS
+def lens_read_cached(_checkpoint: Checkpoint, identity: ResultIdentity, *, _result: DecodeResult) -> LogitLens:
+    """Every layer's guesses where the decode left them unread (a large vocabulary: decoding.lens.read_at_decode)."""
+    return read_lens(_checkpoint.model, _result.lens, _result.tgt_ids)
 
 
 @RESULTS
