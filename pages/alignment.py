@@ -35,8 +35,9 @@ st.markdown(
     "error rate (AER, Och & Ney 2003; lower is better). Give a source file and a target file (words separated by "
     "spaces) and a gold file in the Pharaoh format, a line per pair: `i-j` links source word i to target word j "
     "(sure), `i?j` or `ipj` a possible link. Every pair is run teacher forced; every cross-attention head, each "
-    "layer's mean and value-weighted attention give a target × source word matrix, read two ways: row t as the "
-    "query that **produces** target word t (*output*), or the one that was **fed** it, row t + 1 (*input*)."
+    "layer's mean (each again without its sink keys: *attention, content only*) and value-weighted attention give "
+    "a target × source word matrix, read two ways: row t as the query that **produces** target word t (*output*), "
+    "or the one that was **fed** it, row t + 1 (*input*)."
 )
 with st.form("alignment"):
     source_file = st.file_uploader("Source sentences, one a line", key="align_src")

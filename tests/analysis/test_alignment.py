@@ -245,8 +245,9 @@ def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_phara
     lines = printed.out.splitlines()
     assert lines[0].split() == ["rank", "AER", "prec.", "recall", "method"] and len(lines) >= 7
     rows = list(csv.DictReader(table.open()))
-    # conventions x extractions x (two measures x (heads + means), and ALTI+)
-    assert len(rows) == 2 * 2 * (2 * (3 * 8 + 3) + 1)
+    # conventions x extractions x (three measures x (heads + means): attention, its content only, value-weighted;
+    # and ALTI+)
+    assert len(rows) == 2 * 2 * (3 * (3 * 8 + 3) + 1)
     assert sum(row["method"] == "ALTI+" for row in rows) == 4
     assert [float(r["aer"]) for r in rows] == sorted(float(r["aer"]) for r in rows)
     assert lines[1].split()[1] == f"{float(rows[0]['aer']):.3f}"
@@ -361,3 +362,37 @@ def test_the_ranked_tables_layers_are_whole_numbers_and_alti_plus_has_none(tmp_p
     assert str(frame["layer"].dtype) == "Int64"
     assert frame.loc[frame["method"] == "ALTI+", "layer"].isna().all()
     assert "2.0" not in csv_text(frame, index=False)
+
+
+def test_content_only_heads_read_the_maps_content_only_view_over_words(default):
+    """Every head is scored a second time without its sink keys: its word matrix is the Attention maps page's content
+    only view of the same teacher-forced map (sinks dropped, rows renormalised), merged into words."""
+    from transformer.analysis.alignment import CONTENT_ONLY, Method, pair_matrix, word_rows
+    from transformer.analysis.views import attention_view, content_only
+    from transformer.decoding.forcing import teacher_force_ids
+
+    source, target = "A dog runs on the beach.", "Un chien court sur la plage."
+    method = Method(CONTENT_ONLY, 1, 5, "output", "argmax")
+    found = pair_matrix(default.model, default.tokenizer, source, target, method)
+    src_ids, src_words = default.tokenizer.encode_words(source)
+    tgt_ids, tgt_words = default.tokenizer.encode_words(target)
+    src_ids, tgt_ids = [*src_ids, 3], [*tgt_ids, 3]
+    view = content_only(attention_view(teacher_force_ids(default.model, default.tokenizer, src_ids, tgt_ids), "cross"))
+    kept = [i for i, piece in enumerate(default.tokenizer.id_to_piece(i) for i in src_ids) if piece in view.key_pieces]
+    assert len(kept) < len(src_ids)  # the end token and the full stop are dropped
+    rows = np.zeros((len(tgt_ids), len(src_ids)))
+    rows[:, kept] = view.maps[1, 5]
+    expected = word_rows(rows, [*src_words, range(0)], [*tgt_words, range(0)], "output")
+    np.testing.assert_allclose(found, expected, atol=1e-5)
+    np.testing.assert_allclose(found.sum(-1), 1.0, atol=1e-5)
+
+
+def test_the_alignment_report_scores_every_head_with_and_without_its_sinks(reversal):
+    from transformer.analysis.alignment import ATTENTION, CONTENT_ONLY
+
+    sources, targets, golds = reversal_pairs(3, seed=5)
+    report = align_corpus(reversal.model, reversal.tokenizer, sources, targets, golds)
+    plain = {(s.method.layer, s.method.head) for s in report.scores if s.method.measure == ATTENTION}
+    assert plain and plain == {
+        (s.method.layer, s.method.head) for s in report.scores if s.method.measure == CONTENT_ONLY
+    }

@@ -3,7 +3,9 @@
 "This head aligns words" is measured the way papers measure it (Och & Ney 2003): a gold file in the Pharaoh
 format gives each sentence pair its sure links ("i-j") and possible ones ("i?j" or "ipj"), source word i with
 target word j, words being the whitespace-separated tokens of the two text files. The model reads each pair
-teacher forced; each cross-attention head, each layer's mean, value-weighted attention, ALTI+ (each step's
+teacher forced; each cross-attention head, each layer's mean, the same without their sink keys ("attention, content
+only": the weight on `</s>`, `<s>` and punctuation dropped, each row renormalised over the rest, as the maps' content
+only view), value-weighted attention, ALTI+ (each step's
 contributions from the source through the whole model) and, where asked, integrated gradients give a target-word x
 source-word matrix, from which links are extracted (the argmax per
 target word, or every weight over a threshold).
@@ -27,6 +29,7 @@ import numpy as np
 
 from transformer.analysis.attribution import source_integrated_gradients, value_weighted_attention
 from transformer.analysis.contributions import contributions
+from transformer.analysis.views import is_sink
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -37,6 +40,7 @@ if TYPE_CHECKING:  # pandas takes 0.4 s to import: only the tables need it
 
 Link = tuple[int, int]  # (source word, target word), 0-based
 CONVENTIONS = ("output", "input")
+ATTENTION, CONTENT_ONLY = "attention", "attention, content only"  # the heads' maps, and without their sink keys
 DEFAULT_THRESHOLD = 0.3
 LINK = re.compile(r"(\d{1,9})([-?p])(\d{1,9})")  # a word index of 5,000 digits is no link (and no int)
 IG_STEPS = 32  # interpolation steps of integrated gradients when aligning (the attribution page's default is 50)
@@ -231,8 +235,11 @@ def measures(
     """Each measure's rows over decoder input positions and source pieces (T, S), keyed (measure, layer, head)."""
     cross = teacher_force_ids(model, tokenizer, src_ids, tgt_ids).cross.numpy()  # (L, H, T, S)
     weighted = value_weighted_attention(model, src_ids, tgt_ids)[AttentionKind.CROSS]
+    sinks = np.array([is_sink(tokenizer.id_to_piece(i)) for i in src_ids])
+    content = np.where(sinks, 0.0, cross)  # without the sink keys, each piece's row renormalised over the rest
+    content = content / np.maximum(content.sum(axis=-1, keepdims=True), 1e-12)
     found: dict[tuple[str, int | None, int | None], np.ndarray] = {}
-    for name, maps in (("attention", cross), ("value-weighted", weighted)):
+    for name, maps in ((ATTENTION, cross), (CONTENT_ONLY, content), ("value-weighted", weighted)):
         for layer in range(maps.shape[0]):
             for head in range(maps.shape[1]):
                 found[(name, layer, head)] = maps[layer, head]
