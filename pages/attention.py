@@ -12,7 +12,7 @@ from transformer.viz.report import REPORT_FIGURES
 from ui.services import models
 from ui.state import keys, url
 from ui.widgets.charts import show
-from ui.widgets.controls import kind_layer_head, words_toggle
+from ui.widgets.controls import content_toggle, kind_layer_head, words_toggle
 from ui.widgets.controls import step as controls_step
 from ui.widgets.progress import Progress
 from ui.widgets.sidebar import page_frame
@@ -35,12 +35,8 @@ if not kind.queries_from_source:
     step = chosen if session.get("stepped") else None  # opened directly: every row, not the first step's one
 toggles = st.columns(2)  # each label whole beside the other, at every width
 words = words_toggle(toggles[0])
-content = st.columns(2)[0].toggle(  # a row of its own: a third beside them cut a label at 1024 pixels
-    "Content only",
-    **keys.shared("attention_content"),
-    help="Drops </s>, <s> and punctuation as keys, where heads park weight they do not use (attention sinks), and "
-    "renormalises each row over the words left. Rollout and flow keep every token.",
-)
+# a row of its own: a third beside them cut a label at 1024 pixels
+content = content_toggle(st.columns(2)[0], note=" Rollout and flow keep every token.")
 
 view = attention_view(result, kind, step, words)
 kind_title = kind.title

@@ -15,7 +15,7 @@ from ui.players.step_player import step_player
 from ui.services import checkpoints, models
 from ui.state import keys, url
 from ui.widgets.charts import show
-from ui.widgets.controls import words_toggle
+from ui.widgets.controls import content_toggle, words_toggle
 from ui.widgets.sidebar import Explored, page_frame, take_branch, take_prefix
 from ui.widgets.text import literal
 from ui.widgets.welcome import MEAN_OVER_HEADS, first_steps
@@ -49,7 +49,9 @@ if session.get("branch") is not None:
 st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explored.result.text)}")
 
 
-words = words_toggle()
+words_column, content_column = st.columns(2)
+words = words_toggle(words_column)
+content = content_toggle(content_column, note=" Here: the step view's two maps.")
 step = keys.clamp_index("step", explored.result.steps)
 shown = explored.result
 if not shown.lens.read:  # a large vocabulary: every layer's guesses cost more than the decode, and wait to be asked
@@ -71,6 +73,7 @@ action = step_player(
     tuned_lens(explored),
     candidate_words,
     contributions,
+    content,
 )
 candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
 if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:

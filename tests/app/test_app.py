@@ -11,12 +11,13 @@ from streamlit.testing.v1 import AppTest
 
 from transformer.analysis.contributions import contributions
 from transformer.analysis.rollout import attention_flow
-from transformer.analysis.views import attention_view
+from transformer.analysis.views import attention_view, content_only
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.kinds import AttentionKind
+from transformer.text.pieces import readable_label
 from ui.players.packing import unpacked
 
 SENTENCE = "Two dogs are playing in the snow."
@@ -666,3 +667,20 @@ def test_a_lens_left_unread_at_decode_is_read_when_the_visitor_asks(monkeypatch)
     view = step_view(at)["lens"]
     assert view["top_ids"] == eager.top_ids.transpose(0, 1).tolist() and view["rank"] == eager.chosen_rank.T.tolist()
     np.testing.assert_allclose(view["chosen_prob"], eager.chosen_probs.T.numpy(), atol=1e-4)
+
+
+def test_the_step_views_maps_go_content_only_with_the_attention_pages_switch(explorer, reference):
+    """Every map view gets content only: the step view's two maps drop </s>, <s> and punctuation as keys and
+    renormalise each row, as the Attention maps page does (the switch is the same one, and the link carries it)."""
+    explorer.toggle(key="widget_attention_content").set_value(True).run()
+    assert not explorer.exception
+    view = step_view(explorer)
+    assert view["content_only"] and explorer.query_params["content"] == "1"
+    expected = content_only(attention_view(reference, "cross"))
+    assert view["cross_labels"] == [readable_label(k) for k in expected.key_pieces] and "." not in view["cross_labels"]
+    layers, heads = reference.cross.shape[:2]
+    cross = unpacked(view["cross"]).reshape(reference.steps, layers, heads + 1, len(expected.key_pieces))
+    np.testing.assert_allclose(cross[:, :, :heads].transpose(1, 2, 0, 3), expected.maps, atol=1e-4)
+    assert view["self_labels"][0] == [] and "<s>" not in view["self_labels"][3]  # the first step reads only <s>
+    at = explorer.switch_page("pages/attention.py").run()
+    assert at.toggle(key="widget_attention_content").value  # one choice for every map view

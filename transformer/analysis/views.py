@@ -7,6 +7,7 @@ same on one head's map, a layer's heads or the whole model.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -92,17 +93,25 @@ def is_sink(piece: str) -> bool:
     return piece in SINK_PIECES or (bool(text) and all(unicodedata.category(c).startswith("P") for c in text))
 
 
-def content_only(view: AttentionView) -> AttentionView:
-    """The view without its sink keys (`</s>`, `<s>` and punctuation), each row renormalised over the keys left: a
-    row with nothing left is NaN (drawn grey). The same view where every key is content."""
-    kept = [index for index, piece in enumerate(view.key_pieces) if not is_sink(piece)]
-    if len(kept) == len(view.key_pieces):
-        return view
-    maps = view.maps[..., kept].astype(np.float64)
-    if view.mask is not None:
-        maps = np.where(view.mask[:, kept], 0.0, maps)
-    totals = maps.sum(axis=-1, keepdims=True)
+def without_sinks(
+    weights: np.ndarray, keys: Sequence[str], mask: np.ndarray | None = None
+) -> tuple[np.ndarray, list[int]]:
+    """Weights over keys (..., K) without the sink keys (`</s>`, `<s>` and punctuation), each row renormalised over
+    the keys left (masked ones at 0), NaN where nothing is left; and the indices of the keys kept."""
+    kept = [index for index, key in enumerate(keys) if not is_sink(key)]
+    values = weights[..., kept].astype(np.float64)
+    if mask is not None:
+        values = np.where(mask[..., kept], 0.0, values)
+    totals = values.sum(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
-        maps = np.where(totals > 0, maps / totals, np.nan).astype(np.float32)
+        return np.where(totals > 0, values / totals, np.nan).astype(np.float32), kept
+
+
+def content_only(view: AttentionView) -> AttentionView:
+    """The view without its sink keys, each row renormalised over the keys left (without_sinks): a row with nothing
+    left is NaN (drawn grey). The same view where every key is content."""
+    if not any(is_sink(piece) for piece in view.key_pieces):
+        return view
+    maps, kept = without_sinks(view.maps, view.key_pieces, view.mask)
     mask = None if view.mask is None else view.mask[:, kept]
     return replace(view, maps=maps, key_pieces=[view.key_pieces[i] for i in kept], mask=mask)

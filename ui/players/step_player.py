@@ -19,6 +19,7 @@ import streamlit as st
 
 from transformer.analysis.contributions import Contributions
 from transformer.analysis.tuned_lens import TunedLens
+from transformer.analysis.views import without_sinks
 from transformer.analysis.words import over_words
 from transformer.decoding.beam_tree import BeamTree
 from transformer.decoding.lens import LogitLens
@@ -91,19 +92,27 @@ def step_data(
     tuned: tuple[LogitLens, TunedLens] | None = None,
     candidate_words: list[list[str | None]] | None = None,
     contributions: Contributions | None = None,
+    content: bool = False,
 ) -> dict:
     """Everything the step view shows, for every step, as JSON-ready values; `player_id`: the result's identity
     token (the browser keeps its step while it is the same); `tuned`: a tuned lens' guesses and the
     lens (whose held-out KL figures the view gives); `candidate_words`: the word each candidate would make
-    (decoding.candidate_words); `contributions`: ALTI+ of the result."""
+    (decoding.candidate_words); `contributions`: ALTI+ of the result; `content`: the maps without their sink keys
+    (views.without_sinks), as Attention maps' content only."""
     layers, heads = result.cross.shape[:2]
     steps = result.steps
     cross, cross_labels = over_words(result.cross.numpy(), result.src_pieces, words)  # (L, H, T, S)
+    if content:
+        cross, kept = without_sinks(cross, cross_labels)
+        cross_labels = [cross_labels[k] for k in kept]
     self_labels, self_rows = [], []
     for t in range(steps):
         rows, labels = over_words(
             result.decoder_self[:, :, t, : t + 1].numpy(), result.decoder_input_pieces[: t + 1], words
         )
+        if content:
+            rows, kept = without_sinks(rows, labels)
+            labels = [labels[k] for k in kept]
         self_labels.append([readable_label(label) for label in labels])
         self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
@@ -131,6 +140,7 @@ def step_data(
         "self": packed(np.concatenate(self_rows)),  # step t: (L, H + 1, t + 1 keys, or its words)
         "beam": None if result.beam_tree is None else beam_data(result.beam_tree, tokenizer),
         "contributions": None if contributions is None else contributions_data(contributions, result, words),
+        "content_only": content,
         "colors": colorscale_stops(),
         "rates": list(PLAY_RATES),
         "quantum": QUANTUM,
@@ -192,10 +202,12 @@ def step_player(
     tuned: tuple[LogitLens, TunedLens] | None = None,
     candidate_words: list[list[str | None]] | None = None,
     contributions: Contributions | None = None,
+    content: bool = False,
 ) -> StepAction | None:
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
-    the candidates would make, and ALTI+); the visitor's action of this run, if any."""
-    data = step_data(result, tokenizer, step, words, identity.token, tuned, candidate_words, contributions) | {
+    the candidates would make, and ALTI+; its maps without sink keys if `content`); the visitor's action of this
+    run, if any."""
+    data = step_data(result, tokenizer, step, words, identity.token, tuned, candidate_words, contributions, content) | {
         "presentation": presentation,
         "scroll_into_view": st.session_state.pop("scroll_to_output", False),
         "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit",

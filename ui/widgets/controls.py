@@ -35,6 +35,16 @@ def words_toggle(container=st) -> bool:
     )
 
 
+def content_toggle(container=st, note: str = "") -> bool:
+    """The shared choice of attention maps without their sink keys (Attention maps and the explorer's step view)."""
+    return container.toggle(
+        "Content only",
+        **keys.shared("attention_content"),
+        help="Drops </s>, <s> and punctuation as keys, where heads park weight they do not use (attention sinks), and "
+        "renormalises each row over the words left." + note,
+    )
+
+
 def kind_layer_head(
     result: DecodeResult, columns: list | None = None, page_default: AttentionKind | None = None
 ) -> tuple[AttentionKind, int, int]:
