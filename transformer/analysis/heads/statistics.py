@@ -125,9 +125,9 @@ def js_divergence(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 
 
 def parameter_counts(model: Transformer) -> pd.DataFrame:
+    """Parameters by component (tied weights counted once, under embeddings)."""
     import pandas as pd
 
-    """Parameters by component (tied weights counted once, under embeddings)."""
     seen: set[int] = set()
     counts: dict[str, int] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
