@@ -83,6 +83,15 @@ def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: TokenizerBase) 
     return lens_data(rows, tokenizer) | {"kl": [rounded(np.array(lens.kl_logit)), rounded(np.array(lens.kl_tuned))]}
 
 
+def keys_shown(weights: np.ndarray, keys: list[str], words: bool, content: bool) -> tuple[np.ndarray, list[str]]:
+    """Maps over keys (..., K) as the step view shows them: merged into words if asked, without sink keys if asked."""
+    weights, labels = over_words(weights, keys, words)
+    if not content:
+        return weights, labels
+    weights, kept = without_sinks(weights, labels)
+    return weights, [labels[k] for k in kept]
+
+
 def step_data(
     result: DecodeResult,
     tokenizer: TokenizerBase,
@@ -101,18 +110,11 @@ def step_data(
     (views.without_sinks), as Attention maps' content only."""
     layers, heads = result.cross.shape[:2]
     steps = result.steps
-    cross, cross_labels = over_words(result.cross.numpy(), result.src_pieces, words)  # (L, H, T, S)
-    if content:
-        cross, kept = without_sinks(cross, cross_labels)
-        cross_labels = [cross_labels[k] for k in kept]
+    cross, cross_labels = keys_shown(result.cross.numpy(), result.src_pieces, words, content)  # (L, H, T, S)
     self_labels, self_rows = [], []
     for t in range(steps):
-        rows, labels = over_words(
-            result.decoder_self[:, :, t, : t + 1].numpy(), result.decoder_input_pieces[: t + 1], words
-        )
-        if content:
-            rows, kept = without_sinks(rows, labels)
-            labels = [labels[k] for k in kept]
+        keys = result.decoder_input_pieces[: t + 1]
+        rows, labels = keys_shown(result.decoder_self[:, :, t, : t + 1].numpy(), keys, words, content)
         self_labels.append([readable_label(label) for label in labels])
         self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
