@@ -33,7 +33,7 @@ from transformer.training.snapshots import sentence_timeline, snapshot_files
 from transformer.viz.report import html_report
 from ui.services.cache import RESULTS
 from ui.services.checkpoints import checkpoint_files, load
-from ui.services.work import heavy_job
+from ui.services.work import computing_clock, heavy_job
 from ui.state.identity import ResultIdentity
 
 if TYPE_CHECKING:
@@ -204,11 +204,14 @@ def heads_survey_cached(
     *,
     _progress: Callable[[str, int, int], None],
     _should_stop: Callable[[], bool],
+    _computed: Callable[[float], None],
 ) -> Survey:
-    """Every measure of every head over a sample (a classroom measuring the teacher's file measures it once)."""
+    """Every measure of every head over a sample (a classroom measuring the teacher's file measures it once);
+    `_computed` hears the computing seconds of a survey made here, never of one the cache held (a page's pace)."""
     from transformer.analysis.heads.survey import survey_heads  # pandas and sacrebleu: only this page needs them
 
-    return survey_heads(
+    started = computing_clock()
+    survey = survey_heads(
         _checkpoint.model,
         _checkpoint.tokenizer,
         list(sources),
@@ -219,3 +222,5 @@ def heads_survey_cached(
         _progress,
         _should_stop,
     )
+    _computed(computing_clock() - started)
+    return survey

@@ -21,9 +21,9 @@ from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
-from ui.services.work import TIMINGS, computing_clock, heavy_job
+from ui.services.work import TIMINGS, heavy_job
 from ui.state import keys
-from ui.state.url import url_text
+from ui.state.url import head_name, url_text
 from ui.widgets.charts import show, table
 from ui.widgets.progress import Progress, pace
 from ui.widgets.sidebar import Explored
@@ -123,7 +123,7 @@ def read_sample(sources, references, treebank, count: int) -> Sample | None:
 def measure_heads(explored: Explored, sample: Sample, measure: str, prune: bool) -> keys.HeadsRun | None:
     """Every measure asked for, in one heavy-job turn with a bar per long part; None (and a note) if the visitor
     stopped it. The same sample and settings are measured once per server (the shared results cache)."""
-    started, progress = computing_clock(), PhasedProgress()
+    progress, timed = PhasedProgress(), (work_name(measure, prune), explored.checkpoint_key, len(sample.sources))
     ablation = measure == "both"
     try:
         with heavy_job("head measurements") as should_stop:
@@ -137,13 +137,13 @@ def measure_heads(explored: Explored, sample: Sample, measure: str, prune: bool)
                 ("ablation" if ablation else "gradient") if prune else None,
                 _progress=progress,
                 _should_stop=should_stop,
+                _computed=lambda seconds: TIMINGS.record(*timed, seconds),
             )
     except ImportanceStopped:
         st.info("Stopped: nothing was kept. Measure again when you are ready.")
         return None
     finally:
         progress.close()
-    TIMINGS.record(work_name(measure, prune), explored.checkpoint_key, len(sample.sources), computing_clock() - started)
     return keys.HeadsRun(explored.checkpoint_key, sample.name, len(sample.sources), survey)
 
 
@@ -233,5 +233,5 @@ def show_pruning(curves: list[PruningCurve], total: int, explored: Explored) -> 
 
 def point_link(explored: Explored, heads: frozenset) -> str:
     """This page with the sentence on screen and `heads` switched off (Head ablation reads `off`)."""
-    named = ",".join(f"{kind.value}.{layer + 1}.{head + 1}" for kind, layer, head in sorted(heads))
+    named = ",".join(head_name(head) for head in sorted(heads))
     return "heads?" + urlencode({"ckpt": explored.checkpoint_name, "text": url_text(explored.text), "off": named})
