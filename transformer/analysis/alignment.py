@@ -29,7 +29,7 @@ import numpy as np
 
 from transformer.analysis.attribution import source_integrated_gradients, value_weighted_attention
 from transformer.analysis.contributions import contributions
-from transformer.analysis.views import is_sink
+from transformer.analysis.views import without_sinks
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -235,9 +235,9 @@ def measures(
     """Each measure's rows over decoder input positions and source pieces (T, S), keyed (measure, layer, head)."""
     cross = teacher_force_ids(model, tokenizer, src_ids, tgt_ids).cross.numpy()  # (L, H, T, S)
     weighted = value_weighted_attention(model, src_ids, tgt_ids)[AttentionKind.CROSS]
-    sinks = np.array([is_sink(tokenizer.id_to_piece(i)) for i in src_ids])
-    content = np.where(sinks, 0.0, cross)  # without the sink keys, each piece's row renormalised over the rest
-    content = content / np.maximum(content.sum(axis=-1, keepdims=True), 1e-12)
+    content = np.zeros_like(cross)  # without the sink keys, each piece's row renormalised over the rest (0 if none)
+    rows, kept = without_sinks(cross, [tokenizer.id_to_piece(i) for i in src_ids])
+    content[..., kept] = np.nan_to_num(rows)
     found: dict[tuple[str, int | None, int | None], np.ndarray] = {}
     for name, maps in ((ATTENTION, cross), (CONTENT_ONLY, content), ("value-weighted", weighted)):
         for layer in range(maps.shape[0]):
