@@ -62,12 +62,6 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
     return name
 
 
-def head_name(head: tuple[str, int, int]) -> str:
-    """A head as a link names it: kind.layer.head, 1-based ("cross.3.2")."""
-    kind, layer, index = head
-    return f"{kind}.{layer + 1}.{index + 1}"
-
-
 st.subheader("This sentence")
 view = attention_view(result, kind)
 sentence_statistics = head_statistics(view.maps, view.key_pieces)
@@ -137,7 +131,7 @@ options = [
     for layer in range(result.maps(kind).shape[0])
     for head in range(heads)
 ]
-if url.many_from_link("ablate_heads", "off", options, head_name):
+if url.many_from_link("ablate_heads", "off", options, url.head_name):
     session.ablated = tuple(session.ablate_heads)
 with st.form("ablation"):
     picked = st.multiselect(
@@ -177,6 +171,6 @@ if chosen:
 url.write_url(
     {
         "statistic": "" if sentence_statistic == next(iter(sentence_statistics)) else sentence_statistic,
-        "off": ",".join(head_name(head) for head in chosen),
+        "off": ",".join(url.head_name(head) for head in chosen),
     }
 )

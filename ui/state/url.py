@@ -97,6 +97,12 @@ def many_from_link(widget_key: str, parameter: str, choices: Sequence[T], name: 
     return named is not None
 
 
+def head_name(head: tuple[str, int, int]) -> str:
+    """A head as a link names it (`off=`): kind.layer.head, 1-based ("cross.3.2")."""
+    kind, layer, index = head
+    return f"{kind}.{layer + 1}.{index + 1}"
+
+
 def flag_text(value: bool) -> str:
     return "1" if value else "0"
 
