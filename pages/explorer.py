@@ -6,6 +6,7 @@ import streamlit as st
 
 from transformer.analysis.tuned_lens import TunedLens, TunedLensError
 from transformer.analysis.views import attention_view
+from transformer.decoding.candidate_words import worked_out_at_open
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeInputError
 from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
@@ -36,8 +37,13 @@ def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
 
 explored = page_frame("Decode explorer")
 session = st.session_state
+config = explored.checkpoint.model.config
 # Computed before anything of the result is written, so that the new output and its step view appear together.
-candidate_words = models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
+candidate_words = (
+    models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
+    if worked_out_at_open(config)
+    else None
+)
 contributions = models.contributions_cached(explored.checkpoint, explored.identity, _result=explored.result)
 first_steps(explored.checkpoint_name)
 for note in explored.notes:
@@ -54,15 +60,21 @@ words = words_toggle(words_column)
 content = content_toggle(content_column, note=" Here: the step view's two maps.")
 step = keys.clamp_index("step", explored.result.steps)
 shown = explored.result
-if not shown.lens.read:  # a large vocabulary: every layer's guesses cost more than the decode, and wait to be asked
-    vocabulary = explored.checkpoint.model.config.tgt_vocab_size
-    if st.toggle(
-        f"Each layer's guesses (the logit lens, over {vocabulary:,} pieces: read when asked)", key="read_lens"
-    ):
-        with st.spinner("Reading what each decoder layer would predict at every step ..."):
-            shown = replace(
-                shown, lens=models.lens_read_cached(explored.checkpoint, explored.identity, _result=explored.result)
-            )
+lens_column, words_asked_column = st.columns(2) if not shown.lens.read or candidate_words is None else (st, st)
+# A large vocabulary: every layer's guesses, and the candidates' words, cost more than the decode and wait to be asked.
+if not shown.lens.read and lens_column.toggle(
+    f"Each layer's guesses (the logit lens, over {config.tgt_vocab_size:,} pieces: read when asked)", key="read_lens"
+):
+    with st.spinner("Reading what each decoder layer would predict at every step ..."):
+        shown = replace(
+            shown, lens=models.lens_read_cached(explored.checkpoint, explored.identity, _result=explored.result)
+        )
+if candidate_words is None and words_asked_column.toggle(
+    f"Candidates' words (each continued over {config.tgt_vocab_size:,} pieces: worked out when asked)",
+    key="candidate_words",
+):
+    with st.spinner("Continuing each step's candidates into the words they would make ..."):
+        candidate_words = models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
 action = step_player(
     shown,
     explored.checkpoint.tokenizer,

@@ -669,6 +669,23 @@ def test_a_lens_left_unread_at_decode_is_read_when_the_visitor_asks(monkeypatch)
     np.testing.assert_allclose(view["chosen_prob"], eager.chosen_probs.T.numpy(), atol=1e-4)
 
 
+def test_a_large_vocabularys_candidate_words_are_worked_out_when_the_visitor_asks(monkeypatch):
+    """At a large vocabulary continuing every candidate costs more than the decode (decoding.candidate_words
+    .worked_out_at_open): the step view shows the pieces alone until the switch asks for the words."""
+    import transformer.decoding.candidate_words as words_module
+
+    sentence = "The candidates wait for the visitor to ask."  # decoded by no other test: the results are shared
+    monkeypatch.setattr(words_module, "EAGER_WORD_PRODUCTS", 0)
+    at = translate(start(), sentence)
+    assert not at.exception and step_view(at)["topk_words"] is None
+    at.toggle(key="candidate_words").set_value(True).run()
+    assert not at.exception
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+    assert step_view(at)["topk_words"] == candidate_words(checkpoint.model, checkpoint.tokenizer, result)
+    assert any(word for row in step_view(at)["topk_words"] for word in row)
+
+
 def test_the_step_views_maps_go_content_only_with_the_attention_pages_switch(explorer, reference):
     """Every map view gets content only: the step view's two maps drop </s>, <s> and punctuation as keys and
     renormalise each row, as the Attention maps page does (the switch is the same one, and the link carries it)."""
