@@ -12,7 +12,7 @@ from transformer.decoding.result import DecodeInputError
 from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
-from ui.players.step_player import step_player
+from ui.players.step_player import layer_windows, step_player, window_name
 from ui.services import checkpoints, models
 from ui.state import keys, url
 from ui.widgets.charts import show
@@ -58,6 +58,20 @@ st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explo
 words_column, content_column = st.columns(2)
 words = words_toggle(words_column)
 content = content_toggle(content_column, note=" Here: the step view's two maps.")
+layers, heads = explored.result.cross.shape[:2]
+windows = {window_name(window): window for window in layer_windows(layers, heads)}
+shown_layers = list(windows)[-1]  # the output's end of the model, until the visitor or a link picks others
+if len(windows) > 1:
+    url.from_link("step_layers", "layers", list(windows))
+    if session.get("step_layers") not in windows:  # first here, or another model's windows
+        session.step_layers = shown_layers
+    shown_layers = st.radio(
+        f"The step view's layers ({heads} heads each; a step shows {len(next(iter(windows.values())))} layers at once)",
+        list(windows),
+        format_func=lambda name: f"layers {name}" if "-" in name else f"layer {name}",
+        horizontal=True,
+        key="step_layers",
+    )
 step = keys.clamp_index("step", explored.result.steps)
 shown = explored.result
 lens_column, words_asked_column = st.columns(2) if not shown.lens.read or candidate_words is None else (st, st)
@@ -86,6 +100,7 @@ action = step_player(
     candidate_words,
     contributions,
     content,
+    windows[shown_layers],
 )
 candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
 if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
@@ -107,7 +122,7 @@ if action is not None:
         session.scroll_to_output = True  # the tree, far down the page, is gone: the branch's output and "Showing"
         st.rerun()
     st.switch_page("pages/attention.py")
-url.write_url()
+url.write_url({"layers": shown_layers} if len(windows) > 1 and shown_layers != list(windows)[-1] else None)
 
 with st.expander("Teacher forcing: run the model on a translation you give", expanded=bool(session.get("target"))):
     with st.form("teacher_forcing", border=False):

@@ -18,6 +18,7 @@ from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable_label
+from transformer.viz.attention import head_row_labels
 from ui.players.packing import unpacked
 
 SENTENCE = "Two dogs are playing in the snow."
@@ -684,6 +685,35 @@ def test_a_large_vocabularys_candidate_words_are_worked_out_when_the_visitor_ask
     result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
     assert step_view(at)["topk_words"] == candidate_words(checkpoint.model, checkpoint.tokenizer, result)
     assert any(word for row in step_view(at)["topk_words"] for word in row)
+
+
+def test_a_deep_models_step_view_is_sent_a_window_of_layers_and_a_link_keeps_it(monkeypatch, reference):
+    """A model with more rows of heads than the step view draws at once (NLLB-600M's 12 layers x 17) is sent one
+    window of layers, the output's end first; the visitor's choice sends another, and a link opens on it."""
+    import ui.players.step_player as player_module
+
+    monkeypatch.setattr(player_module, "MAX_STEP_ROWS", 9)  # one layer of the default's 8 heads and their mean
+    explorer = translate(start(), SENTENCE)
+    assert not explorer.exception
+    layers, heads = reference.cross.shape[:2]
+
+    def assert_sends(at: AppTest, layer: int) -> None:
+        view = step_view(at)
+        assert view["rows"] == head_row_labels(1, heads, [f"layer {layer + 1}"])
+        cross = unpacked(view["cross"]).reshape(reference.steps, 1, heads + 1, len(reference.src_ids))
+        np.testing.assert_allclose(cross[:, 0, :heads].transpose(1, 0, 2), reference.cross[layer].numpy(), atol=1e-4)
+        last = reference.steps - 1  # the masked self-attention of the last step reads every key
+        rows = unpacked(view["self"])[-(heads + 1) * reference.steps :].reshape(heads + 1, reference.steps)
+        np.testing.assert_allclose(rows[:heads], reference.decoder_self[layer, :, last].numpy(), atol=1e-4)
+
+    assert explorer.radio(key="step_layers").value == str(layers) and "layers" not in explorer.query_params
+    assert_sends(explorer, layers - 1)
+    explorer.radio(key="step_layers").set_value("1").run()
+    assert not explorer.exception and explorer.query_params["layers"] == "1"
+    assert_sends(explorer, 0)
+    linked = start({"text": SENTENCE, "layers": "2"})
+    assert not linked.exception and linked.radio(key="step_layers").value == "2"
+    assert_sends(linked, 1)
 
 
 def test_the_step_views_maps_go_content_only_with_the_attention_pages_switch(explorer, reference):

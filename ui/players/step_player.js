@@ -134,10 +134,13 @@ function drawLens(box, data, step, go, state) {
   details.append(element("summary", "lens-summary", "How the lens reads a layer"));
   box.append(parts, element("p", "lens-plain", "What each layer would write at this step if it were the last one: "
     + "read down a column to watch the model make up its mind, layer by layer."), details);
-  // A strip wider than its box scrolls: the step on screen is kept in view (it hid past the box's right edge).
-  const now = strip.querySelector(".key-label.now").getBoundingClientRect();
-  const shown = stripBox.getBoundingClientRect();
-  stripBox.scrollLeft += now.left + now.width / 2 - (shown.left + shown.width / 2);
+  // A strip wider than its box scrolls: the step on screen is kept in view (it hid past the box's right edge). Read
+  // at the next frame, once the whole step is drawn: read here it laid the page out twice a step (half a click's time).
+  requestAnimationFrame(() => {
+    const now = strip.querySelector(".key-label.now").getBoundingClientRect();
+    const shown = stripBox.getBoundingClientRect();
+    stripBox.scrollLeft += now.left + now.width / 2 - (shown.left + shown.width / 2);
+  });
   details.append(element("p", "lens-note", tuned
     ? "Each early layer's output is first moved by an affine map fitted on a corpus so that the output layer reads it "
       + "as it reads the last layer's (the tuned lens, Belrose et al. 2023), then put through the final normalisation "

@@ -41,6 +41,22 @@ PLAYER = st.components.v2.component(
     js=(HERE / "player_common.js").read_text() + (HERE / "step_player.js").read_text(),
 )
 PLAY_RATES = (1, 2, 5, 10)  # steps a second Play offers
+# Rows of heads the step view draws at most (each layer's heads, then their mean): a step click redraws both maps cell
+# by cell, and a deeper or wider model is shown a window of its layers at a time, the others sent when chosen.
+MAX_STEP_ROWS = 72
+
+
+def layer_windows(layers: int, heads: int) -> list[range]:
+    """The step view's windows of layers, in order: every layer in one where they fit MAX_STEP_ROWS, else as many
+    consecutive layers as fit in each."""
+    size = max(1, MAX_STEP_ROWS // (heads + 1))
+    return [range(start, min(start + size, layers)) for start in range(0, layers, size)]
+
+
+def window_name(window: range) -> str:
+    """A window of layers as the step view's choice and a link name it, 1-based ("9-12"; "3" for one layer)."""
+    first, last = window.start + 1, window.stop
+    return str(first) if first == last else f"{first}-{last}"
 
 
 @dataclass(frozen=True)
@@ -102,19 +118,22 @@ def step_data(
     candidate_words: list[list[str | None]] | None = None,
     contributions: Contributions | None = None,
     content: bool = False,
+    layers: range | None = None,
 ) -> dict:
     """Everything the step view shows, for every step, as JSON-ready values; `player_id`: the result's identity
     token (the browser keeps its step while it is the same); `tuned`: a tuned lens' guesses and the
     lens (whose held-out KL figures the view gives); `candidate_words`: the word each candidate would make
     (decoding.candidate_words); `contributions`: ALTI+ of the result; `content`: the maps without their sink keys
-    (views.without_sinks), as Attention maps' content only."""
-    layers, heads = result.cross.shape[:2]
-    steps = result.steps
-    cross, cross_labels = keys_shown(result.cross.numpy(), result.src_pieces, words, content)  # (L, H, T, S)
+    (views.without_sinks), as Attention maps' content only; `layers`: the window of layers whose maps are sent
+    (layer_windows; None: all)."""
+    layers = range(result.cross.size(0)) if layers is None else layers
+    heads, steps = result.cross.size(1), result.steps
+    shown = slice(layers.start, layers.stop)
+    cross, cross_labels = keys_shown(result.cross[shown].numpy(), result.src_pieces, words, content)  # (L, H, T, S)
     self_labels, self_rows = [], []
     for t in range(steps):
         keys = result.decoder_input_pieces[: t + 1]
-        rows, labels = keys_shown(result.decoder_self[:, :, t, : t + 1].numpy(), keys, words, content)
+        rows, labels = keys_shown(result.decoder_self[shown, :, t, : t + 1].numpy(), keys, words, content)
         self_labels.append([readable_label(label) for label in labels])
         self_rows.append(with_layer_means(rows).reshape(-1))
     topk_ids = result.topk_ids.tolist()
@@ -122,7 +141,7 @@ def step_data(
         "id": player_id,
         "step": step,
         "steps": steps,
-        "rows": head_row_labels(layers, heads),
+        "rows": head_row_labels(len(layers), heads, [f"layer {layer + 1}" for layer in layers]),
         "heads": heads,
         "so_far": [tokenizer.decode(result.tgt_ids[:t]) for t in range(steps)],
         "next": [readable(piece) for piece in result.tgt_pieces],
@@ -205,11 +224,13 @@ def step_player(
     candidate_words: list[list[str | None]] | None = None,
     contributions: Contributions | None = None,
     content: bool = False,
+    layers: range | None = None,
 ) -> StepAction | None:
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
-    the candidates would make, and ALTI+; its maps without sink keys if `content`); the visitor's action of this
-    run, if any."""
-    data = step_data(result, tokenizer, step, words, identity.token, tuned, candidate_words, contributions, content) | {
+    the candidates would make, and ALTI+; its maps without sink keys if `content`, of the window `layers`); the
+    visitor's action of this run, if any."""
+    extras = (tuned, candidate_words, contributions, content, layers)
+    data = step_data(result, tokenizer, step, words, identity.token, *extras) | {
         "presentation": presentation,
         "scroll_into_view": st.session_state.pop("scroll_to_output", False),
         "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit",

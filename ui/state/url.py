@@ -72,8 +72,8 @@ def read_url_once(checkpoints: dict) -> None:
 
 # The page controls a link names, by their URL parameter: the checkpoint Compare compares with, Attribution's mean
 # over heads and its foil, the heads Head statistics switches off and its statistics, the dimensions Positional
-# encoding draws, whether Attention, step by step draws whole weight matrices.
-PAGE_PARAMETERS = ("with", "mean", "foil", "off", "statistic", "dims", "weights")
+# encoding draws, whether Attention, step by step draws whole weight matrices, the explorer's step view's layers.
+PAGE_PARAMETERS = ("with", "mean", "foil", "off", "statistic", "dims", "weights", "layers")
 MAX_PAGE_VALUE = 2000  # characters of one such value a link may hold
 
 
