@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import tempfile
 from pathlib import Path
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
@@ -80,7 +81,17 @@ def main() -> None:
     if not args.no_browser:
         rows.extend(browser_rows(*((1, 2, 1) if args.smoke else ())))
         rows.extend(report_rows(checkpoint, *((1, 1) if args.smoke else ())))
+        if args.smoke:  # the real sizes' app rows (python -m benchmarks.hf_families --app) at the tests' size
+            rows.extend(tiny_marian_app_rows())
     print("\n" + table(rows))
+
+
+def tiny_marian_app_rows() -> list[Row]:
+    from benchmarks.hf_families import CORPUS, app_rows_at
+    from tests.fixtures.hf_models import TINY, save_marian
+
+    with tempfile.TemporaryDirectory() as folder:
+        return app_rows_at("a tiny Marian model", save_marian(Path(folder), CORPUS, CORPUS, TINY))
 
 
 class MeasuredRows(list):

@@ -1,7 +1,9 @@
-"""python -m benchmarks.hf_families [--quick] [--skip-nllb-600m]: each Hugging Face family read here, imported and
+"""python -m benchmarks.hf_families [--quick] [--skip-nllb-600m] [--app]: each Hugging Face family read here, imported and
 decoding token by token against transformers' own generate in the same run, at the tests' size and at opus-mt's
 (d_model 512, 6+6 layers); and a model of NLLB-200-distilled-600M's configuration (random weights) imported:
-time and peak memory, and its decode speed.
+time and peak memory, and its decode speed. With --app, the app in Chromium with the opus-mt-shaped Marian model
+and the NLLB-600M-shaped one (and the shipped default in the same run): a link to the step view, a Translate of 20
+words, step clicks.
 
 Needs `transformers` (requirements-dev.txt). Greedy, 40 tokens, the end token never chosen, so both sides produce
 the same number of tokens; the forced first token (a language code, BART's <s>) counts as one of them.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -20,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.model_speed import Row, machine, median_ms, no_eos_chooser
+from benchmarks.model_speed import Row, machine, median_ms, no_eos_chooser, table
 from tests.fixtures.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb, save_t5
 from transformer.decoding.greedy import decode_ids, generate
 from transformer.decoding.lens import read_lens
@@ -153,9 +156,25 @@ print(json.dumps({"import_s": imported - loaded, "decode_s": decoded - imported,
 """
 
 
-def nllb_600m_report(repeats: int, device: str) -> tuple[str, Row]:
+# The app rows' sentences: words of the random tokenizers' corpus (NLLB-600M's made-up pieces know none: there the
+# two differ in length, so that the Translate has a result of its own to draw).
+APP_FIRST = "the red dog runs in the blue park and a small cat sits on the big ball near the"
+APP_SECOND = "a woman jumps in the green street and the red dog runs to the blue park with a small cat"
+
+
+def app_rows_at(label: str, directory: Path) -> list[Row]:
+    """The app in Chromium with the model in `directory` (benchmarks.app_at_size)."""
+    from benchmarks.app_at_size import app_rows, linked_checkpoint
+
+    with linked_checkpoint(directory, re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")) as name:
+        rows = app_rows(label, name, APP_FIRST, APP_SECOND)
+    print(*(table([row]).splitlines()[-1] for row in rows), sep="\n", flush=True)
+    return rows
+
+
+def nllb_600m_report(repeats: int, device: str, app: bool) -> tuple[list[Row], str]:
     """Builds the model, then imports it and translates in a fresh process (its memory is the import's and the
-    decoding's alone); then its decode against transformers'."""
+    decoding's alone); then its decode against transformers', and if `app` the app's rows with it."""
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
         save_nllb_600m(Path(folder))
@@ -164,7 +183,8 @@ def nllb_600m_report(repeats: int, device: str) -> tuple[str, Row]:
         out = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT, folder], capture_output=True, text=True, check=True)
         figures = json.loads(out.stdout.strip().splitlines()[-1])
         row = decode_row("NLLB-200", "NLLB-600M's size (d 1024, 12+12, 256k pieces)", Path(folder), repeats, device)
-    return row, (
+        rows = [printed(row), *(app_rows_at("NLLB-600M's shape", Path(folder)) if app else [])]
+    return rows, (
         f"NLLB-600M configuration ({figures['parameters']:,} parameters, model.safetensors {weights / 2**30:.2f} GiB, "
         f"built with transformers in {built:.0f} s): import {figures['import_s']:.1f} s, its peak memory "
         f"{figures['import_peak_mb']:,.0f} MB ({figures['rss_before_mb']:,.0f} MB of it Python, torch and the package "
@@ -187,6 +207,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
     parser.add_argument("--skip-nllb-600m", action="store_true", help="no 2.4 GB model (it takes minutes)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides decode")
+    parser.add_argument(
+        "--app", action="store_true", help="also the app in Chromium with each shape: a link, a Translate, step clicks"
+    )
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
     print(f"machine: {machine()}, decoding on {args.device}\n", flush=True)
@@ -195,12 +218,18 @@ def main() -> None:
         for family, build in family_builders().items():
             with tempfile.TemporaryDirectory() as folder:
                 rows.append(printed(decode_row(family, size, build(Path(folder), sizes), repeats, args.device)))
-    if not args.skip_nllb_600m:
-        row, report = nllb_600m_report(repeats, args.device)
-        rows.append(printed(row))
-        print("\n" + report, flush=True)
-    from benchmarks.model_speed import table
+    if args.app:
+        from benchmarks.app_at_size import app_rows
+        from benchmarks.app_speed import TWENTY_WORDS
 
+        default = " ".join(TWENTY_WORDS[0].split()[:19])  # the shipped default in the same run, as a baseline
+        rows += app_rows("the shipped default", None, default, TWENTY_WORDS[1])
+        with tempfile.TemporaryDirectory() as folder:
+            rows += app_rows_at("opus-mt's shape (Marian)", family_builders()["Marian"](Path(folder), OPUS_MT))
+    if not args.skip_nllb_600m:
+        nllb_rows, report = nllb_600m_report(repeats, args.device, args.app)
+        rows += nllb_rows
+        print("\n" + report, flush=True)
     print("\n" + table(rows), flush=True)
     print(f"\nthis process's peak memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
 
