@@ -7,11 +7,13 @@ import streamlit as st
 from transformer.analysis.alignment import (
     CONVENTIONS,
     DEFAULT_THRESHOLD,
+    FLOW,
     GoldError,
     aer_grid,
     align_corpus,
     parse_pharaoh,
 )
+from transformer.analysis.decoder_flow import MAX_DECODER_FLOW_TOKENS
 from transformer.io.export import csv_text
 from transformer.viz.alignment import alignment_heatmap
 from transformer.viz.matrices import matrix_heatmap
@@ -50,12 +52,25 @@ with st.form("alignment"):
         "Threshold links: weight at least", 0.05, 0.95, DEFAULT_THRESHOLD, 0.05, key="align_threshold"
     )
     limit = right.number_input("Pairs (from the top)", 1, MAX_PAIRS, 200, key="align_limit")
-    gradients = st.checkbox("Also integrated gradients (about 15 times as long)", key="align_gradients")
+    gradients_column, flow_column = st.columns(2)
+    gradients = gradients_column.checkbox("Also integrated gradients (about 15 times as long)", key="align_gradients")
+    flow = flow_column.checkbox(
+        f"Also attention flow through the decoder (pairs of up to {MAX_DECODER_FLOW_TOKENS} pieces a side)",
+        key="align_flow",
+        help="Maximum flow over every layer, the residual mixed in (Abnar and Zuidema 2020, carried into the "
+        "decoder): longer pairs are left out of every method, so that all are scored on the same pairs.",
+    )
     run = st.form_submit_button("Align and score")
     pairs = int(session.get("align_limit", 200))
     st.caption(
-        pace("alignment", explored.checkpoint_key, "pair", pairs)
-        + (f" With gradients: {pace('alignment+gradients', explored.checkpoint_key, 'pair', pairs)}")
+        " ".join(
+            f"{label}{pace(work, explored.checkpoint_key, 'pair', pairs)}"
+            for label, work in (
+                ("", "alignment"),
+                ("With gradients: ", "alignment+gradients"),
+                ("With flow: ", "alignment+flow"),
+            )
+        )
     )
 
 
@@ -89,7 +104,7 @@ if run and (files := read_files()) is not None:
             count = min(int(limit), len(sources))
             sources, targets, golds = sources[:count], targets[:count], golds[:count]
             costs = [len(s) * len(t) + 1 for s, t in zip(sources, targets)]
-            work = "alignment+gradients" if gradients else "alignment"
+            work = "alignment" + "+gradients" * gradients + "+flow" * flow
             timed = (work, explored.checkpoint_key, count)
             progress = Progress("Aligning", count, "pairs", costs, stop_key="align_stop", timed=timed)
             with heavy_job("alignments") as should_stop:
@@ -103,6 +118,7 @@ if run and (files := read_files()) is not None:
                     gradients,
                     progress=lambda done, _: progress(done),
                     should_stop=should_stop,
+                    flow=flow,
                 )
             progress.close()
             session.alignment_run = keys.AlignmentRun(explored.checkpoint_key, name, sources, targets, golds, report)
@@ -111,7 +127,10 @@ if run and (files := read_files()) is not None:
 stored = session.get("alignment_run")
 if stored and stored.checkpoint_key == explored.checkpoint_key and stored.report.scores:
     report = stored.report
-    note = f" {len(report.skipped)} left out: empty, or longer than the model reads." if report.skipped else ""
+    longest = (
+        "than attention flow is read for" if any(s.method.measure == FLOW for s in report.scores) else "the model reads"
+    )
+    note = f" {len(report.skipped)} left out: empty, or longer {longest}." if report.skipped else ""
     st.subheader("Every method, best first")
     st.caption(literal(f"{stored.name}: {len(report.aligned)} pairs aligned.{note} Click a column to sort."))
     frame = report.frame().set_index("rank")

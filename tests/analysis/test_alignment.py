@@ -396,3 +396,44 @@ def test_the_alignment_report_scores_every_head_with_and_without_its_sinks(rever
     assert plain and plain == {
         (s.method.layer, s.method.head) for s in report.scores if s.method.measure == CONTENT_ONLY
     }
+
+
+def test_attention_flow_through_the_decoder_is_a_method_read_from_its_flows_over_words(default):
+    """--flow: each pair's rows are decoder_flow's source shares, over words; a pair longer than flow is read for is
+    left out of every method, so that all are scored on the same pairs."""
+    from transformer.analysis.alignment import FLOW, pair_matrix
+    from transformer.analysis.decoder_flow import decoder_flow
+    from transformer.decoding.forcing import teacher_force_ids
+
+    sources, targets, lines = ((DATA / name).read_text().splitlines()[:3] for name in ("en.txt", "fr.txt", "gold.txt"))
+    sources[1] = " ".join(["dog"] * 60)  # past MAX_DECODER_FLOW_TOKENS pieces
+    golds, _ = parse_pharaoh(lines, [len(s.split()) for s in sources], [len(t.split()) for t in targets], False)
+    report = align_corpus(default.model, default.tokenizer, sources, targets, golds, flow=True)
+    assert report.aligned == [0, 2] and report.skipped == [1]
+    assert align_corpus(default.model, default.tokenizer, sources, targets, golds).aligned == [0, 1, 2]
+    method = Method(FLOW, None, None, "output", "argmax")
+    src_ids, src_words = default.tokenizer.encode_words(sources[2])
+    tgt_ids, tgt_words = default.tokenizer.encode_words(targets[2])
+    eos = default.model.config.eos_id
+    forced = teacher_force_ids(default.model, default.tokenizer, [*src_ids, eos], [*tgt_ids, eos])
+    flows = decoder_flow(forced.encoder_self.numpy(), forced.decoder_self.numpy(), forced.cross.numpy())
+    rows = flows[:, : len(src_ids) + 1] / flows[:, : len(src_ids) + 1].sum(axis=1, keepdims=True)
+    expected = word_rows(rows, [*src_words, range(0)], [*tgt_words, range(0)], "output")
+    np.testing.assert_allclose(pair_matrix(default.model, default.tokenizer, sources[2], targets[2], method), expected)
+    assert report.links[method][1] == argmax_links(expected)
+    assert 0 < next(s.counts.aer for s in report.scores if s.method == method) < 1
+
+
+def test_align_with_flow_on_the_command_line_and_the_page(tmp_path):
+    table = tmp_path / "table.csv"
+    files = [str(DATA / name) for name in ("en.txt", "fr.txt", "gold.txt")]
+    arguments = ["align", "--src", files[0], "--tgt", files[1], "--gold", files[2], "--limit", "2", "--flow"]
+    assert main([*arguments, "--table", str(table)]) == 0
+    assert sum(row["method"] == "attention flow" for row in csv.DictReader(table.open())) == 4  # conventions x links
+    at = start().switch_page("pages/alignment.py").run()
+    at.checkbox(key="align_example").check()
+    at.number_input(key="align_limit").set_value(2)
+    at.checkbox(key="align_flow").check()
+    at = submit(at)
+    assert not at.exception and not at.error
+    assert (at.dataframe[0].value["method"] == "attention flow").sum() == 4

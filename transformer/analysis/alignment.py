@@ -6,9 +6,9 @@ target word j, words being the whitespace-separated tokens of the two text files
 teacher forced; each cross-attention head, each layer's mean, the same without their sink keys ("attention, content
 only": the weight on `</s>`, `<s>` and punctuation dropped, each row renormalised over the rest, as the maps' content
 only view), value-weighted attention, ALTI+ (each step's
-contributions from the source through the whole model) and, where asked, integrated gradients give a target-word x
-source-word matrix, from which links are extracted (the argmax per
-target word, or every weight over a threshold).
+contributions from the source through the whole model) and, where asked, integrated gradients and attention flow
+through the decoder (decoder_flow) give a target-word x source-word matrix, from which links are extracted (the
+argmax per target word, or every weight over a threshold).
 
 Which row of a step's matrix speaks for a target word is a convention that papers differ on, so both are scored:
 row t is the query that *produces* target token t ("output"), and the one that was *fed* token t is row t + 1
@@ -29,6 +29,7 @@ import numpy as np
 
 from transformer.analysis.attribution import source_integrated_gradients, value_weighted_attention
 from transformer.analysis.contributions import contributions
+from transformer.analysis.decoder_flow import MAX_DECODER_FLOW_TOKENS, decoder_flow
 from transformer.analysis.views import without_sinks
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
@@ -44,6 +45,7 @@ ATTENTION, CONTENT_ONLY = "attention", "attention, content only"  # the heads' m
 DEFAULT_THRESHOLD = 0.3
 LINK = re.compile(r"(\d{1,9})([-?p])(\d{1,9})")  # a word index of 5,000 digits is no link (and no int)
 IG_STEPS = 32  # interpolation steps of integrated gradients when aligning (the attribution page's default is 50)
+IG, FLOW = "integrated gradients", "attention flow"  # the measures computed only where asked
 
 
 class GoldError(ValueError):
@@ -230,10 +232,16 @@ class AlignmentReport:
 
 
 def measures(
-    model: Transformer, tokenizer: TokenizerBase, src_ids: list[int], tgt_ids: list[int], integrated_gradients: bool
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    src_ids: list[int],
+    tgt_ids: list[int],
+    integrated_gradients: bool,
+    flow: bool = False,
 ) -> dict[tuple[str, int | None, int | None], np.ndarray]:
     """Each measure's rows over decoder input positions and source pieces (T, S), keyed (measure, layer, head)."""
-    cross = teacher_force_ids(model, tokenizer, src_ids, tgt_ids).cross.numpy()  # (L, H, T, S)
+    forced = teacher_force_ids(model, tokenizer, src_ids, tgt_ids)
+    cross = forced.cross.numpy()  # (L, H, T, S)
     weighted = value_weighted_attention(model, src_ids, tgt_ids)[AttentionKind.CROSS]
     content = np.zeros_like(cross)  # without the sink keys, each piece's row renormalised over the rest (0 if none)
     rows, kept = without_sinks(cross, [tokenizer.id_to_piece(i) for i in src_ids])
@@ -249,23 +257,31 @@ def measures(
     source = contributions(model, src_ids, tgt_ids).alti_plus[:, : len(src_ids)]
     found[("ALTI+", None, None)] = source / np.maximum(source.sum(axis=1, keepdims=True), 1e-12)
     if integrated_gradients:  # row t: the step producing token t, as an attention row
-        found[("integrated gradients", None, None)] = np.abs(
-            source_integrated_gradients(model, src_ids, tgt_ids, IG_STEPS)
-        )
+        found[(IG, None, None)] = np.abs(source_integrated_gradients(model, src_ids, tgt_ids, IG_STEPS))
+    if flow:  # row t: the step producing token t, its flow from the source as a share, as ALTI+'s
+        flows = decoder_flow(forced.encoder_self.numpy(), forced.decoder_self.numpy(), cross)[:, : len(src_ids)]
+        found[(FLOW, None, None)] = flows / np.maximum(flows.sum(axis=1, keepdims=True), 1e-12)
     return found
 
 
 def read_pair(
-    model: Transformer, tokenizer: TokenizerBase, source: str, target: str, integrated_gradients: bool
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    source: str,
+    target: str,
+    integrated_gradients: bool,
+    flow: bool = False,
 ) -> tuple[dict[tuple[str, int | None, int | None], np.ndarray], list[range], list[range]] | None:
     """A pair's measures (see `measures`) and each source and target piece's words, the end tokens included (no
-    word); None for a pair the model cannot read: a side empty, or longer than its max_len with the end token."""
+    word); None for a pair the model cannot read: a side empty, or longer than its max_len with the end token, or
+    (with attention flow) than MAX_DECODER_FLOW_TOKENS."""
     eos, max_len = model.config.eos_id, model.config.max_len
+    longest = min(max_len, MAX_DECODER_FLOW_TOKENS) if flow else max_len
     src_ids, src_words = tokenizer.encode_words(source)
     tgt_ids, tgt_words = tokenizer.encode_words(target)
-    if not src_ids or not tgt_ids or len(src_ids) + 1 > max_len or len(tgt_ids) + 1 > max_len:
+    if not src_ids or not tgt_ids or len(src_ids) + 1 > longest or len(tgt_ids) + 1 > longest:
         return None
-    found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], integrated_gradients)
+    found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], integrated_gradients, flow)
     return found, [*src_words, range(0)], [*tgt_words, range(0)]
 
 
@@ -279,10 +295,12 @@ def align_corpus(
     integrated_gradients: bool = False,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    flow: bool = False,
 ) -> AlignmentReport:
     """Every method's links for every pair and its score against the gold, best AER first.
 
-    Pairs longer than the model reads (with their end tokens) are left out and listed. `progress` hears (pairs
+    Pairs longer than the model reads (with their end tokens; with attention flow, than it is read for) are left
+    out and listed, so that every method is scored on the same pairs. `progress` hears (pairs
     done, pairs) after each; `should_stop` is asked before each, and the pairs done so far are scored.
     """
     extractions = {"argmax": argmax_links, f"≥ {threshold:g}": lambda m: threshold_links(m, threshold)}
@@ -292,7 +310,7 @@ def align_corpus(
     for index, (source, target, gold) in enumerate(zip(sources, targets, golds)):
         if should_stop():
             break
-        read = read_pair(model, tokenizer, source, target, integrated_gradients)
+        read = read_pair(model, tokenizer, source, target, integrated_gradients, flow)
         if read is None:
             skipped.append(index)
             continue
@@ -330,7 +348,7 @@ def aer_grid(report: AlignmentReport, measure: str, convention: str, extraction:
 
 def pair_matrix(model: Transformer, tokenizer: TokenizerBase, source: str, target: str, method: Method) -> np.ndarray:
     """The target-word x source-word matrix a method reads for one aligned pair (what it extracted its links from)."""
-    read = read_pair(model, tokenizer, source, target, method.measure == "integrated gradients")
+    read = read_pair(model, tokenizer, source, target, method.measure == IG, method.measure == FLOW)
     if read is None:
         raise ValueError("the model cannot read this pair: a side is empty or longer than its max_len")
     found, src_words, tgt_words = read

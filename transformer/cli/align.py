@@ -73,6 +73,7 @@ def _aligned(
             args.threshold,
             args.integrated_gradients,
             progress=lambda done, _: bar.update(done - bar.n),
+            flow=args.flow,
         )
 
 
@@ -125,6 +126,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "--integrated-gradients",
         action="store_true",
         help="also align with integrated gradients (about 15 times the time)",
+    )
+    align.add_argument(
+        "--flow",
+        action="store_true",
+        help="also align with attention flow through the decoder (max-flow over every layer; pairs of up to 48 "
+        "pieces a side, the longer left out of every method)",
     )
     align.add_argument(
         "--reverse-checkpoint",
