@@ -316,6 +316,8 @@ def _with_weights(directory, tensors):
         ("weights-empty", "not a safetensors file"),
         ("weights-int64", "weights must be F32, F16 or BF16"),
         ("weights-float8", "weights must be F32, F16 or BF16"),
+        ("weights-truncated", "file truncated or corrupt"),
+        ("weights-trailing", "tensor data covers"),
     ],
 )
 def test_a_damaged_marian_directory_is_one_clear_line(marian_dir, tmp_path, damage, reason):
@@ -354,6 +356,10 @@ def test_a_damaged_marian_directory_is_one_clear_line(marian_dir, tmp_path, dama
         _with_weights(directory, {k: v.to(torch.int64) for k, v in weights.items()})
     elif damage == "weights-float8":
         _with_weights(directory, {k: v.to(torch.float8_e4m3fn) for k, v in weights.items()})
+    elif damage == "weights-truncated":  # each tensor is mapped from the file: one past its end is refused first
+        (directory / "model.safetensors").write_bytes((directory / "model.safetensors").read_bytes()[:-100])
+    elif damage == "weights-trailing":  # bytes no tensor accounts for, which safetensors refuses too
+        (directory / "model.safetensors").write_bytes((directory / "model.safetensors").read_bytes() + b"\0" * 8)
     assert '"dropout": 0.1' in (marian_dir / "config.json").read_text()  # the damage above did replace something
     with pytest.raises(CheckpointError, match=reason):
         import_marian(directory)

@@ -109,6 +109,7 @@ def import_bart(
     weights = hf_weights(directory)
     state = marian_state(weights, config, SIDE_NORMS | (FINAL_NORMS if config.norm_first else {}))
     state |= {ours: weights[theirs] for theirs, ours in POSITION_TABLES.items() if theirs in weights}
+    del weights  # the state holds each tensor once: the model frees each original as it lays it out
     metadata["imported"] = {"from": f"Hugging Face {FAMILIES[kind]}", "directory": directory.name}
     return checkpoint_from_state(config, state, tokenizer, metadata, device)
 

@@ -132,4 +132,5 @@ def import_t5(directory: str | Path, device: torch.device | str = "cpu") -> Chec
         state[f"{side}_layers.{index}.{ours}.weight"] = tensor
     family = "mT5" if hf_config["model_type"] == "mt5" else "T5"
     metadata = {"imported": {"from": f"Hugging Face {family}", "directory": directory.name}}
+    del weights, embedding, head, tensor  # the state holds each tensor once: each original freed as it is laid out
     return checkpoint_from_state(config, state, tokenizer, metadata, device)

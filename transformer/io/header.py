@@ -97,12 +97,12 @@ def declared_size(path: str | Path) -> int:
     ends = [
         entry["data_offsets"][1]
         for name, entry in header.items()
-        if name != "__metadata__" and isinstance(entry, dict) and _is_int_list(entry.get("data_offsets"), 2)
+        if name != "__metadata__" and isinstance(entry, dict) and is_int_list(entry.get("data_offsets"), 2)
     ]
     return 8 + length + max(ends, default=0)
 
 
-def _is_int_list(value: Any, length: int | None = None) -> bool:
+def is_int_list(value: Any, length: int | None = None) -> bool:
     return (
         isinstance(value, list)
         and (length is None or len(value) == length)
@@ -130,11 +130,11 @@ def check_tensors(header: dict[str, Any], expected: dict[str, tuple[int, ...]], 
         if not isinstance(entry, dict) or not isinstance(entry.get("dtype"), str) or entry["dtype"] not in DTYPE_BYTES:
             raise CheckpointError(f"tensor {name}: unsupported or missing dtype")
         shape, offsets = entry.get("shape"), entry.get("data_offsets")
-        if not _is_int_list(shape):
+        if not is_int_list(shape):
             raise CheckpointError(f"tensor {name}: malformed shape {shown(shape)}")
         if tuple(shape) != expected[name]:
             raise CheckpointError(f"tensor {name} has shape {shape}, the config needs {list(expected[name])}")
-        if not _is_int_list(offsets, 2):
+        if not is_int_list(offsets, 2):
             raise CheckpointError(f"tensor {name}: malformed data offsets {offsets!r}")
         start, end = offsets
         if not start <= end <= payload_bytes or end - start != math.prod(shape) * DTYPE_BYTES[entry["dtype"]]:

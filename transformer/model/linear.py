@@ -48,11 +48,10 @@ def hold_transposed(model: nn.Module) -> None:
     against 0.16 ms, one thread), and F.linear on the transposed layout runs the same product as x @ W_t, bit for
     bit. The layout replaces a transposed copy of each weight, which doubled a loaded model's memory. Tied weights
     (the output layer and the target embedding) are laid out once; the embedding then reads its rows strided,
-    a few rows a step.
+    a few rows a step. The largest go first: while a weight is laid out its original and its copy are both held, so
+    a loading model (its originals freed as they go) peaks at the weights once plus its largest weight, not twice it.
     """
-    seen: set[int] = set()
+    linears = {id(m.weight): m for m in model.modules() if isinstance(m, nn.Linear)}.values()
     with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, nn.Linear) and id(module.weight) not in seen:
-                seen.add(id(module.weight))
-                module.weight.data = module.weight.data.t().contiguous().t()
+        for module in sorted(linears, key=lambda m: m.weight.numel(), reverse=True):
+            module.weight.data = module.weight.data.t().contiguous().t()
