@@ -1,6 +1,6 @@
 """The app with a given model in Chromium: a link to the step view, a Translate of 20 words, step clicks, memory.
 
-The model directory is linked into `checkpoints/` for the run (a `benchmark-` name, which git ignores) and the
+The model (a directory or a checkpoint file) is linked into `checkpoints/` for the run (a `benchmark-` name, which git ignores) and the
 link removed after, so that the app lists and opens it as a visitor's would be.
 """
 
@@ -37,13 +37,14 @@ CLICK_WITHIN = CLICK_UNTIL_DRAWN.replace(
 
 
 @contextmanager
-def linked_checkpoint(directory: Path, name: str) -> Iterator[str]:
-    """`directory` listed in the app's checkpoints as `benchmark-<name>` while the block runs."""
-    link = CHECKPOINT_DIR / f"benchmark-{name}"
+def linked_checkpoint(path: Path, name: str) -> Iterator[str]:
+    """A model directory or checkpoint file listed in the app's checkpoints as `benchmark-<name>` while the block
+    runs; yields the name the app lists it by."""
+    link = CHECKPOINT_DIR / f"benchmark-{name}{'' if path.is_dir() else path.suffix}"
     link.unlink(missing_ok=True)
-    link.symlink_to(directory.resolve(), target_is_directory=True)
+    link.symlink_to(path.resolve(), target_is_directory=path.is_dir())
     try:
-        yield link.name
+        yield link.stem if path.is_file() else link.name
     finally:
         link.unlink(missing_ok=True)
 

@@ -137,14 +137,14 @@ def save_nllb_600m(directory: Path) -> None:
 IMPORT_SCRIPT = """
 import json, re, sys, time
 import torch
-from transformer.hugging_face.directory import import_hf
+from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.decoding.settings import DecodeSettings, decode_text
 torch.set_grad_enabled(False)
 def memory_mb(field):  # this process's own figures (ru_maxrss would carry the parent's over exec)
     return int(re.search(field + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) / 1024
 before = memory_mb("VmRSS")
 loaded = time.perf_counter()
-checkpoint = import_hf(sys.argv[1])
+checkpoint = load_checkpoint_or_hf(sys.argv[1])
 imported, held, import_peak = time.perf_counter(), memory_mb("VmRSS"), memory_mb("VmHWM")
 result = decode_text(checkpoint.model, checkpoint.tokenizer, "w1 w2 w3 w4 w5 w6 w7 w8", DecodeSettings(max_new_tokens=20))
 decoded = time.perf_counter()
@@ -162,35 +162,51 @@ APP_FIRST = "the red dog runs in the blue park and a small cat sits on the big b
 APP_SECOND = "a woman jumps in the green street and the red dog runs to the blue park with a small cat"
 
 
-def app_rows_at(label: str, directory: Path) -> list[Row]:
-    """The app in Chromium with the model in `directory` (benchmarks.app_at_size)."""
+def app_rows_at(label: str, path: Path) -> list[Row]:
+    """The app in Chromium with the model in `path`, a directory or a file (benchmarks.app_at_size)."""
     from benchmarks.app_at_size import app_rows, linked_checkpoint
 
-    with linked_checkpoint(directory, re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")) as name:
+    with linked_checkpoint(path, re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")) as name:
         rows = app_rows(label, name, APP_FIRST, APP_SECOND)
     print(*(table([row]).splitlines()[-1] for row in rows), sep="\n", flush=True)
     return rows
 
 
+def opened(path: Path) -> dict:
+    """A model directory or checkpoint file opened and decoding in a fresh process: its time and memory figures."""
+    out = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT, str(path)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def nllb_600m_report(repeats: int, device: str, app: bool) -> tuple[list[Row], str]:
-    """Builds the model, then imports it and translates in a fresh process (its memory is the import's and the
-    decoding's alone); then its decode against transformers', and if `app` the app's rows with it."""
-    with tempfile.TemporaryDirectory() as folder:
+    """Builds the model, then opens it and translates in a fresh process (its memory is the opening's and the
+    decoding's alone), as a directory and as the file `import-hf` writes of it; its decode against transformers';
+    and if `app` the app's rows with each."""
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as elsewhere:
+        directory, file = Path(folder), Path(elsewhere) / "nllb-600m.safetensors"
         started = time.perf_counter()
-        save_nllb_600m(Path(folder))
+        save_nllb_600m(directory)
         built = time.perf_counter() - started
-        weights = (Path(folder) / "model.safetensors").stat().st_size
-        out = subprocess.run([sys.executable, "-c", IMPORT_SCRIPT, folder], capture_output=True, text=True, check=True)
-        figures = json.loads(out.stdout.strip().splitlines()[-1])
-        row = decode_row("NLLB-200", "NLLB-600M's size (d 1024, 12+12, 256k pieces)", Path(folder), repeats, device)
-        rows = [printed(row), *(app_rows_at("NLLB-600M's shape", Path(folder)) if app else [])]
+        weights = (directory / "model.safetensors").stat().st_size
+        figures = opened(directory)
+        row = decode_row("NLLB-200", "NLLB-600M's size (d 1024, 12+12, 256k pieces)", directory, repeats, device)
+        rows = [printed(row)]
+        started = time.perf_counter()
+        command = [sys.executable, "-m", "transformer", "import-hf", folder, "--out", str(file)]
+        subprocess.run(command, capture_output=True, check=True)
+        written, size, from_file = time.perf_counter() - started, file.stat().st_size, opened(file)
+        if app:
+            rows += app_rows_at("NLLB-600M's shape", directory) + app_rows_at("NLLB-600M's shape, its file", file)
     return rows, (
         f"NLLB-600M configuration ({figures['parameters']:,} parameters, model.safetensors {weights / 2**30:.2f} GiB, "
         f"built with transformers in {built:.0f} s): import {figures['import_s']:.1f} s, its peak memory "
         f"{figures['import_peak_mb']:,.0f} MB ({figures['rss_before_mb']:,.0f} MB of it Python, torch and the package "
         f"before it), {figures['rss_imported_mb']:,.0f} MB held once imported, {figures['rss_decoding_mb']:,.0f} MB once "
-        f"decoding (the self-attentions' fused query-key-value weights and the decode's own tensors; peak {figures['peak_mb']:,.0f} MB); then {figures['tokens']} tokens decoded, every map recorded, in "
-        f"{figures['decode_s']:.1f} s ({figures['decode_s'] * 1000 / max(1, figures['tokens']):.0f} ms a token)"
+        f"decoding (the decode's own tensors; peak {figures['peak_mb']:,.0f} MB); then {figures['tokens']} tokens "
+        f"decoded, every map recorded, in {figures['decode_s']:.1f} s "
+        f"({figures['decode_s'] * 1000 / max(1, figures['tokens']):.0f} ms a token). `import-hf` wrote it as a "
+        f"{size / 2**30:.2f} GiB file in {written:.0f} s; that file opened in {from_file['import_s']:.1f} s, its peak memory "
+        f"{from_file['import_peak_mb']:,.0f} MB, {from_file['rss_imported_mb']:,.0f} MB held once opened"
     )
 
 
