@@ -52,9 +52,8 @@ with st.form("alignment"):
         "Threshold links: weight at least", 0.05, 0.95, DEFAULT_THRESHOLD, 0.05, key="align_threshold"
     )
     limit = right.number_input("Pairs (from the top)", 1, MAX_PAIRS, 200, key="align_limit")
-    gradients_column, flow_column = st.columns(2)
-    gradients = gradients_column.checkbox("Also integrated gradients (about 15 times as long)", key="align_gradients")
-    flow = flow_column.checkbox(
+    gradients = st.checkbox("Also integrated gradients (about 15 times as long)", key="align_gradients")
+    flow = st.checkbox(
         f"Also attention flow through the decoder (pairs of up to {MAX_DECODER_FLOW_TOKENS} pieces a side)",
         key="align_flow",
         help="Maximum flow over every layer, the residual mixed in (Abnar and Zuidema 2020, carried into the "

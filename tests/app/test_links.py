@@ -28,6 +28,7 @@ NOT_IN_LINKS = {
     "align_threshold",
     "align_limit",
     "align_gradients",
+    "align_flow",
 }
 
 

@@ -74,20 +74,45 @@ function drawGrid(box, title, rows, columns, values, offset, stops, quantum, hea
   };
   // Taller than one layer's heads: the keys named above it too, in view with the title on a projector's screen.
   if (heads > 0 && rows.length > heads + 1) keyLabels("top");
+  const cells = [];
   rows.forEach((row, r) => {
     const mean = heads > 0 && r % (heads + 1) === heads;
     grid.append(element("div", mean ? "row-label mean" : "row-label", row));
-    columns.forEach((column, k) => {
-      const stored = values[offset + r * columns.length + k];
-      const weight = stored > quantum ? null : stored / quantum;
+    columns.forEach(() => {
       const cell = element("div", mean ? "cell mean" : "cell");
-      cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
-      cell.title = `${row} → ${column}: ${measure} ${number(weight)}`;
+      cells.push(cell);
       grid.append(cell);
     });
   });
+  paintCells(cells, rows, columns, values, offset, stops, quantum, measure);
   keyLabels("bottom");
   box.append(grid);
+  return cells;
+}
+
+function paintCells(cells, rows, columns, values, offset, stops, quantum, measure) {
+  rows.forEach((row, r) => columns.forEach((column, k) => {
+    const stored = values[offset + r * columns.length + k];
+    const weight = stored > quantum ? null : stored / quantum;
+    const cell = cells[r * columns.length + k];
+    cell.style.background = weight === null ? "#d5d7de" : colorOf(stops, weight);
+    cell.title = `${row} → ${column}: ${measure} ${number(weight)}`;
+  }));
+}
+
+// drawGrid in `box` anew, or where it holds a grid of the same rows and columns (the step view's cross-attention
+// from one step to the next), that grid's title and colours changed in place: a grid built anew is laid out anew,
+// and rebuilding both maps was most of a step click's time.
+function redrawGrid(box, title, rows, columns, values, offset, stops, quantum, heads = 0, measure = "weight") {
+  const shape = JSON.stringify([rows, columns, heads, measure, stops]);
+  if (box.gridShape !== shape) {
+    box.replaceChildren();
+    box.gridCells = drawGrid(box, title, rows, columns, values, offset, stops, quantum, heads, measure);
+    box.gridShape = shape;
+    return;
+  }
+  box.querySelector(".map-title").firstChild.textContent = title; // the title's text, the legend after it
+  paintCells(box.gridCells, rows, columns, values, offset, stops, quantum, measure);
 }
 
 // The arrow keys step the player on screen without a click in it first; not while the focus is where the keys do

@@ -387,12 +387,10 @@ export default function (component) {
       candidate.append(option);
     });
     const crossSize = data.rows.length * data.cross_labels.length;
-    crossBox.replaceChildren();
     const content = data.content_only ? " (content only: </s>, <s> and punctuation dropped, rows renormalised)" : "";
-    drawGrid(crossBox, `encoder-decoder attention of step ${step + 1} over the source${content}`, data.rows,
+    redrawGrid(crossBox, `encoder-decoder attention of step ${step + 1} over the source${content}`, data.rows,
       data.cross_labels, cross, step * crossSize, data.colors, data.quantum, data.heads);
-    selfBox.replaceChildren();
-    drawGrid(selfBox, `masked self-attention of step ${step + 1} over the output so far${content}`, data.rows,
+    redrawGrid(selfBox, `masked self-attention of step ${step + 1} over the output so far${content}`, data.rows,
       data.self_labels[step], selfValues, selfOffsets[step], data.colors, data.quantum, data.heads);
     if (contributions) drawContributions(contributionsBox, data, step, go, contributions);
     drawLens(lensBox, data, step, go, state);
