@@ -64,6 +64,34 @@ def test_type_translate_step_and_see_every_head(server, browser):
     assert "Traceback" not in log, log
 
 
+def test_a_stepped_map_shows_the_weights_of_the_step_on_screen(server, browser):
+    """The cross-attention map is recoloured in place from step to step (its rows and keys stay): after each click
+    every cell holds the weight of the step on screen, as the model computed it."""
+    import numpy as np
+
+    from transformer.decoding.greedy import decode
+    from transformer.io.checkpoint import load_checkpoint
+    from transformer.viz.attention import with_layer_means
+
+    sentence = "The black cat sleeps on the red chair."
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(f"{server}/?text={sentence.replace(' ', '%20')}")
+    wait_for_step_view(page, 1)
+    cells = f"[...{PLAYER}.querySelector('.right .map .grid').querySelectorAll('.cell')].map(c => c.title)"
+    for step in (2, 3, 5, 4):
+        shown, _ = step_view_position(page)
+        name = "Next" if step > shown else "Previous"
+        for _ in range(abs(step - shown)):
+            page.get_by_role("button", name=name).click()
+        wait_for_step_view(page, step)
+        titles = page.evaluate(cells)
+        weights = np.array([float(title.rsplit("weight ", 1)[1]) for title in titles])
+        expected = with_layer_means(result.cross[:, :, step - 1].numpy())  # (L, H + 1, S): the rows on screen
+        np.testing.assert_allclose(weights, expected.reshape(-1), atol=1.5e-3, err_msg=f"step {step}")
+
+
 def test_script_in_the_sentence_is_shown_as_text_never_run(server, browser):
     page = browser.new_page()
     dialogs = []
