@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from transformer.io.checkpoint import CheckpointError
+from transformer.io.checkpoint import SAFETENSORS_DTYPES, CheckpointError
 from transformer.io.header import DTYPE_BYTES, check_tensors, is_int_list, read_file_header
 from transformer.text.files import FileRefused, open_regular, read_regular
 
@@ -23,7 +23,6 @@ from transformer.text.files import FileRefused, open_regular, read_regular
 # 250k pieces about 10 MB. A link to /dev/zero, a named pipe or a 5 GB "config" is refused, not read.
 MAX_JSON_BYTES = 1 << 20
 MAX_TOKENIZER_BYTES = 64 << 20
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}  # safetensors' names, little-endian
 
 
 def regular_file(directory: Path, name: str) -> Path | None:
@@ -163,7 +162,9 @@ def read_tensors(path: Path, header: dict[str, Any]) -> dict[str, torch.Tensor]:
         (length,) = struct.unpack("<Q", file.read(8))
         check_tensors(header, shapes, os.fstat(file.fileno()).st_size - 8 - length)
         return {
-            name: _mapped(file.fileno(), 8 + length + entry["data_offsets"][0], DTYPES[entry["dtype"]], shapes[name])
+            name: _mapped(
+                file.fileno(), 8 + length + entry["data_offsets"][0], SAFETENSORS_DTYPES[entry["dtype"]], shapes[name]
+            )
             for name, entry in stored.items()
         }
 
