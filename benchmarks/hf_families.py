@@ -167,7 +167,11 @@ def app_rows_at(label: str, path: Path) -> list[Row]:
     from benchmarks.app_at_size import app_rows, linked_checkpoint
 
     with linked_checkpoint(path, re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")) as name:
-        rows = app_rows(label, name, APP_FIRST, APP_SECOND)
+        return app_rows(label, name, APP_FIRST, APP_SECOND)
+
+
+def printed_rows(rows: list[Row]) -> list[Row]:
+    """Rows without a baseline, each printed as a line of the table as soon as it is measured."""
     print(*(table([row]).splitlines()[-1] for row in rows), sep="\n", flush=True)
     return rows
 
@@ -196,7 +200,8 @@ def nllb_600m_report(repeats: int, device: str, app: bool) -> tuple[list[Row], s
         subprocess.run(command, capture_output=True, check=True)
         written, size, from_file = time.perf_counter() - started, file.stat().st_size, opened(file)
         if app:
-            rows += app_rows_at("NLLB-600M's shape", directory) + app_rows_at("NLLB-600M's shape, its file", file)
+            rows += printed_rows(app_rows_at("NLLB-600M's shape", directory))
+            rows += printed_rows(app_rows_at("NLLB-600M's shape, its file", file))
     return rows, (
         f"NLLB-600M configuration ({figures['parameters']:,} parameters, model.safetensors {weights / 2**30:.2f} GiB, "
         f"built with transformers in {built:.0f} s): import {figures['import_s']:.1f} s, its peak memory "
@@ -239,9 +244,10 @@ def main() -> None:
         from benchmarks.app_speed import TWENTY_WORDS
 
         default = " ".join(TWENTY_WORDS[0].split()[:19])  # the shipped default in the same run, as a baseline
-        rows += app_rows("the shipped default", None, default, TWENTY_WORDS[1])
+        rows += printed_rows(app_rows("the shipped default", None, default, TWENTY_WORDS[1]))
         with tempfile.TemporaryDirectory() as folder:
-            rows += app_rows_at("opus-mt's shape (Marian)", family_builders()["Marian"](Path(folder), OPUS_MT))
+            opus_mt = family_builders()["Marian"](Path(folder), OPUS_MT)
+            rows += printed_rows(app_rows_at("opus-mt's shape (Marian)", opus_mt))
     if not args.skip_nllb_600m:
         nllb_rows, report = nllb_600m_report(repeats, args.device, args.app)
         rows += nllb_rows
