@@ -275,9 +275,9 @@ def test_the_file_an_import_writes_opens_holding_its_bytes_and_weights_never_a_t
     copied out of the bytes before the model laid them out, so the bytes, the copies and the weight being laid out
     (NLLB-600M's 1 GB embedding) were held at once: 6.2 GB for a 2.3 GiB file. The tensors are now views of the
     bytes until laid out."""
-    from helpers import measured
-
     import dataclasses
+
+    from helpers import measured
 
     from transformer.model.encoder_decoder import Transformer
 
