@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer.analysis.attribution import DEFAULT_STEPS, MIN_STEPS, agreement, interpolation_steps
+from transformer.analysis.attribution import DEFAULT_STEPS, MIN_STEPS, agreement, interpolation_steps, nan_mean
 from transformer.analysis.words import over_words
 from transformer.io.export import csv_text, npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind
@@ -130,7 +130,7 @@ st.caption(
     "et al. 2022)."
 )
 alti_agreement = agreement(alti[None, None], found.integrated_gradients)[0, 0]
-alti_rho = np.nanmean(alti_agreement) if np.isfinite(alti_agreement).any() else float("nan")
+alti_rho = float(nan_mean(alti_agreement))
 best_head = np.nanmax(found.agreement) if np.isfinite(found.agreement).any() else float("nan")
 st.markdown(
     f"ALTI+ puts **{alti_found.source_share[step]:.0%}** of this step on the source. It ranks the source tokens as integrated "

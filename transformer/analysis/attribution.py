@@ -75,7 +75,7 @@ class Attribution:
     @property
     def agreement(self) -> np.ndarray:
         """(L, H): each head's agreement averaged over the steps where it is defined."""
-        return _nanmean(self.agreement_per_step, axis=-1)
+        return nan_mean(self.agreement_per_step, axis=-1)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """Every array by name, for the `.npz` and JSON files (the CLI's `attribute`, the page's download)."""
@@ -161,12 +161,12 @@ def corpus_agreement(
         if sentence.strip():
             result = decode(model, tokenizer, sentence)
             source = source_integrated_gradients(model, result.src_ids, result.tgt_ids, n_steps)
-            per_sentence.append(_nanmean(agreement(result.cross.numpy(), source), axis=-1))
+            per_sentence.append(nan_mean(agreement(result.cross.numpy(), source), axis=-1))
         if progress:
             progress(index + 1)
     if not per_sentence:
         raise ValueError("no non-empty sentence to average over")
-    return _nanmean(np.stack(per_sentence), axis=0), len(per_sentence)
+    return nan_mean(np.stack(per_sentence), axis=0), len(per_sentence)
 
 
 def source_integrated_gradients(model: Transformer, src_ids: list[int], tgt_ids: list[int], n_steps: int) -> np.ndarray:
@@ -237,7 +237,7 @@ def agreement(cross: np.ndarray, source_attribution: np.ndarray) -> np.ndarray:
         return (a * b).sum(-1) / np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
 
 
-def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:
+def nan_mean(values: np.ndarray, axis: int | None = None) -> np.ndarray:
     """The mean of the defined values; NaN, quietly, where none is (a head whose rows never rank anything)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
