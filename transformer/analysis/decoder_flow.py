@@ -17,10 +17,8 @@ norms and the feed-forward layers are left out, as in the paper: the method read
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import maximum_flow
 
-from transformer.analysis.rollout import SCALE, FlowTooLong, mixed_layers
+from transformer.analysis.rollout import FlowTooLong, flow_capacities, flow_shares, mixed_layers
 
 MAX_DECODER_FLOW_TOKENS = 48  # on each side: (S + T) flows a step over a network of (L_enc S^2 + L_dec (T^2 + T S))
 
@@ -34,8 +32,7 @@ def decoder_flow_capacities(encoder_self: np.ndarray, decoder_self: np.ndarray, 
     decoder_start = (encoder_layers + 1) * sources
     nodes = decoder_start + (2 * decoder_layers + 1) * targets
     capacities = np.zeros((nodes, nodes))
-    for layer, mixed in enumerate(mixed_layers(encoder_self.astype(np.float64))):
-        capacities[(layer + 1) * sources : (layer + 2) * sources, layer * sources : (layer + 1) * sources] = mixed
+    capacities[:decoder_start, :decoder_start] = flow_capacities(encoder_self)  # the encoder's own flow network
     memory = slice(encoder_layers * sources, decoder_start)
     self_mixed = mixed_layers(decoder_self.astype(np.float64))
     cross_mean = cross.astype(np.float64).mean(axis=1)
@@ -64,12 +61,7 @@ def decoder_flow(
             f"token; it is read for up to {max_tokens} tokens a side (this pair has {sources} and {targets})"
         )
     capacities = decoder_flow_capacities(encoder_self, decoder_self, cross)
-    network = csr_matrix(np.rint(capacities * SCALE).astype(np.int32))
     decoder_input = (encoder_self.shape[0] + 1) * sources
     top = capacities.shape[0] - targets
     sinks = [*range(sources), *range(decoder_input, decoder_input + targets)]
-    flows = np.array(
-        [[maximum_flow(network, top + t, sink, method="dinic").flow_value for sink in sinks] for t in range(targets)],
-        dtype=np.float64,
-    )
-    return (flows / np.maximum(flows.sum(axis=-1, keepdims=True), 1)).astype(np.float32)
+    return flow_shares(capacities, range(top, top + targets), sinks)

@@ -14,6 +14,8 @@ capacities, about 60 times slower (the tests compare the two).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import maximum_flow
@@ -65,10 +67,16 @@ def attention_flow(encoder_self: np.ndarray, max_tokens: int | None = MAX_FLOW_T
             f"attention flow solves {size} x {size} maximum-flow problems here; it is drawn for inputs of up to "
             f"{max_tokens} tokens (this one has {size}): rollout shows the same layers at any length"
         )
-    network = csr_matrix(np.rint(flow_capacities(encoder_self) * SCALE).astype(np.int32))
     top = layers * size
+    return flow_shares(flow_capacities(encoder_self), range(top, top + size), range(size))
+
+
+def flow_shares(capacities: np.ndarray, sources: Sequence[int], sinks: Sequence[int]) -> np.ndarray:
+    """(sources, sinks): the maximum flow from each source node to each sink node alone, over a network of these
+    capacities (at most 1 each), each row divided by its sum."""
+    network = csr_matrix(np.rint(capacities * SCALE).astype(np.int32))
     flows = np.array(
-        [[maximum_flow(network, top + i, j, method="dinic").flow_value for j in range(size)] for i in range(size)],
+        [[maximum_flow(network, source, sink, method="dinic").flow_value for sink in sinks] for source in sources],
         dtype=np.float64,
     )
     return (flows / np.maximum(flows.sum(axis=-1, keepdims=True), 1)).astype(np.float32)
