@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from transformer.io.checkpoint import SAFETENSORS_DTYPES, CheckpointError
+from transformer.io.checkpoint import CheckpointError, tensor_in
 from transformer.io.header import DTYPE_BYTES, check_tensors, is_int_list, read_file_header
 from transformer.text.files import FileRefused, open_regular, read_regular
 
@@ -125,8 +125,8 @@ def hf_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def _safetensors(directory: Path, name: str) -> dict[str, torch.Tensor]:
-    """One safetensors file of the directory (confined to it), with F32, F16 or BF16 tensors only, each read into
-    memory of its own (read_tensors)."""
+    """One safetensors file of the directory (confined to it), with F32, F16 or BF16 tensors only, each mapped on its
+    own (read_tensors)."""
     path = regular_file(directory, name)
     if path is None:
         raise CheckpointError(f"{directory.name} lacks the weights file {name}")
@@ -162,19 +162,16 @@ def read_tensors(path: Path, header: dict[str, Any]) -> dict[str, torch.Tensor]:
         (length,) = struct.unpack("<Q", file.read(8))
         check_tensors(header, shapes, os.fstat(file.fileno()).st_size - 8 - length)
         return {
-            name: _mapped(
-                file.fileno(), 8 + length + entry["data_offsets"][0], SAFETENSORS_DTYPES[entry["dtype"]], shapes[name]
-            )
+            name: _mapped(file.fileno(), 8 + length + entry["data_offsets"][0], entry["dtype"], shapes[name])
             for name, entry in stored.items()
         }
 
 
-def _mapped(descriptor: int, offset: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+def _mapped(descriptor: int, offset: int, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
     """The tensor at `offset` of the open file, in a mapping of its own pages that it keeps alive."""
-    count = math.prod(shape)
-    if count == 0:
-        return torch.empty(shape, dtype=dtype)
+    size = math.prod(shape) * DTYPE_BYTES[dtype]
+    if size == 0:
+        return tensor_in(b"", 0, dtype, shape)
     page = offset - offset % mmap.ALLOCATIONGRANULARITY
-    size = offset - page + count * dtype.itemsize
-    mapping = mmap.mmap(descriptor, size, offset=page, access=mmap.ACCESS_COPY)
-    return torch.frombuffer(mapping, dtype=dtype, count=count, offset=offset - page).reshape(shape)
+    mapping = mmap.mmap(descriptor, offset - page + size, offset=page, access=mmap.ACCESS_COPY)
+    return tensor_in(mapping, offset - page, dtype, shape)

@@ -280,21 +280,21 @@ def tensors_of(data: bytes, header: dict[str, Any]) -> dict[str, torch.Tensor]:
     and the buffer goes with the last view. Copied out (safetensors' load), NLLB-600M's 2.3 GiB file was held three
     times over at once: its bytes, their tensors and the weight being laid out."""
     body = 8 + struct.unpack("<Q", data[:8])[0]
-    tensors = {}
     with warnings.catch_warnings():  # read, never written: every tensor the model keeps is a copy
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
-        for name, entry in header.items():
-            if name == "__metadata__":
-                continue
-            dtype, shape = SAFETENSORS_DTYPES[entry["dtype"]], tuple(entry["shape"])
-            offset, count = body + entry["data_offsets"][0], math.prod(shape)
-            view = (
-                torch.frombuffer(data, dtype=dtype, count=count, offset=offset)
-                if count
-                else torch.empty(0, dtype=dtype)
-            )
-            tensors[name] = view.reshape(shape)
-    return tensors
+        return {
+            name: tensor_in(data, body + entry["data_offsets"][0], entry["dtype"], tuple(entry["shape"]))
+            for name, entry in header.items()
+            if name != "__metadata__"
+        }
+
+
+def tensor_in(buffer: Any, offset: int, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """The tensor of safetensors `dtype` and `shape` at byte `offset` of `buffer`, a view of it (the buffer kept alive
+    by the tensor); an empty one where the shape holds nothing."""
+    kind, count = SAFETENSORS_DTYPES[dtype], math.prod(shape)
+    view = torch.frombuffer(buffer, dtype=kind, count=count, offset=offset) if count else torch.empty(0, dtype=kind)
+    return view.reshape(shape)
 
 
 def model_from_tensors(
