@@ -77,15 +77,20 @@ shown = explored.result
 lens_column, words_asked_column = st.columns(2) if not shown.lens.read or candidate_words is None else (st, st)
 # A large vocabulary: every layer's guesses, and the candidates' words, cost more than the decode and wait to be asked.
 if not shown.lens.read and lens_column.toggle(
-    f"Each layer's guesses (the logit lens, over {config.tgt_vocab_size:,} pieces: read when asked)", key="read_lens"
+    "Each layer's guesses",
+    key="read_lens",
+    help=f"The logit lens, read when asked: every decoder layer read over the {config.tgt_vocab_size:,} pieces costs "
+    "more than the decode itself at this size.",
 ):
     with st.spinner("Reading what each decoder layer would predict at every step ..."):
         shown = replace(
             shown, lens=models.lens_read_cached(explored.checkpoint, explored.identity, _result=explored.result)
         )
 if candidate_words is None and words_asked_column.toggle(
-    f"Candidates' words (each continued over {config.tgt_vocab_size:,} pieces: worked out when asked)",
+    "Candidates' words",
     key="candidate_words",
+    help=f"The word each step's candidates would make, worked out when asked: each continued over the "
+    f"{config.tgt_vocab_size:,} pieces costs more than the decode itself at this size.",
 ):
     with st.spinner("Continuing each step's candidates into the words they would make ..."):
         candidate_words = models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
