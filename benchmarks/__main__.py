@@ -81,7 +81,7 @@ def main() -> None:
     if not args.no_browser:
         rows.extend(browser_rows(*((1, 2, 1) if args.smoke else ())))
         rows.extend(report_rows(checkpoint, *((1, 1) if args.smoke else ())))
-        if args.smoke:  # the real sizes' app rows (python -m benchmarks.hf_families --app) at the tests' size
+        if args.smoke:  # the real sizes' app rows (hf_families --app, --app-on-device) at the tests' size
             rows.extend(tiny_marian_app_rows())
     print("\n" + table(rows))
 
@@ -91,7 +91,8 @@ def tiny_marian_app_rows() -> list[Row]:
     from tests.fixtures.hf_models import TINY, save_marian
 
     with tempfile.TemporaryDirectory() as folder:
-        return app_rows_at("a tiny Marian model", save_marian(Path(folder), CORPUS, CORPUS, TINY))
+        model = save_marian(Path(folder), CORPUS, CORPUS, TINY)
+        return app_rows_at("a tiny Marian model", model) + app_rows_at("a tiny Marian model", model, on_device=True)
 
 
 class MeasuredRows(list):

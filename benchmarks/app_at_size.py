@@ -1,16 +1,14 @@
 """The app with a given model in Chromium: a link to the step view, a Translate of 20 words, step clicks, memory.
 
-The model (a directory or a checkpoint file) is linked into `checkpoints/` for the run (a `benchmark-` name, which git ignores) and the
-link removed after, so that the app lists and opens it as a visitor's would be.
+The model (a directory or a checkpoint file) is linked into `checkpoints/` for the run (`app_on_device.linked_checkpoint`:
+a `benchmark-` name, which git ignores) and the link removed after, so that the app lists and opens it as a visitor's
+would be.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from urllib.parse import urlencode
 
 from tests.fixtures.browser import (
@@ -24,7 +22,6 @@ from tests.fixtures.browser import (
     wait_for_step_view,
     wait_idle,
 )
-from transformer.io.checkpoint import CHECKPOINT_DIR
 
 from .model_speed import Row
 
@@ -34,19 +31,6 @@ CLICK_WITHIN = CLICK_UNTIL_DRAWN.replace(
     "await new Promise(resolve => {",
     f"await new Promise((resolve, reject) => {{ setTimeout(() => reject(new Error('not drawn')), {DRAWN_WITHIN_MS});",
 )
-
-
-@contextmanager
-def linked_checkpoint(path: Path, name: str) -> Iterator[str]:
-    """A model directory or checkpoint file listed in the app's checkpoints as `benchmark-<name>` while the block
-    runs; yields the name the app lists it by."""
-    link = CHECKPOINT_DIR / f"benchmark-{name}{'' if path.is_dir() else path.suffix}"
-    link.unlink(missing_ok=True)
-    link.symlink_to(path.resolve(), target_is_directory=path.is_dir())
-    try:
-        yield link.stem if path.is_file() else link.name
-    finally:
-        link.unlink(missing_ok=True)
 
 
 def app_rows(label: str, checkpoint: str | None, first: str, second: str, clicks: int = 15) -> list[Row]:

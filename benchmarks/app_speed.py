@@ -39,15 +39,8 @@ from transformer.viz.attention import attention_heatmap, heads_or_means
 from ui.players.step_player import PLAY_RATES, step_data
 from ui.state.keys import SENTENCE_LABEL
 
+from .app_on_device import TWENTY_WORDS
 from .model_speed import SENTENCE, Row, median_ms, no_eos_chooser
-
-TWENTY_WORDS = [
-    "A young boy in a blue jacket is throwing a red ball to his small brown dog in the park today.",
-    "Two women are sitting on a wooden bench near the river and talking about the old city and its people.",
-    "A man with a black hat plays the guitar on the street while a crowd of tourists watches him closely.",
-    "Three children are running across the green field towards their mother who is holding a large white kite.",
-    "An old woman in a long red coat is buying fresh bread and vegetables at the busy morning market.",
-]
 
 
 def step_view_payload(result: DecodeResult, tokenizer) -> int:

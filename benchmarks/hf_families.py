@@ -1,9 +1,10 @@
-"""python -m benchmarks.hf_families [--quick] [--skip-nllb-600m] [--app]: each Hugging Face family read here, imported and
+"""python -m benchmarks.hf_families [--quick] [--skip-nllb-600m] [--app] [--app-on-device]: each Hugging Face family read here, imported and
 decoding token by token against transformers' own generate in the same run, at the tests' size and at opus-mt's
 (d_model 512, 6+6 layers); and a model of NLLB-200-distilled-600M's configuration (random weights) imported:
 time and peak memory, and its decode speed. With --app, the app in Chromium with the opus-mt-shaped Marian model
 and the NLLB-600M-shaped one (and the shipped default in the same run): a link to the step view, a Translate of 20
-words, step clicks.
+words, step clicks. With --app-on-device, the app's own work for the NLLB-600M-shaped model's link and Translate on
+the GPU against the CPU held to 2 cores (benchmarks.app_on_device: no browser needed).
 
 Needs `transformers` (requirements-dev.txt). Greedy, 40 tokens, the end token never chosen, so both sides produce
 the same number of tokens; the forced first token (a language code, BART's <s>) counts as one of them.
@@ -162,11 +163,16 @@ APP_FIRST = "the red dog runs in the blue park and a small cat sits on the big b
 APP_SECOND = "a woman jumps in the green street and the red dog runs to the blue park with a small cat"
 
 
-def app_rows_at(label: str, path: Path) -> list[Row]:
-    """The app in Chromium with the model in `path`, a directory or a file (benchmarks.app_at_size)."""
-    from benchmarks.app_at_size import app_rows, linked_checkpoint
+def app_rows_at(label: str, path: Path, on_device: bool = False) -> list[Row]:
+    """The app in Chromium with the model in `path`, a directory or a file (benchmarks.app_at_size); or if
+    `on_device` its own work on the GPU and on 2 CPU cores, through AppTest (benchmarks.app_on_device)."""
+    from benchmarks.app_on_device import device_rows, linked_checkpoint
 
     with linked_checkpoint(path, re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")) as name:
+        if on_device:
+            return device_rows(label, name, APP_FIRST, APP_SECOND, threads=2)
+        from benchmarks.app_at_size import app_rows  # imports Playwright, which a GPU machine may not have
+
         return app_rows(label, name, APP_FIRST, APP_SECOND)
 
 
@@ -182,10 +188,10 @@ def opened(path: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def nllb_600m_report(repeats: int, device: str, app: bool) -> tuple[list[Row], str]:
+def nllb_600m_report(repeats: int, device: str, app: bool, on_device: bool) -> tuple[list[Row], str]:
     """Builds the model, then opens it and translates in a fresh process (its memory is the opening's and the
     decoding's alone), as a directory and as the file `import-hf` writes of it; its decode against transformers';
-    and if `app` the app's rows with each."""
+    if `app` the app's rows in Chromium with each, and if `on_device` the app's own work on each device."""
     with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as elsewhere:
         directory, file = Path(folder), Path(elsewhere) / "nllb-600m.safetensors"
         started = time.perf_counter()
@@ -195,6 +201,8 @@ def nllb_600m_report(repeats: int, device: str, app: bool) -> tuple[list[Row], s
         figures = opened(directory)
         row = decode_row("NLLB-200", "NLLB-600M's size (d 1024, 12+12, 256k pieces)", directory, repeats, device)
         rows = [printed(row)]
+        if on_device:
+            rows += printed_rows(app_rows_at("NLLB-600M's shape", directory, on_device=True))
         started = time.perf_counter()
         command = [sys.executable, "-m", "transformer", "import-hf", folder, "--out", str(file)]
         subprocess.run(command, capture_output=True, check=True)
@@ -231,6 +239,9 @@ def main() -> None:
     parser.add_argument(
         "--app", action="store_true", help="also the app in Chromium with each shape: a link, a Translate, step clicks"
     )
+    parser.add_argument(
+        "--app-on-device", action="store_true", help="also the app's own work with NLLB-600M's shape, GPU against CPU"
+    )
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
     print(f"machine: {machine()}, decoding on {args.device}\n", flush=True)
@@ -241,7 +252,7 @@ def main() -> None:
                 rows.append(printed(decode_row(family, size, build(Path(folder), sizes), repeats, args.device)))
     if args.app:
         from benchmarks.app_at_size import app_rows
-        from benchmarks.app_speed import TWENTY_WORDS
+        from benchmarks.app_on_device import TWENTY_WORDS
 
         default = " ".join(TWENTY_WORDS[0].split()[:19])  # the shipped default in the same run, as a baseline
         rows += printed_rows(app_rows("the shipped default", None, default, TWENTY_WORDS[1]))
@@ -249,7 +260,7 @@ def main() -> None:
             opus_mt = family_builders()["Marian"](Path(folder), OPUS_MT)
             rows += printed_rows(app_rows_at("opus-mt's shape (Marian)", opus_mt))
     if not args.skip_nllb_600m:
-        nllb_rows, report = nllb_600m_report(repeats, args.device, args.app)
+        nllb_rows, report = nllb_600m_report(repeats, args.device, args.app, args.app_on_device)
         rows += nllb_rows
         print("\n" + report, flush=True)
     print("\n" + table(rows), flush=True)

@@ -17,7 +17,7 @@ from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import Checkpoint
 from transformer.viz.report import html_report, plotly_js, report_figures
 
-from .app_speed import TWENTY_WORDS
+from .app_on_device import TWENTY_WORDS
 from .model_speed import Row
 
 EVERY_PLOT_DRAWN = (

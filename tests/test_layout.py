@@ -48,13 +48,13 @@ def test_plotly_only_in_viz_and_streamlit_only_in_the_app():
         if "plotly" in top:
             assert module_name(path).startswith("transformer.viz"), path
         assert "streamlit" not in top, path
-    # They drive the app from outside: its protocol's messages at most (benchmarks/apps/ holds the Streamlit
-    # pages they start as baselines, apps of their own).
+    # They drive the app from outside: its protocol's messages, or Streamlit's AppTest as the tests do, at most
+    # (benchmarks/apps/ holds the Streamlit pages they start as baselines, apps of their own).
     for path in (REPO / "benchmarks").rglob("*.py"):
         if "apps" in path.relative_to(REPO).parts:
             continue
         used = {name for name in imports(path) if name.split(".")[0] == "streamlit"}
-        assert all(name.startswith("streamlit.proto.") for name in used), path
+        assert all(name.startswith(("streamlit.proto.", "streamlit.testing.")) for name in used), path
 
 
 def test_each_layer_imports_only_the_layers_below_it():

@@ -18,19 +18,19 @@ FRAGMENTED_SHARE = 0.35  # of source pieces that are one or two letters inside a
 REPEATS = 4  # the same piece (or a short run of pieces) this many times in a row
 # Pieces per whitespace-separated word above which a source reads as another language than the model's: the
 # default's tokenizer splits English sentences of its dev sets into 1.6 pieces a word (99 % of FLORES under 2.74)
-# and Multi30k's German captions into 3.3 (95 % over 2.64); `python -m benchmarks.output_notes --language-only`.
+# and Multi30k's German captions into 3.3 (95 % over 2.64); `python -m benchmarks.quality.output_notes --language-only`.
 FOREIGN_PIECES_PER_WORD = 2.8
 FOREIGN_MIN_WORDS = 4  # fewer words say too little
 # Sentence ends: . ! ? (and runs of them, and a closing quote) followed by a space or the end.
 SENTENCE_END = re.compile(r"(\S*?)[.!?…]+[\"'»”)]?(?=\s|$)")
 ABBREVIATION = re.compile(r"[A-Z][a-z]{0,2}|(\w\.)+\w|\w")  # Mr. Dr. St. U.S. p.m. A. (an initial): no end
-# How the unsure note is calibrated (benchmarks/output_notes.py measures it on dev sets): outputs of sentence chrF
+# How the unsure note is calibrated (benchmarks/quality/output_notes.py measures it on dev sets): outputs of sentence chrF
 # under POOR are poor, over GOOD good, and the threshold notes at most MOST_GOOD_NOTED of the good ones.
 POOR, GOOD = 20.0, 60.0  # sentence chrF
 MOST_GOOD_NOTED = 0.10  # the calibration's bound: notes on at most this share of good outputs
 # Mean natural log-probability of the output's own tokens below which a decode is called unsure, for each shipped
 # model (by name): the highest threshold that notes at most 10 % of the good outputs, measured by
-# `python -m benchmarks.output_notes` on 150 sentences of each dev set (FLORES, newstest2013, Tatoeba, Multi30k val).
+# `python -m benchmarks.quality.output_notes` on 150 sentences of each dev set (FLORES, newstest2013, Tatoeba, Multi30k val).
 # en-fr-general: below -0.78 are 58 % of the outputs with sentence chrF under 20 and 10 % of those over 60;
 # en-fr-captions: below -0.5, 99 % and 7 %. A model sure of good and poor outputs alike needs the lower threshold.
 UNSURE_BELOW = {"en-fr-general": -0.78, "en-fr-captions": -0.5}

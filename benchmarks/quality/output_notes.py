@@ -5,9 +5,9 @@ of good ones (chrF > 60); then the share of poor outputs that get no note of any
 at most 10 % of the good ones is printed after. With --language FILE (repeatable), the share of each file's lines of
 four words or more that the "does not read like" note would be given (the tokenizer alone, no decode).
 
-    python -m benchmarks.output_notes --checkpoint checkpoints/en-fr-captions.safetensors \\
+    python -m benchmarks.quality.output_notes --checkpoint checkpoints/en-fr-captions.safetensors \\
         --pairs ../shared/data/en-fr/flores.dev.en.gz ../shared/data/en-fr/flores.dev.fr.gz ... --per-set 150
-    python -m benchmarks.output_notes --checkpoint checkpoints/en-fr-general.safetensors \\
+    python -m benchmarks.quality.output_notes --checkpoint checkpoints/en-fr-general.safetensors \\
         --language ../shared/data/en-fr/flores.dev.en.gz --language ../shared/data/multi30k/val.de.gz
 """
 
@@ -58,7 +58,7 @@ def percent(share: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.output_notes",
+        prog="python -m benchmarks.quality.output_notes",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,7 +2,7 @@
 greedy outputs, its mean, and its mean by where the step falls in the output (tenths of the output's length), to see
 whether it falls along the output as Ferrando et al. (2022) report.
 
-    python -m benchmarks.source_shares [--checkpoint PATH] --src ../shared/data/en-fr/flores.dev.en.gz [--sentences 200]
+    python -m benchmarks.quality.source_shares [--checkpoint PATH] --src ../shared/data/en-fr/flores.dev.en.gz [--sentences 200]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def source_shares(checkpoint_path: str, sources: list[str]) -> tuple[np.ndarray,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.source_shares", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.quality.source_shares", description=__doc__)
     parser.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     parser.add_argument("--src", required=True, help="source sentences, one a line (plain or gzip)")
     parser.add_argument("--sentences", type=int, default=200)
