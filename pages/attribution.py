@@ -72,9 +72,9 @@ if stop_button("attribution_stop", stop):  # pressed: this rerun ended the compu
     session.attribution_stopped = request
     st.rerun()
 with heavy_job("attributions") as should_stop:
-    costs = [len(result.src_ids) + step + 1 for step in range(result.steps)]  # a later step reads a longer input
-    timed = ("attribution", explored.checkpoint_key, sum(costs) * n_steps)
-    progress = Progress("Integrated gradients", result.steps, "output tokens", costs, timed=timed)
+    # Each step's backward pass runs through the whole input: their costs are equal
+    timed = ("attribution", explored.checkpoint_key, result.steps * (len(result.src_ids) + result.steps) * n_steps)
+    progress = Progress("Integrated gradients", result.steps, "output tokens", timed=timed)
     found = models.attribution_cached(
         checkpoint,
         request,

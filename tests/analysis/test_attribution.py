@@ -39,6 +39,48 @@ def test_integrated_gradients_are_complete_within_a_tenth_of_the_difference(ship
     assert np.all((found.source_share >= 0) & (found.source_share <= 1))
 
 
+@pytest.mark.parametrize("rows_per_pass", [4096, 20])  # every interpolation point in one pass; a few a pass
+@pytest.mark.parametrize("contrasted", [False, True])
+def test_integrated_gradients_equal_captums_whose_forward_passes_are_each_steps_own(
+    model, tokenizer, monkeypatch, rows_per_pass, contrasted
+):
+    """One forward pass serves every output step here; captum's IntegratedGradients, given each step as a row of
+    its own (its own forward and backward passes) and the same midpoint rule, must find the same numbers."""
+    from captum.attr import IntegratedGradients
+
+    import transformer.analysis.attribution
+
+    monkeypatch.setattr(transformer.analysis.attribution, "ROWS_PER_PASS", rows_per_pass)
+    result = decode(model, tokenizer, "the red dog runs in the blue park")
+    src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
+    steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
+    foils = torch.tensor([int(result.topk_ids[step, 1]) for step in range(result.steps)])
+    with torch.enable_grad():
+        expected, expected_delta = IntegratedGradients(
+            scorer(model, src, decoder_input, contrastive=contrasted)
+        ).attribute(
+            embedded,
+            baselines=tuple(torch.zeros_like(e) for e in embedded),
+            additional_forward_args=(steps, tokens, *((foils,) if contrasted else ())),
+            n_steps=8,
+            method="riemann_middle",
+            return_convergence_delta=True,
+        )
+    expected = [e.sum(-1).detach().numpy() for e in expected]
+    if contrasted:
+        for step in (0, result.steps - 1):
+            source, prefix, delta = contrastive(model, result, step, int(foils[step]), n_steps=8)
+            np.testing.assert_allclose(source, expected[0][step], atol=1e-5)
+            np.testing.assert_allclose(prefix, expected[1][step], atol=1e-5)
+            assert delta == pytest.approx(float(expected_delta[step]), abs=1e-5)
+        return
+    found = attribute(model, result, n_steps=8)
+    np.testing.assert_allclose(found.integrated_gradients, expected[0], atol=1e-5)
+    np.testing.assert_allclose(found.integrated_gradients_target, np.tril(expected[1]), atol=1e-5)
+    np.testing.assert_allclose(found.convergence_delta, expected_delta.detach().numpy(), atol=1e-5)
+    assert np.abs(found.integrated_gradients).max() > 1e-3  # not trivially zero
+
+
 def test_value_weighted_attention_equals_the_weights_when_values_have_equal_norms(model, tokenizer):
     from transformer.model.encoder_decoder import Transformer
 
@@ -216,19 +258,19 @@ def test_the_work_of_a_request_is_capped_by_fewer_steps_then_by_refusal():
     assert interpolation_steps(128, 256, 100_000) is None  # the longest input: 508 s in the CLI, refused here
 
 
-def test_an_attribution_stops_between_groups_when_asked(shipped):
+def test_an_attribution_stops_between_output_steps_when_asked(shipped):
     from transformer.analysis.attribution import AttributionStopped
 
     result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
     asked = []
 
-    def stop_after_first_group() -> bool:
+    def stop_after_first_step() -> bool:
         asked.append(1)
         return len(asked) > 1
 
     with pytest.raises(AttributionStopped):
-        attribute(shipped.model, result, n_steps=4, should_stop=stop_after_first_group)
-    assert len(asked) == 2 and result.steps > 6  # one group of six steps computed, then stopped
+        attribute(shipped.model, result, n_steps=4, should_stop=stop_after_first_step)
+    assert len(asked) == 2 and result.steps > 2  # one step's backward pass computed, then stopped
 
 
 def _hold_the_slot(slots) -> None:

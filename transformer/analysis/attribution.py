@@ -5,14 +5,15 @@ nearly zero, and gradients may disagree with it. For every step t of a decode re
 
 - value-weighted attention (Kobayashi et al., EMNLP 2020): ||alpha_tj f_h(x_j)||, with f_h the value
   projection followed by head h's slice of W_O, as shares of the row;
-- gradient x input and integrated gradients (captum) of log p(chosen token) with respect to the token
-  embeddings of the source and of the target prefix, summed over the embedding dimension;
+- gradient x input (captum) and integrated gradients (here, one forward pass serving every output step; the
+  tests hold it to captum's) of log p(chosen token) with respect to the token embeddings of the source and of
+  the target prefix, summed over the embedding dimension;
 - contrastive: the same for log p(A) - log p(B), why A rather than a candidate B;
 - agreement: Spearman's rank correlation of each head's cross-attention row with |integrated gradients|.
 
 The model is differentiated through embeddings passed to encode/decode, never through hooks on the
-shared modules (which would fire in every visitor's forward); captum uses torch.autograd.grad, so no
-gradient accumulates on the model's parameters.
+shared modules (which would fire in every visitor's forward); both use torch.autograd.grad, so no gradient
+accumulates on the model's parameters.
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ DEFAULT_STEPS = 32  # interpolation steps of integrated gradients
 # The midpoint rule: along the straight path a log-probability often jumps within a few steps (from about
 # -14 at the zero baseline to about 0), where Gauss-Legendre's uneven points missed it by up to 15% of the
 # difference on the shipped model against 4% for midpoints (32 steps, benchmarks/attribution_speed.py).
-METHOD = "riemann_middle"
+METHOD = "riemann_middle"  # captum's name for it
 ROWS_PER_PASS = 4096  # token positions per forward pass: bounds the memory one attribution takes
-STEPS_PER_GROUP = 6  # output steps attributed together, over the decoder input up to the group's last
 MIN_STEPS = 4  # fewer interpolation steps than this say little: such a request is refused instead
 
 
@@ -112,8 +112,8 @@ def attribute(
 ) -> Attribution:
     """Every measure for every step of a decode result (greedy, beam, sampling, a branch or teacher forcing).
 
-    `should_stop` is asked between groups of steps; AttributionStopped is raised once it says yes. `progress`
-    hears (output steps done, output steps) after each group: integrated gradients are nearly all the work.
+    `should_stop` is asked before each step's backward pass; AttributionStopped is raised once it says yes.
+    `progress` hears (output steps' worth of work done, output steps): integrated gradients are nearly all of it.
     """
     steps = torch.arange(result.steps)
     tokens = torch.tensor(result.tgt_ids)
@@ -272,19 +272,30 @@ def scorer(model: Transformer, src: torch.Tensor, decoder_input: torch.Tensor, c
     step steps[n] (minus log p(foils[n]) when contrastive), with src and decoder_input's own token ids for
     the masks.
     """
-    pad = model.config.pad_id
 
     def score(src_embedded, tgt_embedded, steps, tokens, foils=None):
-        n = src_embedded.size(0)
-        source, prefix = src.expand(n, -1), decoder_input.expand(n, -1)
-        mask = padding_mask(source, pad)
-        memory = model.encode(source, mask, embedded=src_embedded).memory
-        hidden = model.decode(prefix, memory, mask, target_mask(prefix, pad), embedded=tgt_embedded).hidden
-        log_probs = model.log_probs(hidden[torch.arange(n, device=hidden.device), steps])  # (N, V)
-        chosen = log_probs.gather(1, tokens[:, None])[:, 0]
-        return chosen - log_probs.gather(1, foils[:, None])[:, 0] if contrastive else chosen
+        hidden = decoder_states(model, src, decoder_input, src_embedded, tgt_embedded)
+        return step_scores(model, hidden[torch.arange(len(hidden), device=hidden.device), steps], tokens, foils)
 
     return score
+
+
+def decoder_states(
+    model: Transformer, src: torch.Tensor, decoder_input: torch.Tensor, src_embedded, tgt_embedded
+) -> torch.Tensor:
+    """The decoder's output (N, T, d) for N rows of token embeddings of src (1, S) and decoder_input (1, T)."""
+    n, pad = src_embedded.size(0), model.config.pad_id
+    source, prefix = src.expand(n, -1), decoder_input.expand(n, -1)
+    mask = padding_mask(source, pad)
+    memory = model.encode(source, mask, embedded=src_embedded).memory
+    return model.decode(prefix, memory, mask, target_mask(prefix, pad), embedded=tgt_embedded).hidden
+
+
+def step_scores(model: Transformer, states: torch.Tensor, tokens: torch.Tensor, foils=None) -> torch.Tensor:
+    """log p(tokens[n]) from decoder states (N, d), minus log p(foils[n]) when foils are given: (N,)."""
+    log_probs = model.log_probs(states)
+    chosen = log_probs.gather(1, tokens[:, None])[:, 0]
+    return chosen if foils is None else chosen - log_probs.gather(1, foils[:, None])[:, 0]
 
 
 def embedded_inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int], copies: int):
@@ -301,49 +312,59 @@ def embedded_inputs(model: Transformer, src_ids: list[int], tgt_ids: list[int], 
 def _integrated_gradients(
     model, src_ids, tgt_ids, steps, tokens, foils, n_steps, should_stop=lambda: False, progress=None
 ):
-    """captum's integrated gradients for each (step, token[, foil]): (source (N, S), prefix (N, T)), deltas (N,).
+    """Integrated gradients along the straight path from zero embeddings, by the midpoint rule (METHOD), for each
+    (step, token[, foil]): (source (N, S), prefix (N, T)), convergence deltas (N,).
 
-    Steps go in groups of STEPS_PER_GROUP whose decoder input is cut after the group's last step: a causal
-    decoder's later positions cannot change the output there (cutting them took 15 output steps from 1.53 s to
-    1.33 s on the 2-core CPU: the passes are compute-bound, so only less arithmetic helps).
+    The decoder is teacher forced, so one forward pass at a few interpolation points serves every output step; each
+    step then takes a backward pass of its own through it, from its own position (the decoder input is cut after
+    the last step asked for: a causal decoder's later positions change nothing before them). Forward passes made
+    anew for each step, as captum's `IntegratedGradients` makes them, took 1.4 times as long on the 2-core CPU.
     """
-    total = len(tgt_ids)
-    source = np.zeros((len(steps), len(src_ids)), dtype=np.float32)
-    prefix = np.zeros((len(steps), total), dtype=np.float32)
-    from captum.attr import IntegratedGradients  # imported when used: with matplotlib, 0.6 s of every start
-
-    deltas = np.zeros(len(steps), dtype=np.float32)
-    for group in torch.split(torch.arange(len(steps)), STEPS_PER_GROUP):
-        if should_stop():
-            raise AttributionStopped()
-        length = int(steps[group].max()) + 1
-        src, decoder_input, embedded = embedded_inputs(model, src_ids, tgt_ids[:length], len(group))
-        device = src.device
-        extra = (steps[group].to(device), tokens[group].to(device))
-        extra += () if foils is None else (foils[group].to(device),)
-        method = IntegratedGradients(scorer(model, src, decoder_input, contrastive=foils is not None))
-        chunk = max(1, ROWS_PER_PASS // (src.size(1) + length))
+    src, decoder_input, embedded = embedded_inputs(model, src_ids, tgt_ids[: int(steps.max()) + 1], 1)
+    embedded, device = tuple(e.detach() for e in embedded), src.device
+    steps, tokens = steps.to(device), tokens.to(device)
+    foils = None if foils is None else foils.to(device)
+    totals = [torch.zeros(len(steps), *e.shape[1:], device=device) for e in embedded]
+    points = (torch.arange(n_steps, dtype=torch.float64) + 0.5) / n_steps  # each weighs 1 / n_steps
+    rows = max(1, ROWS_PER_PASS // (src.size(1) + decoder_input.size(1)))
+    passes, reported = torch.split(points, rows), 0
+    for done, alphas in enumerate(passes):
+        scaled = tuple((alphas.to(device, e.dtype)[:, None, None] * e).requires_grad_() for e in embedded)
         with torch.enable_grad():
-            attributions, delta = method.attribute(
-                embedded,
-                baselines=tuple(torch.zeros_like(e) for e in embedded),
-                additional_forward_args=extra,
-                n_steps=n_steps,
-                method=METHOD,
-                internal_batch_size=chunk,
-                return_convergence_delta=True,
-            )
-        source[group.numpy()] = attributions[0].sum(-1).detach().float().cpu().numpy()
-        prefix[group.numpy(), :length] = attributions[1].sum(-1).detach().float().cpu().numpy()
-        deltas[group.numpy()] = delta.detach().float().cpu().numpy()
-        if progress:
-            progress(int(group[-1]) + 1, len(steps))
-    return (source, prefix), deltas
+            hidden = decoder_states(model, src, decoder_input, *scaled)
+            for index, position in enumerate(steps.tolist()):
+                if should_stop():
+                    raise AttributionStopped()
+                outward = torch.zeros_like(hidden)
+                outward[:, position] = _score_gradient(model, hidden[:, position], index, tokens, foils)
+                found = torch.autograd.grad(hidden, scaled, outward, retain_graph=index + 1 < len(steps))
+                for total, gradient in zip(totals, found):
+                    total[index] += gradient.sum(0) / n_steps
+                reached = (done * len(steps) + index + 1) // len(passes)  # in output steps' worth of work
+                if progress and reached > reported:
+                    progress(reported := reached, len(steps))
+    source, prefix = ((total * e).sum(-1).float().cpu().numpy() for total, e in zip(totals, embedded))
+    with torch.no_grad():
+        ends = decoder_states(model, src, decoder_input, *(torch.cat([e, torch.zeros_like(e)]) for e in embedded))
+        gaps = [step_scores(model, end[steps], tokens, foils) for end in ends]  # f(input), f(baseline)
+    deltas = source.sum(1) + prefix.sum(1) - (gaps[0] - gaps[1]).float().cpu().numpy()
+    return (source, np.pad(prefix, ((0, 0), (0, len(tgt_ids) - prefix.shape[1])))), deltas
+
+
+def _score_gradient(model, states: torch.Tensor, index: int, tokens, foils) -> torch.Tensor:
+    """The gradient of step `index`'s score with respect to its decoder states (rows, d): the generator's part of
+    the backward pass, taken on its own so that the rest runs from the decoder's output."""
+    states = states.detach().requires_grad_()
+    rows = len(states)
+    chosen = tokens[index].expand(rows)
+    foil = None if foils is None else foils[index].expand(rows)
+    (gradient,) = torch.autograd.grad(step_scores(model, states, chosen, foil).sum(), states)
+    return gradient
 
 
 def _gradient_x_input(model, src_ids, tgt_ids, steps, tokens):
     src, decoder_input, embedded = embedded_inputs(model, src_ids, tgt_ids, len(steps))
-    from captum.attr import InputXGradient  # imported when used, as IntegratedGradients
+    from captum.attr import InputXGradient  # imported when used: with matplotlib, 0.6 s of every start
 
     method = InputXGradient(scorer(model, src, decoder_input))
     with torch.enable_grad():

@@ -3,7 +3,7 @@ queued, and abandoned when the visitor leaves.
 
 A request for attribution of a long decode computed for minutes, and kept computing after its visitor had
 gone (13 minutes, 4.1 GB); a room of visitors asking at once would each take a core's worth. Here each job
-waits for a slot, shows that it waits, and stops between groups of steps once Streamlit asks the script run
+waits for a slot, shows that it waits, and stops between steps once Streamlit asks the script run
 to stop or rerun (a closed tab, another page).
 """
 
