@@ -182,54 +182,18 @@ source_axes = dict(
     x_title="source token",
     y_title="output token",
 )
-with tabs[0]:
-    show(
-        matrix_heatmap(
-            over_words(cross_rows, result.src_pieces, words)[0],
-            f"cross-attention, {which}",
-            probabilities=True,
-            **source_axes,
-        ),
-        key="all_cross",
-    )
-with tabs[1]:
-    show(
-        matrix_heatmap(
-            over_words(weighted_rows, result.src_pieces, words)[0],
-            f"value-weighted cross-attention, {which}",
-            probabilities=True,
-            **source_axes,
-        ),
-        key="all_weighted",
-    )
-with tabs[2]:
-    show(
-        matrix_heatmap(
-            over_words(found.gradient_x_input, result.src_pieces, words)[0],
-            "gradient × input (red raises the token's probability)",
-            **source_axes,
-        ),
-        key="all_gradient",
-    )
-with tabs[3]:
-    show(
-        matrix_heatmap(
-            over_words(found.integrated_gradients, result.src_pieces, words)[0],
-            "integrated gradients (red raises the token's probability)",
-            **source_axes,
-        ),
-        key="all_integrated",
-    )
-with tabs[4]:
-    show(
-        matrix_heatmap(
-            over_words(alti, result.src_pieces, words)[0],
-            "ALTI+: each output token's shares of the source, through the whole model",
-            probabilities=True,
-            **source_axes,
-        ),
-        key="all_alti",
-    )
+SIGNED = "(red raises the token's probability)"
+over_the_source = [  # (rows, title, shares that sum to one, key)
+    (cross_rows, f"cross-attention, {which}", True, "all_cross"),
+    (weighted_rows, f"value-weighted cross-attention, {which}", True, "all_weighted"),
+    (found.gradient_x_input, f"gradient × input {SIGNED}", False, "all_gradient"),
+    (found.integrated_gradients, f"integrated gradients {SIGNED}", False, "all_integrated"),
+    (alti, "ALTI+: each output token's shares of the source, through the whole model", True, "all_alti"),
+]
+for tab, (rows, title, shares, key) in zip(tabs, over_the_source):
+    with tab:
+        matrix = over_words(rows, result.src_pieces, words)[0]
+        show(matrix_heatmap(matrix, title, probabilities=shares, **source_axes), key=key)
 with tabs[5]:
     target_matrix, target_labels = over_words(found.integrated_gradients_target, found.decoder_input_pieces, words)
     show(
