@@ -3,7 +3,7 @@ this machine has (the GPU when there is one, and the CPU held to N cores), run t
 machine with no browser (a lent GPU machine) measures it too. Each visit is a fresh process: a link to the step view
 (the model opened, then a decode of 20 words), then a Translate of another 20 words to the step view's data; the
 device the sidebar names is read back. With the shipped default; `python -m benchmarks.hf_families --app-on-device`
-gives the same rows with NLLB-600M's shape.
+gives the same rows with NLLB-200's shapes.
 
 What the browser adds (drawing, and a step click, which never asks the server) is the same whichever device the server
 decodes on: benchmarks.app_at_size measures it in Chromium.

@@ -1,10 +1,10 @@
-"""python -m benchmarks.hf_families [--quick] [--skip-nllb-600m] [--app] [--app-on-device]: each Hugging Face family read here, imported and
-decoding token by token against transformers' own generate in the same run, at the tests' size and at opus-mt's
-(d_model 512, 6+6 layers); and a model of NLLB-200-distilled-600M's configuration (random weights) imported:
-time and peak memory, and its decode speed. With --app, the app in Chromium with the opus-mt-shaped Marian model
-and the NLLB-600M-shaped one (and the shipped default in the same run): a link to the step view, a Translate of 20
-words, step clicks. With --app-on-device, the app's own work for the NLLB-600M-shaped model's link and Translate on
-the GPU against the CPU held to 2 cores (benchmarks.app_on_device: no browser needed).
+"""python -m benchmarks.hf_families [--quick] [--nllb [SHAPE ...]] [--app] [--app-on-device]: each Hugging Face
+family read here, imported and decoding token by token against transformers' own generate in the same run, at the
+tests' size and at opus-mt's (d_model 512, 6+6 layers); and models of NLLB-200's configurations (random weights: the
+distilled 600M by default, 1.3B and 3.3B when named) imported: time and peak memory, and their decode speed. With
+--app, the app in Chromium with the opus-mt-shaped Marian model and each NLLB shape (and the shipped default in the
+same run): a link to the step view, a Translate of 20 words, step clicks. With --app-on-device, the app's own work for each NLLB shape's link and Translate on the GPU against the
+CPU held to 2 cores (benchmarks.app_on_device: no browser needed).
 
 Needs `transformers` (requirements-dev.txt). Greedy, 40 tokens, the end token never chosen, so both sides produce
 the same number of tokens; the forced first token (a language code, BART's <s>) counts as one of them.
@@ -30,6 +30,7 @@ from transformer.decoding.greedy import decode_ids, generate
 from transformer.decoding.lens import read_lens
 from transformer.decoding.result import source_ids
 from transformer.hugging_face.directory import import_hf
+from transformer.io.checkpoint import APP_ROOM_BYTES, memory_available
 
 TOKENS = 40
 SENTENCE = "the red dog runs in the blue park and a small cat sits on the big ball"
@@ -40,6 +41,12 @@ NLLB_600M = dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_att
                  decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
                  scale_embedding=True, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
 NLLB_TOKENS = 256_204  # NLLB-200's tokenizer: its embedding has two rows more
+NLLB_SHAPES = {  # the released models' config.json shapes
+    "600M": NLLB_600M,
+    "1.3B": NLLB_600M | dict(encoder_layers=24, decoder_layers=24, encoder_ffn_dim=8192, decoder_ffn_dim=8192),
+    "3.3B": NLLB_600M
+    | dict(d_model=2048, encoder_layers=24, decoder_layers=24, encoder_ffn_dim=8192, decoder_ffn_dim=8192),
+}
 
 
 def family_builders() -> dict:
@@ -115,8 +122,8 @@ def decode_row(family: str, size: str, directory: Path, repeats: int, device: st
     )
 
 
-def save_nllb_600m(directory: Path) -> None:
-    """NLLB-200-distilled-600M's configuration with random weights and a tokenizer of its size (made-up pieces)."""
+def save_nllb_at_size(directory: Path, shape: str = "600M") -> None:
+    """An NLLB-200 configuration (NLLB_SHAPES) with random weights and a tokenizer of its size (made-up pieces)."""
     from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
 
     specials = ["<s>", "<pad>", "</s>", "<unk>"]
@@ -126,7 +133,7 @@ def save_nllb_600m(directory: Path) -> None:
     assert len(tokenizer) == NLLB_TOKENS, len(tokenizer)
     tokenizer.save_pretrained(directory)
     with torch.device("meta"):
-        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=NLLB_TOKENS + 2, **NLLB_600M))
+        model = M2M100ForConditionalGeneration(M2M100Config(vocab_size=NLLB_TOKENS + 2, **NLLB_SHAPES[shape]))
     model = model.to_empty(device="cpu")
     model.tie_weights()  # to_empty gave each tied name a tensor of its own
     with torch.no_grad():
@@ -188,38 +195,52 @@ def opened(path: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def nllb_600m_report(repeats: int, device: str, app: bool, on_device: bool) -> tuple[list[Row], str]:
+def nllb_report(shape: str, repeats: int, device: str, app: bool, on_device: bool) -> tuple[list[Row], str]:
     """Builds the model, then opens it and translates in a fresh process (its memory is the opening's and the
     decoding's alone), as a directory and as the file `import-hf` writes of it; its decode against transformers';
-    if `app` the app's rows in Chromium with each, and if `on_device` the app's own work on each device."""
+    if `app` the app's rows in Chromium with each, and if `on_device` the app's own work on each device. A step
+    that would not fit in this machine's memory (ours and theirs at once; the file, which opens holding its bytes
+    beside its weights) is left out and said so."""
+    sizes, label = NLLB_SHAPES[shape], f"NLLB-{shape}'s shape"
     with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as elsewhere:
-        directory, file = Path(folder), Path(elsewhere) / "nllb-600m.safetensors"
+        directory, file = Path(folder), Path(elsewhere) / f"nllb-{shape.lower()}.safetensors"
         started = time.perf_counter()
-        save_nllb_600m(directory)
+        save_nllb_at_size(directory, shape)
         built = time.perf_counter() - started
         weights = (directory / "model.safetensors").stat().st_size
-        figures = opened(directory)
-        row = decode_row("NLLB-200", "NLLB-600M's size (d 1024, 12+12, 256k pieces)", directory, repeats, device)
-        rows = [printed(row)]
+        figures, rows, notes = opened(directory), [], []
+        twice_fits = 2.3 * weights + APP_ROOM_BYTES < (memory_available() or 0)
+        if twice_fits:
+            size = f"{label[:-8]}'s size (d {sizes['d_model']}, {sizes['encoder_layers']}+{sizes['decoder_layers']}, 256k pieces)"
+            rows.append(printed(decode_row("NLLB-200", size, directory, repeats, device)))
+        else:
+            notes.append("no decode against transformers (the two models would not fit in memory at once)")
         if on_device:
-            rows += printed_rows(app_rows_at("NLLB-600M's shape", directory, on_device=True))
-        started = time.perf_counter()
-        command = [sys.executable, "-m", "transformer", "import-hf", folder, "--out", str(file)]
-        subprocess.run(command, capture_output=True, check=True)
-        written, size, from_file = time.perf_counter() - started, file.stat().st_size, opened(file)
+            rows += printed_rows(app_rows_at(label, directory, on_device=True))
         if app:
-            rows += printed_rows(app_rows_at("NLLB-600M's shape", directory))
-            rows += printed_rows(app_rows_at("NLLB-600M's shape, its file", file))
+            rows += printed_rows(app_rows_at(label, directory))
+        if twice_fits:
+            started = time.perf_counter()
+            command = [sys.executable, "-m", "transformer", "import-hf", folder, "--out", str(file)]
+            subprocess.run(command, capture_output=True, check=True)
+            written, from_file = time.perf_counter() - started, opened(file)
+            notes.append(
+                f"`import-hf` wrote it as a {file.stat().st_size / 2**30:.2f} GiB file in {written:.0f} s; that file "
+                f"opened in {from_file['import_s']:.1f} s, its peak memory {from_file['import_peak_mb']:,.0f} MB, "
+                f"{from_file['rss_imported_mb']:,.0f} MB held once opened"
+            )
+            if app:
+                rows += printed_rows(app_rows_at(f"{label}, its file", file))
+        else:
+            notes.append("no file written (it opens holding its bytes beside its weights: more than this machine has)")
     return rows, (
-        f"NLLB-600M configuration ({figures['parameters']:,} parameters, model.safetensors {weights / 2**30:.2f} GiB, "
-        f"built with transformers in {built:.0f} s): import {figures['import_s']:.1f} s, its peak memory "
+        f"{label} ({figures['parameters']:,} parameters, model.safetensors {weights / 2**30:.2f} GiB, built with "
+        f"transformers in {built:.0f} s): import {figures['import_s']:.1f} s, its peak memory "
         f"{figures['import_peak_mb']:,.0f} MB ({figures['rss_before_mb']:,.0f} MB of it Python, torch and the package "
         f"before it), {figures['rss_imported_mb']:,.0f} MB held once imported, {figures['rss_decoding_mb']:,.0f} MB once "
         f"decoding (the decode's own tensors; peak {figures['peak_mb']:,.0f} MB); then {figures['tokens']} tokens "
         f"decoded, every map recorded, in {figures['decode_s']:.1f} s "
-        f"({figures['decode_s'] * 1000 / max(1, figures['tokens']):.0f} ms a token). `import-hf` wrote it as a "
-        f"{size / 2**30:.2f} GiB file in {written:.0f} s; that file opened in {from_file['import_s']:.1f} s, its peak memory "
-        f"{from_file['import_peak_mb']:,.0f} MB, {from_file['rss_imported_mb']:,.0f} MB held once opened"
+        f"({figures['decode_s'] * 1000 / max(1, figures['tokens']):.0f} ms a token). " + "; ".join(notes)
     )
 
 
@@ -234,13 +255,19 @@ def printed(row: Row) -> Row:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.hf_families", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repeats (noisier)")
-    parser.add_argument("--skip-nllb-600m", action="store_true", help="no 2.4 GB model (it takes minutes)")
+    parser.add_argument(
+        "--nllb",
+        nargs="*",
+        choices=list(NLLB_SHAPES),
+        default=["600M"],
+        help="NLLB-200's shapes to build and measure (none: skip them; 600M's weights are 2.3 GiB, 3.3B's 13)",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where both sides decode")
     parser.add_argument(
         "--app", action="store_true", help="also the app in Chromium with each shape: a link, a Translate, step clicks"
     )
     parser.add_argument(
-        "--app-on-device", action="store_true", help="also the app's own work with NLLB-600M's shape, GPU against CPU"
+        "--app-on-device", action="store_true", help="also the app's own work with each NLLB shape, GPU against CPU"
     )
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
@@ -259,8 +286,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             opus_mt = family_builders()["Marian"](Path(folder), OPUS_MT)
             rows += printed_rows(app_rows_at("opus-mt's shape (Marian)", opus_mt))
-    if not args.skip_nllb_600m:
-        nllb_rows, report = nllb_600m_report(repeats, args.device, args.app, args.app_on_device)
+    for shape in args.nllb:
+        nllb_rows, report = nllb_report(shape, repeats, args.device, args.app, args.app_on_device)
         rows += nllb_rows
         print("\n" + report, flush=True)
     print("\n" + table(rows), flush=True)
