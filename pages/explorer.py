@@ -59,7 +59,8 @@ words_column, content_column = st.columns(2)
 words = words_toggle(words_column)
 content = content_toggle(content_column, note=" Here: the step view's two maps.")
 layers, heads = explored.result.cross.shape[:2]
-windows = {window_name(window): window for window in layer_windows(layers, heads)}
+row_cells = len(explored.result.src_ids) + explored.result.steps  # a row's cells at the last step, both maps
+windows = {window_name(window): window for window in layer_windows(layers, heads, row_cells)}
 shown_layers = list(windows)[-1]  # the output's end of the model, until the visitor or a link picks others
 if len(windows) > 1:
     url.from_link("step_layers", "layers", list(windows))

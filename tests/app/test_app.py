@@ -716,6 +716,26 @@ def test_a_deep_models_step_view_is_sent_a_window_of_layers_and_a_link_keeps_it(
     assert_sends(linked, 1)
 
 
+def test_a_long_inputs_step_view_is_sent_windows_of_layers_that_keep_a_click_within_its_cells():
+    """A step click redraws every cell of both maps: opus-mt's shape with an input of 85 pieces drew 4,715 cells and
+    took 60 ms at p95. A long input is sent windows of layers whose cells at the last step fit MAX_STEP_CELLS;
+    a short one, every layer."""
+    from ui.players.step_player import MAX_STEP_CELLS, layer_windows
+
+    assert layer_windows(6, 8, 85 + 40) == [range(0, 3), range(3, 6)]  # opus-mt's shape: 27 rows of 125 cells
+    assert layer_windows(12, 16, 20 + 40) == [range(0, 4), range(4, 8), range(8, 12)]  # NLLB-600M's: rows bind
+    assert layer_windows(3, 8, 1000) == [range(0, 1), range(1, 2), range(2, 3)]  # one layer at least
+    long = " ".join([SENTENCE] * 12)
+    at = start({"text": long, "max_new_tokens": "60"})
+    assert not at.exception
+    view = step_view(at)
+    cells = len(view["rows"]) * (len(view["cross_labels"]) + view["steps"])
+    assert len(at.radio(key="step_layers").options) > 1 and cells <= MAX_STEP_CELLS, cells
+    short = translate(at, SENTENCE)
+    assert not short.exception and all(radio.key != "step_layers" for radio in short.radio)
+    assert len(step_view(short)["rows"]) == 3 * 9  # every layer's 8 heads and their mean
+
+
 def test_the_step_views_maps_go_content_only_with_the_attention_pages_switch(explorer, reference):
     """Every map view gets content only: the step view's two maps drop </s>, <s> and punctuation as keys and
     renormalise each row, as the Attention maps page does (the switch is the same one, and the link carries it)."""
