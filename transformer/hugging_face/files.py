@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
-from transformer.io.checkpoint import CheckpointError, tensor_in
+from transformer.io.checkpoint import CheckpointError
 from transformer.io.header import DTYPE_BYTES, check_tensors, is_int_list, read_file_header
+from transformer.io.tensor_bytes import tensor_in
 from transformer.text.files import FileRefused, open_regular, read_regular
 
 # The most any file of a directory is read to, before anything is parsed: a config a few KB, a vocabulary of

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import base64
 import glob
+import io
 import json
-import math
 import os
 import struct
 import tempfile
@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors.torch import load as load_safetensors
@@ -27,6 +27,7 @@ from safetensors.torch import save as save_safetensors
 
 from transformer.io.header import CheckpointError, check_tensors, declared_size, read_file_header, read_header
 from transformer.io.metadata import read_metadata
+from transformer.io.tensor_bytes import tensor_in, write_tensors
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import FileRefused, read_regular
@@ -85,14 +86,8 @@ def unique_state(model: Transformer) -> dict[str, torch.Tensor]:
     return state
 
 
-def checkpoint_bytes(
-    model: Transformer,
-    tokenizer: TokenizerBase,
-    metadata: dict[str, Any] | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> bytes:
-    """Serialises model, tokenizer and metadata into the checkpoint format."""
-    tensors = {name: t.detach().to("cpu", dtype).contiguous() for name, t in unique_state(model).items()}
+def checkpoint_header(model: Transformer, tokenizer: TokenizerBase, metadata: dict[str, Any] | None) -> dict[str, str]:
+    """The checkpoint format's metadata of a model: its config, tokenizer and the caller's metadata."""
     header = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -110,7 +105,19 @@ def checkpoint_bytes(
     for key in ("source_prefix", "target_prefix"):
         if getattr(tokenizer, key) is not None:
             header[key] = getattr(tokenizer, key)
-    return save_safetensors(tensors, metadata=header)
+    return header
+
+
+def checkpoint_bytes(
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    metadata: dict[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> bytes:
+    """Serialises model, tokenizer and metadata into the checkpoint format, in memory."""
+    buffer = io.BytesIO()
+    write_tensors(buffer, unique_state(model), dtype, checkpoint_header(model, tokenizer, metadata))
+    return buffer.getvalue()
 
 
 def save_checkpoint(
@@ -120,16 +127,19 @@ def save_checkpoint(
     metadata: dict[str, Any] | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> None:
-    """Writes the checkpoint atomically, so a crash never leaves a half-written file."""
-    write_atomically(Path(path), checkpoint_bytes(model, tokenizer, metadata, dtype))
+    """Writes the checkpoint atomically, so a crash never leaves a half-written file, and a tensor at a time, so that
+    saving holds one tensor's copy beside the model (tensor_bytes)."""
+    header = checkpoint_header(model, tokenizer, metadata)
+    write_atomically(Path(path), lambda handle: write_tensors(handle, unique_state(model), dtype, header))
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Writes beside the target, then renames: readers see the old file or the new, never half."""
+def write_atomically(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
+    """Writes beside the target, then renames: readers see the old file or the new, never half. `data`: the bytes,
+    or what writes them into the open file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
         try:
-            handle.write(data)
+            handle.write(data) if isinstance(data, bytes) else data(handle)
         except BaseException:  # a full disk or a Ctrl-C mid-write: the partial temporary goes too
             Path(handle.name).unlink()
             raise
@@ -271,9 +281,6 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
     return Checkpoint(model, tokenizer, metadata, len(data), problems)
 
 
-SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}  # little-endian
-
-
 def tensors_of(data: bytes, header: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Each tensor of a safetensors buffer whose header check_tensors passed, as a view of its bytes: nothing is
     copied until the model lays each weight out in memory of its own (Transformer.holding, which keeps no view),
@@ -287,14 +294,6 @@ def tensors_of(data: bytes, header: dict[str, Any]) -> dict[str, torch.Tensor]:
             for name, entry in header.items()
             if name != "__metadata__"
         }
-
-
-def tensor_in(buffer: Any, offset: int, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
-    """The tensor of safetensors `dtype` and `shape` at byte `offset` of `buffer`, a view of it (the buffer kept alive
-    by the tensor); an empty one where the shape holds nothing."""
-    kind, count = SAFETENSORS_DTYPES[dtype], math.prod(shape)
-    view = torch.frombuffer(buffer, dtype=kind, count=count, offset=offset) if count else torch.empty(0, dtype=kind)
-    return view.reshape(shape)
 
 
 def model_from_tensors(
