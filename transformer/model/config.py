@@ -15,7 +15,10 @@ from typing import Any, Literal
 # them. A config may claim a million positions (2^20 x d_model floats, 5x that while built in float64): a few
 # hundred bytes of header must not cost gigabytes.
 PRECOMPUTED_POSITIONS = 1024
-MAX_ELEMENTS = 2_000_000_000  # parameters plus the sinusoidal position tables: what building the model allocates
+# Parameters plus the sinusoidal position tables, what building the model allocates: a bound on absurd configs (64 GB
+# of float32), above NLLB-200-3.3B's 3.35 billion. What fits is the machine's memory to say, checked where a file or a
+# directory is opened (io.checkpoint.file_limit, hugging_face.files.hf_weights).
+MAX_ELEMENTS = 16_000_000_000
 MAX_DIMENSION = 65_536
 
 
@@ -236,7 +239,8 @@ class TransformerConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown config fields: {', '.join(unknown)}")
+            named = ", ".join(shown(name, 40) for name in unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+            raise ConfigError(f"unknown config fields: {named}")  # quoted: a name may hold a line break
         try:
             return cls(**values)
         except TypeError as error:
