@@ -407,3 +407,29 @@ def test_pieces_only_the_source_model_knows_decode_as_transformers_does(marian_d
     for ids in ([source_only[0], source_only[0]], [some_target, source_only[0], some_target], source_only[:5]):
         expected = hf_tokenizer.decode(ids, skip_special_tokens=True)
         assert tokenizer.decode(ids) == expected and "▁" not in tokenizer.decode(ids)
+
+
+def test_a_directory_whose_weights_would_not_fit_in_free_memory_is_refused_saying_what_it_needs(
+    marian_dir, monkeypatch
+):
+    """A directory is opened in place, whatever its size: NLLB-3.3B's 13.4 GB opened on a 24 GB machine. One that
+    would not fit beside the app is refused before anything is laid out (a model past the memory was killed
+    mid-import, and a server with it)."""
+    import transformer.hugging_face.files as files
+    from transformer.io.checkpoint import APP_ROOM_BYTES, CheckpointTooLarge
+
+    weights = (marian_dir / "model.safetensors").stat().st_size
+    monkeypatch.setattr(files, "memory_available", lambda: APP_ROOM_BYTES + weights // 2)
+    with pytest.raises(CheckpointTooLarge, match=r"its weights need 0\.\d GB of memory .* GB is free now: not opened"):
+        import_marian(marian_dir)
+    monkeypatch.setattr(files, "memory_available", lambda: APP_ROOM_BYTES + 2 * weights)
+    assert import_marian(marian_dir).model is not None
+
+
+def test_a_config_of_nllb_3_3bs_size_is_accepted_and_an_absurd_one_refused():
+    from transformer.model.config import ConfigError, TransformerConfig
+
+    nllb = dict(src_vocab_size=256_206, tgt_vocab_size=256_206, n_heads=16, n_encoder_layers=24, n_decoder_layers=24)
+    assert TransformerConfig(**nllb, d_model=2048, d_ff=8192).parameter_count() > 3.3e9
+    with pytest.raises(ConfigError, match="over the limit"):
+        TransformerConfig(**nllb, d_model=8192, d_ff=32768)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from transformer.io.checkpoint import CheckpointError
+from transformer.io.checkpoint import APP_ROOM_BYTES, CheckpointError, CheckpointTooLarge, memory_available
 from transformer.io.header import DTYPE_BYTES, check_tensors, is_int_list, read_file_header
 from transformer.io.tensor_bytes import tensor_in
 from transformer.text.files import FileRefused, open_regular, read_regular
@@ -110,19 +110,34 @@ def optional_object(directory: Path, name: str) -> dict[str, Any]:
 
 
 def hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """The directory's weights, each mapped from its file (nothing read yet); CheckpointTooLarge where laying them out
+    would not fit in the memory free now (a model past it was killed mid-import, and a server with it)."""
     if regular_file(directory, "model.safetensors") is not None:
-        return _safetensors(directory, "model.safetensors")
+        return _fitting(directory, _safetensors(directory, "model.safetensors"))
     if regular_file(directory, "model.safetensors.index.json") is not None:
         index = read_json(directory, "model.safetensors.index.json", MAX_TOKENIZER_BYTES)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
             raise CheckpointError(f"{directory.name}: model.safetensors.index.json has no weight_map of shard names")
         shards = sorted(set(weight_map.values()))
-        return {name: tensor for shard in shards for name, tensor in _safetensors(directory, shard).items()}
+        weights = {name: tensor for shard in shards for name, tensor in _safetensors(directory, shard).items()}
+        return _fitting(directory, weights)
     raise CheckpointError(
         f"{directory} has no model.safetensors; a pytorch_model.bin is a pickle and is not read. Convert it once with "
         "transformers: AutoModelForSeq2SeqLM.from_pretrained(DIR).save_pretrained(DIR)"
     )
+
+
+def _fitting(directory: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`weights`, if the model laid out from them (about their size: the import holds them once) fits in the memory
+    free now beside APP_ROOM_BYTES for the app; else CheckpointTooLarge, saying what it needs and what is free."""
+    needed, available = sum(tensor.nbytes for tensor in weights.values()), memory_available()
+    if available is not None and needed + APP_ROOM_BYTES > available:
+        raise CheckpointTooLarge(
+            f"{directory.name}: its weights need {needed / 1e9:.1f} GB of memory once laid out, with "
+            f"{APP_ROOM_BYTES / 2**30:g} GiB kept for the app, and {available / 1e9:.1f} GB is free now: not opened"
+        )
+    return weights
 
 
 def _safetensors(directory: Path, name: str) -> dict[str, torch.Tensor]:
