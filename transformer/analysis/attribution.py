@@ -117,30 +117,23 @@ def attribute(
     """
     steps = torch.arange(result.steps)
     tokens = torch.tensor(result.tgt_ids)
-    integrated, delta = _integrated_gradients(
+    integrated = _integrated_gradients(
         model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps, should_stop, progress
     )
     gradient = _gradient_x_input(model, result.src_ids, result.tgt_ids, steps, tokens)
-    src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
-    score = scorer(model, src, decoder_input)
-    with torch.no_grad():
-        scores = [
-            score(*inputs, steps.to(src.device), tokens.to(src.device)).float().cpu().numpy()
-            for inputs in (embedded, tuple(torch.zeros_like(e) for e in embedded))
-        ]
     return Attribution(
         source_pieces=result.src_pieces,
         target_pieces=result.tgt_pieces,
         decoder_input_pieces=result.decoder_input_pieces,
-        integrated_gradients=integrated[0],
-        integrated_gradients_target=integrated[1],
+        integrated_gradients=integrated.source,
+        integrated_gradients_target=integrated.prefix,
         gradient_x_input=gradient[0],
         gradient_x_input_target=gradient[1],
-        convergence_delta=delta,
-        log_probs=scores[0],
-        baseline_log_probs=scores[1],
+        convergence_delta=integrated.delta,
+        log_probs=integrated.at_input,
+        baseline_log_probs=integrated.at_baseline,
         value_weighted=value_weighted_attention(model, result.src_ids, result.tgt_ids),
-        agreement_per_step=agreement(result.cross.numpy(), integrated[0]),
+        agreement_per_step=agreement(result.cross.numpy(), integrated.source),
         n_steps=n_steps,
     )
 
@@ -172,8 +165,7 @@ def corpus_agreement(
 def source_integrated_gradients(model: Transformer, src_ids: list[int], tgt_ids: list[int], n_steps: int) -> np.ndarray:
     """Integrated gradients of every output token's log-probability over the source tokens: (T, S)."""
     steps, tokens = torch.arange(len(tgt_ids)), torch.tensor(tgt_ids)
-    (source, _), _ = _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, None, n_steps)
-    return source
+    return _integrated_gradients(model, src_ids, tgt_ids, steps, tokens, None, n_steps).source
 
 
 def contrastive(
@@ -188,7 +180,7 @@ def contrastive(
 
     Returns the source row (S,), the prefix row (T,) and the convergence delta.
     """
-    (source, prefix), delta = _integrated_gradients(
+    integrated = _integrated_gradients(
         model,
         result.src_ids,
         result.tgt_ids,
@@ -198,7 +190,7 @@ def contrastive(
         n_steps,
         should_stop,
     )
-    return source[0], prefix[0], float(delta[0])
+    return integrated.source[0], integrated.prefix[0], float(integrated.delta[0])
 
 
 def value_weighted_attention(
@@ -313,7 +305,7 @@ def _integrated_gradients(
     model, src_ids, tgt_ids, steps, tokens, foils, n_steps, should_stop=lambda: False, progress=None
 ):
     """Integrated gradients along the straight path from zero embeddings, by the midpoint rule (METHOD), for each
-    (step, token[, foil]): (source (N, S), prefix (N, T)), convergence deltas (N,).
+    (step, token[, foil]), with the score at the path's two ends.
 
     The decoder is teacher forced, so one forward pass at a few interpolation points serves every output step; each
     step then takes a backward pass of its own through it, from its own position (the decoder input is cut after
@@ -346,9 +338,24 @@ def _integrated_gradients(
     source, prefix = ((total * e).sum(-1).float().cpu().numpy() for total, e in zip(totals, embedded))
     with torch.no_grad():
         ends = decoder_states(model, src, decoder_input, *(torch.cat([e, torch.zeros_like(e)]) for e in embedded))
-        gaps = [step_scores(model, end[steps], tokens, foils) for end in ends]  # f(input), f(baseline)
-    deltas = source.sum(1) + prefix.sum(1) - (gaps[0] - gaps[1]).float().cpu().numpy()
-    return (source, np.pad(prefix, ((0, 0), (0, len(tgt_ids) - prefix.shape[1])))), deltas
+        at_input, at_baseline = (step_scores(model, end[steps], tokens, foils).float().cpu().numpy() for end in ends)
+    prefix = np.pad(prefix, ((0, 0), (0, len(tgt_ids) - prefix.shape[1])))
+    return _Integrated(source, prefix, at_input, at_baseline)
+
+
+@dataclass(frozen=True)
+class _Integrated:
+    """Integrated gradients for N (step, token[, foil]) rows, and the attributed score at the path's ends."""
+
+    source: np.ndarray  # (N, S)
+    prefix: np.ndarray  # (N, T)
+    at_input: np.ndarray  # (N,) f(input)
+    at_baseline: np.ndarray  # (N,) f(baseline): every token embedding zero
+
+    @property
+    def delta(self) -> np.ndarray:
+        """captum's convergence delta: the attributions' sum minus f(input) - f(baseline)."""
+        return self.source.sum(1) + self.prefix.sum(1) - (self.at_input - self.at_baseline)
 
 
 def _score_gradient(model, states: torch.Tensor, index: int, tokens, foils) -> torch.Tensor:
