@@ -49,7 +49,7 @@ MAX_STEP_ROWS = 72
 MAX_STEP_CELLS = 4096
 
 
-def layer_windows(layers: int, heads: int, keys: int = 0) -> list[range]:
+def layer_windows(layers: int, heads: int, keys: int) -> list[range]:
     """The step view's windows of layers, in order: every layer in one where they fit, else as many consecutive
     layers as fit in each (one at least). A window fits MAX_STEP_ROWS rows and, at the last step, where a row holds
     `keys` cells (the source's pieces in one map, the output's in the other), MAX_STEP_CELLS cells."""
