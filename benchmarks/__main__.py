@@ -13,7 +13,14 @@ from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
 from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, step_view_row
-from .attribution_speed import attribution_row, contributions_row, flow_row, head_importance_rows, syntax_row
+from .attribution_speed import (
+    attention_path_rows,
+    attribution_row,
+    contributions_row,
+    flow_row,
+    head_importance_rows,
+    syntax_row,
+)
 from .model_speed import (
     Row,
     batched_beam_row,
@@ -76,6 +83,7 @@ def main() -> None:
     rows.append(candidate_words_row(checkpoint, repeats))
     rows.append(long_input_row(checkpoint))
     rows.append(attribution_row(checkpoint, repeats))
+    rows.extend(attention_path_rows(repeats))
     rows.append(contributions_row(checkpoint, repeats))
     rows.append(flow_row(checkpoint, repeats))
     if not args.no_browser:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from captum.attr import IntegratedGradients
 
 from transformer.analysis import attribution
@@ -19,6 +20,7 @@ from transformer.analysis.rollout import attention_flow, rollout
 from transformer.decoding.greedy import decode
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
+from transformer.model.attention import EXPLICIT_KEYS, attention
 
 from .model_speed import Row, median_ms
 
@@ -41,6 +43,32 @@ def attribution_row(checkpoint: Checkpoint, repeats: int) -> Row:
         "≤ 10x",
         "also gradient x input and value-weighted maps",
     )
+
+
+# (rows, keys): attribution's decoder self-attention (32 interpolation points, the row above's 22 tokens), a training
+# batch of about 3,000 tokens, and one of long sentences
+ATTENTION_SHAPES = ((32, 22), (100, 30), (24, 128))
+
+
+def attention_path_rows(repeats: int) -> list[Row]:
+    """Causal self-attention of 8 heads, forward and backward, on the CPU: the explicit products, which a differentiated
+    pass takes up to EXPLICIT_KEYS keys, against PyTorch's fused kernel."""
+    rows = []
+    for batch, keys in ATTENTION_SHAPES:
+        q, k, v = (torch.randn(batch, 8, keys, 32, requires_grad=True) for _ in range(3))
+        mask = torch.ones(1, 1, keys, keys, dtype=torch.bool).tril()
+
+        def differentiated(explicit: bool) -> None:
+            out = attention(q, k, v, mask)[0] if explicit else F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+
+        fused = median_ms(lambda: differentiated(False), repeats * 3)
+        explicit = median_ms(lambda: differentiated(True), repeats * 3)
+        taken = "the explicit products" if keys <= EXPLICIT_KEYS else "the fused kernel"
+        what = f"attention forward and backward, {batch} x {keys} keys, explicit products"
+        note = f"the model takes {taken}"
+        rows.append(Row(what, "PyTorch's fused kernel", fused, explicit, f"< 1 up to {EXPLICIT_KEYS} keys", note))
+    return rows
 
 
 def contributions_row(checkpoint: Checkpoint, repeats: int) -> Row:

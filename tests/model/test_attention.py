@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer.model.attention import MultiHeadAttention, attention
+from transformer.model import attention as attention_module
+from transformer.model.attention import EXPLICIT_KEYS, MultiHeadAttention, attention
 from transformer.model.masks import padding_mask, subsequent_mask, target_mask
 
 
@@ -18,6 +19,28 @@ def test_explicit_attention_equals_fused_kernel():
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(p_attn.sum(-1), torch.ones(2, 4, 5))
     assert (p_attn[0, :, :, 5:] == 0).all()
+
+
+@pytest.mark.parametrize("keys", [EXPLICIT_KEYS, EXPLICIT_KEYS + 1])
+def test_a_differentiated_pass_on_the_cpu_takes_the_explicit_products_up_to_their_key_count(config, keys, monkeypatch):
+    """The explicit products are faster to differentiate on the CPU for short inputs: with them the output and its
+    gradients are the fused kernel's, and no weights are returned that were not asked for."""
+    torch.manual_seed(2)
+    module = MultiHeadAttention(config).eval()
+    x, context = torch.randn(2, 3, config.d_model), torch.randn(2, keys, config.d_model, requires_grad=True)
+    mask = torch.ones(2, 1, 1, keys, dtype=torch.bool)
+    mask[1, :, :, keys // 2 :] = False
+    fused_calls, fused = [], F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: fused_calls.append(1) or fused(*a, **k))
+
+    out, p_attn = module(x, context, mask)
+    assert p_attn is None and len(fused_calls) == (keys > EXPLICIT_KEYS)
+    (gradient,) = torch.autograd.grad(out.sum(), context)
+    monkeypatch.setattr(attention_module, "EXPLICIT_KEYS", 0)
+    expected, _ = module(x, context, mask)
+    assert fused_calls[-1:] == [1]
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gradient, torch.autograd.grad(expected.sum(), context)[0], atol=1e-5, rtol=1e-5)
 
 
 def test_scores_are_scaled_by_sqrt_dk():

@@ -36,6 +36,19 @@ def attention(
     return p_attn @ value, p_attn
 
 
+EXPLICIT_KEYS = 64  # on the CPU, up to this many keys, a differentiated pass takes the explicit products
+
+
+def explicit_is_faster(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether this attention, which will be differentiated, is faster as explicit products than as PyTorch's fused
+    kernel. On the 2-core CPU, the fused kernel's forward and backward took about twice the products' time for 22-30
+    keys and 1.2x for 60, but 0.7x for 128 (the attention rows of `python -m benchmarks`). Training's sentences and
+    attribution's are mostly short."""
+    return (
+        query.requires_grad and torch.is_grad_enabled() and query.device.type == "cpu" and key.size(-2) <= EXPLICIT_KEYS
+    )
+
+
 def side_by_side(*parameters: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Linear layers' weights (2-D) and biases (1-D, where the layers have them) as one: the weights transposed side
     by side (d_in, sum of d_out) and the biases end to end, or None."""
@@ -102,15 +115,16 @@ class MultiHeadAttention(nn.Module):
         positions' bias (B, H, T_q, T_k) added to the scores where the model has one.
 
         query, if given, is x already projected and split into heads (self-attention projects all three at
-        once). With need_weights the explicit path computes p_attn; otherwise the fused kernel runs,
-        which gives the same output (a test holds the two together). keep (1, H, 1, 1) scales each
-        head's output before W_O: 0 switches a head off.
+        once). With need_weights, and where `explicit_is_faster`, the explicit path runs (and with need_weights
+        returns p_attn); otherwise the fused kernel, which gives the same output (a test holds the two together).
+        keep (1, H, 1, 1) scales each head's output before W_O: 0 switches a head off.
         """
         if query is None:
             query = self.split_heads(self.q_proj(x))
-        if need_weights:
+        if need_weights or explicit_is_faster(query, key):
             dropout = self.dropout if self.training else None
             heads, p_attn = attention(query, key, value, mask, dropout, self.scaled, position_bias)
+            p_attn = p_attn if need_weights else None
         else:
             if position_bias is not None:  # one additive mask: the bias, and -inf where the mask hides a key
                 mask = position_bias if mask is None else position_bias.masked_fill(~mask, float("-inf"))
