@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from captum.attr import IntegratedGradients
@@ -171,6 +172,24 @@ def completeness_by_method(checkpoint: Checkpoint, n_steps: int = attribution.DE
     return worst
 
 
+def fewer_steps(checkpoint: Checkpoint, choices: tuple[int, ...] = (32, 16, 8)) -> dict[int, tuple[float, float]]:
+    """What fewer interpolation steps would trade: for each count, the attribution of SENTENCE as a multiple of its
+    decode, and the worst |convergence delta| / |f(input) - f(baseline)| over COMPLETENESS_SENTENCES' steps."""
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    result = decode(model, tokenizer, SENTENCE)
+    decoded = median_ms(lambda: decode(model, tokenizer, SENTENCE), 7)
+    traded = {}
+    for n_steps in choices:
+        attributed = median_ms(lambda: attribution.attribute(model, result, n_steps), 3)
+        worst = 0.0
+        for sentence in COMPLETENESS_SENTENCES:
+            found = attribution.attribute(model, decode(model, tokenizer, sentence), n_steps)
+            gap = np.abs(found.log_probs - found.baseline_log_probs)
+            worst = max(worst, float((np.abs(found.convergence_delta) / gap).max()))
+        traded[n_steps] = (attributed / decoded, worst)
+    return traded
+
+
 if __name__ == "__main__":
     loaded = load_checkpoint(DEFAULT_CHECKPOINT)
     for row in (attribution_row(loaded, 5), contributions_row(loaded, 9)):
@@ -180,3 +199,7 @@ if __name__ == "__main__":
     for method, error in completeness_by_method(loaded).items():
         print(f"completeness, {method}: worst |delta| / |f(x) - f(baseline)| = {error:.3f}")
     print(f"(the package uses {attribution.METHOD}; sentences: {len(COMPLETENESS_SENTENCES)})")
+    for n_steps, (ratio, error) in fewer_steps(loaded).items():
+        print(
+            f"{n_steps} interpolation steps: {ratio:.1f}x the decode; worst |delta| / |f(x) - f(baseline)| = {error:.3f}"
+        )

@@ -37,7 +37,8 @@ from transformer.text.tokenizer import TokenizerBase
 DEFAULT_STEPS = 32  # interpolation steps of integrated gradients
 # The midpoint rule: along the straight path a log-probability often jumps within a few steps (from about
 # -14 at the zero baseline to about 0), where Gauss-Legendre's uneven points missed it by up to 15% of the
-# difference on the shipped model against 4% for midpoints (32 steps, benchmarks/attribution_speed.py).
+# difference on the caption model against 4% for midpoints (32 steps); on en-fr-general 7% against 11% at 32
+# steps, but 19% against 14% at 16 (benchmarks/attribution_speed.py, docs/performance.md).
 METHOD = "riemann_middle"  # captum's name for it
 ROWS_PER_PASS = 4096  # token positions per forward pass: bounds the memory one attribution takes
 MIN_STEPS = 4  # fewer interpolation steps than this say little: such a request is refused instead
