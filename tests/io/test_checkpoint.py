@@ -105,6 +105,28 @@ def test_update_metadata_keeps_the_tensors(tmp_path, checkpoint_path):
         assert torch.equal(a, b)
 
 
+def test_update_metadata_copies_the_tensors_through_never_holding_the_file(tmp_path, tokenizer):
+    """`evaluate` stores its scores in the checkpoint it scored: the rewrite read the whole file, then a copy of every
+    tensor and the new file's bytes, three times the file beside the model (15 GB for NLLB-1.3B's 5.1 GB)."""
+    import dataclasses
+
+    from helpers import tiny_config
+
+    config = dataclasses.replace(tiny_config(tokenizer), d_model=1024, n_heads=8, d_ff=4096, dropout=0.0)
+    path = tmp_path / "wide.safetensors"
+    save_checkpoint(path, Transformer(config), tokenizer, {"note": "é"})
+    before = load_checkpoint(path)
+    with measured() as cost:
+        update_metadata(path, lambda m: m.setdefault("scores", {}).update({"test": {"bleu": 1.5}}))
+    file_mb = path.stat().st_size / 2**20
+    assert file_mb > 150 and cost.peak_growth_mb < 0.1 * file_mb, (file_mb, cost)
+    after = load_checkpoint(path)
+    assert after.metadata["scores"] == {"test": {"bleu": 1.5}} and after.metadata["note"] == "é"
+    assert after.config == before.config
+    for (name, a), b in zip(before.model.state_dict().items(), after.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
 def test_a_pickle_that_would_run_code_is_refused_without_running(tmp_path):
     marker = tmp_path / "pwned"
 

@@ -13,6 +13,7 @@ import glob
 import io
 import json
 import os
+import shutil
 import struct
 import tempfile
 import warnings
@@ -22,12 +23,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
-from safetensors.torch import load as load_safetensors
-from safetensors.torch import save as save_safetensors
 
 from transformer.io.header import CheckpointError, check_tensors, declared_size, read_file_header, read_header
 from transformer.io.metadata import read_metadata
-from transformer.io.tensor_bytes import tensor_in, write_tensors
+from transformer.io.tensor_bytes import header_bytes, tensor_in, write_tensors
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.files import FileRefused, read_regular
@@ -40,6 +39,7 @@ FORMAT_VERSION = "5"
 READABLE_VERSIONS = ("1", "2", "3", "4", "5")
 APP_ROOM_BYTES = 1024**3  # left free beside an opened checkpoint: the app, its visitors' decodes and maps
 UNKNOWN_MEMORY_LIMIT = 2 * 1024**3  # the file limit where the machine does not say how much memory is free
+COPY_BYTES = 8 * 1024**2  # what a metadata rewrite holds of the tensors at once
 CHECKPOINT_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 DEFAULT_CHECKPOINT = CHECKPOINT_DIR / "en-fr-general.safetensors"
 # Shipped checkpoints that were renamed, by their former names: a link made before the rename still opens the same model.
@@ -160,15 +160,20 @@ def remove_stale_temporaries(path: Path) -> list[Path]:
 
 
 def update_metadata(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    """Rewrites a checkpoint's metadata in place, its tensors untouched (same dtype, same bytes)."""
-    data = path.read_bytes()
-    header = read_header(data)["__metadata__"]
-    metadata = json.loads(header.get("metadata", "{}"))
+    """Rewrites a checkpoint's metadata in place: a new header, then its tensors' bytes copied through unchanged, a
+    few MiB at a time (`evaluate` stores its scores so in a checkpoint of any size, beside the model it scored)."""
+    entries = read_file_header(path)
+    metadata = json.loads(entries["__metadata__"].get("metadata", "{}"))
     change(metadata)
-    write_atomically(
-        path,
-        save_safetensors(load_safetensors(data), metadata={**header, "metadata": json.dumps(metadata, sort_keys=True)}),
-    )
+    entries["__metadata__"] = {**entries["__metadata__"], "metadata": json.dumps(metadata, sort_keys=True)}
+    with path.open("rb") as source:
+        source.seek(8 + struct.unpack("<Q", source.read(8))[0])  # the tensors' bytes: offsets count from here
+
+        def write(handle: BinaryIO) -> None:
+            handle.write(header_bytes(entries))
+            shutil.copyfileobj(source, handle, COPY_BYTES)
+
+        write_atomically(path, write)
 
 
 def describe(path: str | Path) -> str:

@@ -42,10 +42,16 @@ def write_tensors(
             "data_offsets": [offset, offset + size],
         }
         offset += size
-    header = json.dumps(entries, separators=(",", ":")).encode()
-    header += b" " * (-len(header) % 8)  # the tensors start 8-byte aligned, as safetensors lays them out
-    handle.write(struct.pack("<Q", len(header)) + header)
+    handle.write(header_bytes(entries))
     for tensor in tensors.values():
         flat = tensor.detach().to("cpu", dtype).contiguous().reshape(-1)  # a laid-out weight: one transposed copy
         if flat.numel():
             handle.write(flat.view(torch.uint8).numpy().data)
+
+
+def header_bytes(entries: dict[str, Any]) -> bytes:
+    """A safetensors file's beginning: its header's length (8 bytes, little-endian), then the header's JSON, padded
+    with spaces so that the tensors start 8-byte aligned, as safetensors lays them out."""
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header
