@@ -126,6 +126,12 @@ def test_update_metadata_copies_the_tensors_through_never_holding_the_file(tmp_p
     for (name, a), b in zip(before.model.state_dict().items(), after.model.state_dict().values()):
         assert torch.equal(a, b), name
 
+    damaged = path.read_bytes()[:-4]
+    path.write_bytes(damaged)
+    with pytest.raises(CheckpointError, match="damaged"):
+        update_metadata(path, lambda m: m.update({"more": 1}))
+    assert path.read_bytes() == damaged
+
 
 def test_a_pickle_that_would_run_code_is_refused_without_running(tmp_path):
     marker = tmp_path / "pwned"

@@ -163,6 +163,8 @@ def update_metadata(path: Path, change: Callable[[dict[str, Any]], None]) -> Non
     """Rewrites a checkpoint's metadata in place: a new header, then its tensors' bytes copied through unchanged, a
     few MiB at a time (`evaluate` stores its scores so in a checkpoint of any size, beside the model it scored)."""
     entries = read_file_header(path)
+    if path.stat().st_size != declared_size(path):  # the tensors' bytes are copied unread: a damaged file stays so
+        raise CheckpointError(f"{path} is not the size its header describes: it is damaged, and was left as it is")
     metadata = json.loads(entries["__metadata__"].get("metadata", "{}"))
     change(metadata)
     entries["__metadata__"] = {**entries["__metadata__"], "metadata": json.dumps(metadata, sort_keys=True)}
