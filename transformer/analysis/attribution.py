@@ -325,13 +325,12 @@ def _integrated_gradients(
     totals = [torch.zeros(len(positions), *e.shape[1:], device=device) for e in embedded]
     points = (torch.arange(n_steps, dtype=torch.float64) + 0.5) / n_steps  # each weighs 1 / n_steps
     rows = max(1, ROWS_PER_PASS // (src.size(1) + decoder_input.size(1)))
-    passes, done = torch.split(points, rows), 0
+    passes, groups, done = torch.split(points, rows), _position_groups(positions), 0
     for alphas in passes:
         scaled = tuple((alphas.to(device, e.dtype)[:, None, None] * e).requires_grad_() for e in embedded)
         with torch.enable_grad():
             memory, mask = encoder_states(model, src, scaled[0])
-            for group in _position_groups(positions):
-                length = max(positions[index] for index in group) + 1
+            for group, length in groups:
                 hidden = decoder_states(model, decoder_input[:, :length], memory, mask, scaled[1][:, :length])
                 for index in group:
                     if should_stop():
@@ -355,13 +354,14 @@ def _integrated_gradients(
     return _Integrated(source, prefix, at_input, at_baseline)
 
 
-def _position_groups(positions: list[int]) -> list[list[int]]:
-    """The indices of the output steps in about sqrt(n) groups of neighbouring positions. A group costs a decoder
-    forward pass as long as its last position, and each of its steps a backward pass as long: with g equal groups
-    over n positions the decoder's work is about n g / 2 + n^2 / (2 g), least at g = sqrt(n)."""
+def _position_groups(positions: list[int]) -> list[tuple[list[int], int]]:
+    """The output steps' indices in about sqrt(n) groups of neighbouring positions, each with its decoder input's
+    length (to its last position). A group costs a decoder pass that long, and each step a backward pass as long:
+    with g groups over n positions the decoder's work is about n g / 2 + n^2 / (2 g), least at g = sqrt(n)."""
     order = sorted(range(len(positions)), key=positions.__getitem__)
     size = max(1, round(math.sqrt(len(order))))
-    return [order[start : start + size] for start in range(0, len(order), size)]
+    groups = [order[start : start + size] for start in range(0, len(order), size)]
+    return [(group, positions[group[-1]] + 1) for group in groups]
 
 
 @dataclass(frozen=True)
