@@ -5,6 +5,7 @@ import streamlit as st
 
 from transformer.analysis.heads.statistics import js_divergence
 from transformer.analysis.views import attention_view, matching_rows
+from transformer.decoding.result import DecodeInputError
 from transformer.text.pieces import readable_label
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
@@ -33,13 +34,23 @@ opened = checkpoints.open_or_explain(other_name)
 if opened is None:
     st.stop()
 other, other_key = opened.checkpoint, opened.key
-with st.spinner(f"Translating the sentence with {other_name} ..."):
-    other_free = models.decode_cached(other, other_key, explored.text, session.applied_settings)
+try:
+    with st.spinner(f"Translating the sentence with {other_name} ..."):
+        other_free = models.decode_cached(other, other_key, explored.text, session.applied_settings)
+except DecodeInputError as error:  # a text the other checkpoint's tokenizer refuses
+    st.error(literal(f"{other_name} cannot read this sentence: {error}"))
+    st.stop()
 
 first = explored.result
 columns = st.columns(2)
 columns[0].markdown(f"**{literal(explored.checkpoint_name)}** · {literal(first.text)}")
 columns[1].markdown(f"**{literal(other_name)}** · {literal(other_free.text)}")
+if not first.text.strip():
+    st.info(
+        f"{explored.checkpoint_name} wrote nothing for this sentence: there is no output to run {other_name} on. "
+        "Try another sentence."
+    )
+    st.stop()
 
 same_tokens = other.tokenizer.same_as(explored.checkpoint.tokenizer)
 if same_tokens:  # the same tokens on both sides: the second model is run (teacher-forced) on the first one's output
@@ -51,7 +62,11 @@ if same_tokens:  # the same tokens on both sides: the second model is run (teach
         "(teacher forcing), so both maps have the same rows and columns."
     )
 else:  # each reads the text in its own pieces: compared over the words they make of it
-    second = models.teacher_force_cached(other, other_key, explored.text, first.text)
+    try:
+        second = models.teacher_force_cached(other, other_key, explored.text, first.text)
+    except DecodeInputError as error:
+        st.error(literal(f"{other_name} cannot read this sentence or its translation: {error}"))
+        st.stop()
     st.caption(
         f"These checkpoints have different tokenizers, so each reads the sentence in its own pieces: both maps are "
         f"drawn over words (a word's pieces merged), {literal(other_name)} run on the output of "

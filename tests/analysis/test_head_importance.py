@@ -3,13 +3,14 @@ zeroed in its file, and finite differences of the loss in a head's gate."""
 
 from __future__ import annotations
 
+import argparse
 import random
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import run_cli, tiny_config
+from helpers import gzip_bomb, measured, run_cli, tiny_config
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -239,3 +240,32 @@ def test_heads_command_prunes_and_writes_the_curve_beside_the_table(tmp_path):
     assert last.heads_off == 14 and len(last.heads.split()) == 14 and last.share == pytest.approx(14 / 24)
     refused = run_cli(*args, "--measure", "gradient", "--prune-by", "ablation")
     assert refused.returncode == 2 and "--prune-by ablation needs --measure ablation or both" in refused.stderr
+
+
+def test_the_heads_sample_is_read_only_as_far_as_it_goes(tmp_path):
+    """A gzip bomb given as --src was decompressed whole (7.66 GB at the peak for a larger one); --ref shorter than
+    --src was paired silently, and --sentences -5 accepted."""
+    from transformer.cli.heads import read_sample
+
+    bomb, ref = tmp_path / "bomb.txt.gz", tmp_path / "ref.txt"
+    bomb.write_bytes(gzip_bomb(64))  # 33 million lines of "a"
+    ref.write_text("b\n" * 3)
+    with measured() as cost:
+        sources, references = read_sample(argparse.Namespace(src=bomb, ref=None, sentences=10))
+    assert sources == ["a"] * 10 and references is None and cost.peak_growth_mb < 50, cost
+    with pytest.raises(ValueError, match=r"ref.txt ends at line 3, before the other: not a parallel pair"):
+        read_sample(argparse.Namespace(src=bomb, ref=ref, sentences=10))
+    assert read_sample(argparse.Namespace(src=bomb, ref=ref, sentences=2)) == (["a", "a"], ["b", "b"])
+    with pytest.raises(ValueError, match="--sentences -5: give 1 or more"):
+        read_sample(argparse.Namespace(src=bomb, ref=None, sentences=-5))
+
+
+@pytest.mark.parametrize("text", ["cross: 1 :1_0", "cross:1:1_0", "cross:\u0661:1", "cross:" + "9" * 5000 + ":1"])
+def test_a_head_is_named_in_ascii_digits_and_a_refusal_quotes_it_short(text):
+    """int() read "cross: 1 :1_0" as cross:1:10, and a 5,000-digit layer printed a 5,147-character line."""
+    from transformer.cli.heads import head_argument
+
+    with pytest.raises(argparse.ArgumentTypeError, match="give KIND:LAYER:HEAD") as refused:
+        head_argument(text)
+    assert len(str(refused.value)) < 150
+    assert head_argument("cross:2:5") == (AttentionKind.CROSS, 1, 4)

@@ -10,7 +10,7 @@ import conllu
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import run_cli
+from helpers import measured, run_cli
 
 from transformer.analysis.heads.syntax import (
     READINGS,
@@ -195,3 +195,47 @@ def test_lines_that_are_not_a_treebank_are_refused_saying_where(lines, said):
 
     with pytest.raises(TreebankError, match=said):
         parse_treebank(lines)
+
+
+def word_line(ident: str, form: str, head: str = "0", misc: str = "_") -> str:
+    return "\t".join([ident, form, form, "NOUN", "_", "_", head, "root" if head == "0" else "dep", "_", misc])
+
+
+# Each a few bytes to a few MB of text whose sentence would build far more than it holds: a multiword token over 10^7
+# words built a dict of that many (+960 MB; 10^8 was killed past 8 GB), FEATS of 9 KB a word held 4 GB over 9,000.
+HOSTILE_SENTENCES = {
+    "a multiword range past its words": (
+        [word_line("1-10000000", "x").replace("NOUN", "_"), word_line("1", "x")],
+        "the multiword token 1-10000000 spans more than its 1 words",
+    ),
+    "a word's line of 9 KB": ([word_line("1", "x", misc="A=" + "b" * 9_000)], "a word's line is over 4,000"),
+    "600 words": ([word_line(str(i), "x", str(i - 1)) for i in range(1, 601)], "over 512 words"),
+    "a text of 22,800 characters": (
+        [word_line(str(i), "y" * 1_900, str(i - 1)) for i in range(1, 13)],
+        "its text is over 20,000 characters",
+    ),
+    "a megabyte of comments": (["# " + "c" * 19_000] * 60 + [word_line("1", "x")], "or 1,048,576 characters"),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_SENTENCES)
+def test_a_treebank_sentence_past_its_bounds_is_refused_in_one_line_before_it_is_built(name):
+    from transformer.analysis.heads.syntax import TreebankError, parse_treebank
+
+    lines, said = HOSTILE_SENTENCES[name]
+    good = [word_line("1", "cats"), ""]
+    with measured() as cost, pytest.raises(TreebankError) as refused:
+        parse_treebank(good + lines)
+    message = str(refused.value)
+    assert message.startswith("sentence 2: ") and said in message and len(message) < 100, message
+    assert cost.peak_growth_mb < 50, cost
+
+
+def test_a_treebank_is_read_only_as_far_as_the_sentences_asked_for(tmp_path):
+    """A gzip of a million sentences (about 100 MB of text) costs what the first few hold: it was read whole."""
+    path = tmp_path / "bomb.conllu.gz"
+    sentence = conllu_text(SENTENCE).encode()
+    path.write_bytes(gzip.compress(sentence * 1_000_000, compresslevel=9))
+    with measured() as cost:
+        assert len(read_treebank(path, 5)) == 5
+    assert cost.peak_growth_mb < 30, cost

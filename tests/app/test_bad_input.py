@@ -8,7 +8,7 @@ from functools import cache
 
 import pytest
 import torch
-from helpers import gzip_bomb, markdown, measured, start, step_view, translate
+from helpers import errors, gzip_bomb, markdown, measured, start, step_view, translate
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -107,6 +107,37 @@ def test_compare_with_a_checkpoint_that_cannot_be_used_says_why(tmp_path, monkey
     at.selectbox(key="compare_with").set_value("broken").run()
     assert not at.exception and "Checkpoint broken cannot be used" in at.error[0].value
     assert len(at.get("plotly_chart")) == 0
+
+
+def test_compare_and_which_heads_matter_say_in_one_line_what_an_empty_translation_stops():
+    """The reverse model writes nothing for a zero-width space: Compare and Which heads matter (measured against the
+    model's own output) ended in the error page, DecodeInputError."""
+    at = start({"ckpt": "reverse", "text": "\u200b", "with": "en-fr-general"}).switch_page("pages/compare.py").run()
+    assert not at.exception, at.exception
+    assert "reverse wrote nothing for this sentence" in at.info[0].value and not at.get("plotly_chart")
+    at = start({"ckpt": "reverse"}).switch_page("pages/heads.py").run()
+    at.file_uploader(key="matter_src").set_value(("src.txt", "\u200b\n".encode(), "text/plain"))
+    at.radio(key="matter_measure").set_value("gradient")
+    at.button(key="FormSubmitter:head_importance-Measure the heads").click().run()
+    assert not at.exception, at.exception
+    assert len(at.error) == 1 and "sentence 1's translation is empty" in errors(at), errors(at)
+
+
+def test_compare_with_a_checkpoint_whose_tokenizer_refuses_the_sentence_says_so(monkeypatch):
+    """An upload whose tokenizer refuses a text over 1,000 characters ended Compare in the error page."""
+    import ui.services.models
+
+    decode_cached = ui.services.models.decode_cached
+
+    def refusing(checkpoint, key, *args, **kwargs):
+        if "en-fr-captions" in key:
+            raise DecodeInputError("this tokenizer could make up to 9,000 characters, over its limit")
+        return decode_cached(checkpoint, key, *args, **kwargs)
+
+    monkeypatch.setattr(ui.services.models, "decode_cached", refusing)
+    at = start({"text": "The black cat is sleeping.", "with": "en-fr-captions"}).switch_page("pages/compare.py").run()
+    assert not at.exception, at.exception
+    assert "en-fr-captions cannot read this sentence: this tokenizer could make up" in errors(at)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

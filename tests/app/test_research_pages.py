@@ -624,3 +624,24 @@ def test_which_heads_matter_measures_every_head_draws_its_roles_and_links_each_p
     opened.query_params.update(query)
     opened = opened.switch_page("pages/heads.py").run()
     assert not opened.exception and "8 heads off" in markdown(opened)  # the point, with its heads switched off
+
+
+@pytest.mark.parametrize(
+    ("treebank", "said"),
+    [
+        (b"1-10000000\tx\t_\t_\t_\t_\t_\t_\t_\t_\n1\tx\tx\tX\t_\t_\t0\troot\t_\t_\n", "spans more than its 1 words"),
+        (gzip.compress((b"1\t" + b"y" * 9_400 + b"\tx\tX\t_\t_\t0\troot\t_\t_\n") * 9_900), "line is over 4,000"),
+    ],
+)
+def test_which_heads_matter_refuses_a_hostile_treebank_in_one_line_and_measures_nothing(treebank, said):
+    """A 60-byte multiword range built a dict of 10^7 words (+960 MB; 10^8 killed the server past 8 GB), and 294 KB
+    of gzipped forms a 93-million-character sentence, in the page run outside the heavy-job slot."""
+    at = start().switch_page("pages/heads.py").run()
+    at.file_uploader(key="matter_src").set_value(("src.txt", b"The black cat is sleeping.\n", "text/plain"))
+    at.file_uploader(key="matter_treebank").set_value(("t.conllu", treebank, "text/plain"))
+    at.slider(key="matter_sample").set_value(10)
+    with measured() as cost:
+        at.button(key="FormSubmitter:head_importance-Measure the heads").click().run()
+    assert not at.exception, at.exception
+    assert len(at.error) == 1 and said in at.error[0].value and "\n" not in at.error[0].value, at.error
+    assert "heads_matter" not in at.session_state and cost.peak_growth_mb < 100, cost

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import REPO, SMALL_FILE_HUGE_CONFIG, measured, with_config, with_header, with_metadata
+from helpers import REPO, SMALL_FILE_HUGE_CONFIG, measured, tiny_config, with_config, with_header, with_metadata
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save as save_safetensors
@@ -430,3 +430,32 @@ def test_a_file_longer_than_its_header_says_is_refused_before_its_body_is_read(c
         with pytest.raises(CheckpointError, match="but its header describes .*: it is damaged"):
             load_checkpoint(grown)
     assert cost.peak_growth_mb < 100, cost
+
+
+def test_float16_weights_are_counted_as_the_float32_they_are_laid_out_in(tmp_path, tokenizer, monkeypatch):
+    """A checkpoint's or a Hugging Face directory's F16 weights were counted at their file's bytes, half what the
+    model lays out: 5.54 GB of them passed with 21.8 GB free and were killed past 8 GB."""
+    from safetensors.torch import save_file
+
+    from transformer.hugging_face import files
+    from transformer.io import checkpoint as module
+
+    model = Transformer(tiny_config(tokenizer, d_model=64, d_ff=1024))  # its weights' bytes well over its header's
+    path = tmp_path / "half.safetensors"
+    save_checkpoint(path, model, tokenizer, dtype=torch.float16)
+    size = path.stat().st_size
+    elements = sum(t.numel() for t in unique_state(model).values())
+    monkeypatch.setattr(module, "memory_available", lambda: module.APP_ROOM_BYTES + size + 4 * elements - 1)
+    with pytest.raises(CheckpointTooLarge, match=r"its weights in float32"):
+        load_checkpoint(path)
+    monkeypatch.setattr(module, "memory_available", lambda: module.APP_ROOM_BYTES + size + 4 * elements)
+    assert load_checkpoint(path).model.src_embed.lookup.weight.dtype == torch.float32  # just fits
+
+    directory = tmp_path / "hf"
+    directory.mkdir()
+    save_file({"w": torch.zeros(1000, 1000, dtype=torch.float16)}, directory / "model.safetensors")
+    monkeypatch.setattr(files, "memory_available", lambda: module.APP_ROOM_BYTES + 3_000_000)
+    with pytest.raises(CheckpointTooLarge, match=r"its weights need 0\.0 GB"):
+        files.hf_weights(directory)
+    monkeypatch.setattr(files, "memory_available", lambda: module.APP_ROOM_BYTES + 4_000_000)
+    assert files.hf_weights(directory)["w"].shape == (1000, 1000)

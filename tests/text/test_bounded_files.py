@@ -5,11 +5,14 @@ paragraph. A hostile checkpoints/ folder must not break the landing page for eve
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
 import pytest
-from helpers import measured, run_cli
+from helpers import REPO, measured, run_cli
 
 from transformer.analysis.tuned_lens import TunedLensError
 from transformer.io.checkpoint import CheckpointError, describe, load_checkpoint
@@ -156,3 +159,40 @@ def test_a_timeline_of_two_runs_is_refused_before_any_probe_is_read(tmp_path, ch
     with pytest.raises(ValueError, match="other.safetensors is not of the same run"):
         timeline_of_run([checkpoint_path, other], [("a dog runs", "un chien court")], progress=heard.append)
     assert heard == []  # refused up front: the probes were read with the first checkpoint before
+
+
+CAPPED = """
+import resource, sys
+from pathlib import Path
+from transformer.text.files import read_regular
+status = Path("/proc/self/status").read_text()
+mapped = int(status.split("VmSize:")[1].split()[0]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (mapped + 256 * 2**20, resource.RLIM_INFINITY))
+print(len(read_regular(sys.argv[1], 64 * 2**30)))
+"""
+
+
+def test_a_file_is_read_under_an_address_space_cap_whatever_its_limit(tmp_path):
+    """The reader asked for a buffer of its limit (half the free memory, 9.9 GB here): under any address-space cap
+    every checkpoint failed to open, "the server is out of memory" for a 17 MB file."""
+    path = tmp_path / "small.bin"
+    path.write_bytes(b"x" * 2**20)
+    done = subprocess.run([sys.executable, "-c", CAPPED, str(path)], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.strip() == str(2**20), done.stderr[-500:]
+
+
+def test_translate_opens_its_checkpoint_under_an_8_gb_address_space_cap(checkpoint_path):
+    """`ulimit -v 8000000` ended `translate` in a MemoryError traceback, on any machine with over 17 GB free."""
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (8 * 10**9, resource.RLIM_INFINITY))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "transformer", "translate", "--checkpoint", str(checkpoint_path)],
+        input="a dog\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        preexec_fn=capped,
+    )
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr[-500:]

@@ -4,30 +4,35 @@ what each does (Voita et al.'s roles)."""
 from __future__ import annotations
 
 import argparse
+import itertools
+import re
 import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 from transformer.cli.common import add_checkpoint, device
 from transformer.hugging_face.directory import load_checkpoint_or_hf
+from transformer.model.config import shown
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
-from transformer.text.files import read_lines
+from transformer.text.files import MAX_LINE_BYTES, TEXT_FILE, iter_text_lines, open_regular
 
 SHOWN = 5  # heads printed at each end of each measure's ranking
 
 
+HEAD_FORM = re.compile(r"([a-z]+):([0-9]{1,6}):([0-9]{1,6})")  # ASCII digits only: int() reads " 1 " and "1_0"
+
+
 def head_argument(text: str) -> tuple[AttentionKind, int, int]:
     """KIND:LAYER:HEAD, 1-based as the app shows them (encoder:2:5), as the 0-based triple the probe takes."""
-    try:
-        kind, layer, head = text.split(":")
-        found = AttentionKind(kind), int(layer) - 1, int(head) - 1
-    except ValueError:
-        kinds = ", ".join(k.value for k in AttentionKind)
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give KIND:LAYER:HEAD, KIND one of {kinds}, e.g. cross:2:5"
-        ) from None
+    match = HEAD_FORM.fullmatch(text)
+    kinds = ", ".join(k.value for k in AttentionKind)
+    if match is None or match[1] not in kinds.split(", "):
+        raise argparse.ArgumentTypeError(f"{shown(text)}: give KIND:LAYER:HEAD, KIND one of {kinds}, e.g. cross:2:5")
+    found = AttentionKind(match[1]), int(match[2]) - 1, int(match[3]) - 1
     if found[1] < 0 or found[2] < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: layers and heads count from 1")
+        raise argparse.ArgumentTypeError(f"{shown(text)}: layers and heads count from 1")
     return found
 
 
@@ -92,17 +97,38 @@ def cmd_heads(args: argparse.Namespace) -> int:
 
 
 def read_sample(args: argparse.Namespace) -> tuple[list[str], list[str] | None]:
-    """--src's first --sentences non-blank lines, and --ref's beside them (pairs with a blank side left out)."""
-    sources = read_lines(args.src)
-    references = None
-    if args.ref:
-        pairs = [(s, r) for s, r in zip(sources, read_lines(args.ref)) if s.strip() and r.strip()][: args.sentences]
-        sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-    else:
-        sources = [line for line in sources if line.strip()][: args.sentences]
-    if not sources:
+    """--src's first --sentences non-blank lines, and --ref's beside them (pairs with a blank side left out). Each
+    file is read as a stream only as far as the sample: a gzip bomb's rest is never decompressed."""
+    if args.sentences < 1:
+        raise ValueError(f"--sentences {args.sentences}: give 1 or more")
+    with open_regular(args.src, TEXT_FILE) as src, ExitStack() as files:
+        sources = _named_lines(args.src, src)
+        if not args.ref:
+            sample = list(itertools.islice((line for line in sources if line.strip()), args.sentences))
+            if not sample:
+                raise ValueError(f"{args.src} has no sentences")
+            return sample, None
+        references = _named_lines(args.ref, files.enter_context(open_regular(args.ref, TEXT_FILE)))
+        pairs: list[tuple[str, str]] = []
+        for number, (source, reference) in enumerate(itertools.zip_longest(sources, references), 1):
+            if source is None or reference is None:
+                shorter = args.src if source is None else args.ref
+                raise ValueError(f"{shorter} ends at line {number - 1:,}, before the other: not a parallel pair")
+            if source.strip() and reference.strip():
+                pairs.append((source, reference))
+            if len(pairs) == args.sentences:
+                break
+    if not pairs:
         raise ValueError(f"{args.src} has no sentences")
-    return sources, references
+    return [s for s, _ in pairs], [r for _, r in pairs]
+
+
+def _named_lines(path: str, handle) -> Iterator[str]:
+    """A text file's lines as a stream; ValueError naming the file where one is not text or not a sentence."""
+    try:
+        yield from iter_text_lines(handle, max_line_bytes=MAX_LINE_BYTES)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
 
 
 def print_rankings(table) -> None:

@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-from transformer.io.checkpoint import APP_ROOM_BYTES, CheckpointError, CheckpointTooLarge, memory_available
+from transformer.io.checkpoint import (
+    APP_ROOM_BYTES,
+    LAID_OUT_BYTES,
+    CheckpointError,
+    CheckpointTooLarge,
+    memory_available,
+)
 from transformer.io.header import DTYPE_BYTES, check_tensors, is_int_list, read_file_header
 from transformer.io.tensor_bytes import tensor_in
 from transformer.text.files import FileRefused, open_regular, read_regular
@@ -129,9 +135,11 @@ def hf_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def _fitting(directory: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`weights`, if the model laid out from them (about their size: the import holds them once) fits in the memory
-    free now beside APP_ROOM_BYTES for the app; else CheckpointTooLarge, saying what it needs and what is free."""
-    needed, available = sum(tensor.nbytes for tensor in weights.values()), memory_available()
+    """`weights`, if the model laid out from them (in float32, whatever the file stores: the import holds them
+    once) fits in the memory free now beside APP_ROOM_BYTES for the app; else CheckpointTooLarge, saying what it
+    needs and what is free."""
+    needed = LAID_OUT_BYTES * sum(tensor.numel() for tensor in weights.values())
+    available = memory_available()
     if available is not None and needed + APP_ROOM_BYTES > available:
         raise CheckpointTooLarge(
             f"{directory.name}: its weights need {needed / 1e9:.1f} GB of memory once laid out, with "

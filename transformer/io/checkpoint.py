@@ -24,7 +24,14 @@ from typing import Any, BinaryIO
 
 import torch
 
-from transformer.io.header import CheckpointError, check_tensors, declared_size, read_file_header, read_header
+from transformer.io.header import (
+    CheckpointError,
+    check_tensors,
+    declared_size,
+    read_file_header,
+    read_header,
+    stored_elements,
+)
 from transformer.io.metadata import read_metadata
 from transformer.io.tensor_bytes import header_bytes, tensor_in, write_tensors
 from transformer.model.config import ConfigError, TransformerConfig, shown
@@ -345,6 +352,21 @@ def file_limit(available: int | None) -> int:
     return max(0, (available - APP_ROOM_BYTES) // 2)
 
 
+LAID_OUT_BYTES = 4  # a weight's bytes once the model lays it out: float32, whatever the file stores (F16: twice)
+
+
+def _check_room(path: Path, size: int, available: int) -> None:
+    """CheckpointTooLarge unless the file's bytes and its weights laid out in float32 fit in `available` beside
+    APP_ROOM_BYTES, from the header alone: file_limit's twice the file undercounts F16 and BF16 weights by half."""
+    needed = size + LAID_OUT_BYTES * stored_elements(read_file_header(path))
+    if needed + APP_ROOM_BYTES > available:
+        raise CheckpointTooLarge(
+            f"{path} is {size / 1e9:.2f} GB: opening it needs about {(needed + APP_ROOM_BYTES) / 1e9:.1f} GB of "
+            f"memory (the file, then its weights in float32, and {APP_ROOM_BYTES / 2**30:g} GiB for the app) and "
+            f"{available / 1e9:.1f} GB is free now"
+        )
+
+
 def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", max_bytes: int | None = None) -> Checkpoint:
     """Reads the whole file once (a file replaced meanwhile cannot mix two versions) and loads it. Without
     max_bytes, a file is refused only where this machine has not the memory to open it now (`file_limit`)."""
@@ -357,6 +379,8 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu", max_by
         size, declared = path.stat().st_size, declared_size(path)  # the header first: a hostile body stays unread
         if size != declared and size <= limit:
             raise CheckpointError(f"{path} is {size:,} bytes, but its header describes {declared:,}: it is damaged")
+        if available is not None and size <= limit:
+            _check_room(path, size, available)
         data = read_regular(path, limit)
     except FileRefused as error:
         if not error.over_limit or max_bytes is not None:

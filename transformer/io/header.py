@@ -102,6 +102,15 @@ def declared_size(path: str | Path) -> int:
     return 8 + length + max(ends, default=0)
 
 
+def stored_elements(header: dict[str, Any]) -> int:
+    """The numbers a file's tensors hold, by their shapes in its header (their bytes depend on their dtype)."""
+    return sum(
+        math.prod(entry["shape"])
+        for name, entry in header.items()
+        if name != "__metadata__" and isinstance(entry, dict) and is_int_list(entry.get("shape"))
+    )
+
+
 def is_int_list(value: Any, length: int | None = None) -> bool:
     return (
         isinstance(value, list)

@@ -11,7 +11,7 @@ import os
 import stat
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -53,12 +53,16 @@ def open_regular(path: str | Path, kind: str = "file") -> Iterator[io.BufferedRe
 
 
 def read_regular(path: str | Path, limit: int) -> bytes:
-    """A regular file's bytes, refused (FileRefused) past `limit` bytes without reading them."""
+    """A regular file's bytes, refused (FileRefused) past `limit` bytes without reading them. What is asked of the
+    reader is what the file holds (one byte more, to see it did not grow), never the limit: Python reserves a read's
+    whole buffer first, so a limit of half the machine's memory failed under any address-space cap."""
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
-        data = handle.read(limit + 1) if size <= limit else b""
-    if size > limit or len(data) > limit:
-        raise FileRefused(path, f"is {max(size, len(data)):,} bytes, over the limit of {limit:,}", over_limit=True)
+        data = handle.read(size + 1) if size <= limit else b""
+    if size > limit:
+        raise FileRefused(path, f"is {size:,} bytes, over the limit of {limit:,}", over_limit=True)
+    if len(data) != size:
+        raise FileRefused(path, f"changed while it was read ({size:,} bytes, then {len(data):,}): read it again")
     return data
 
 
@@ -90,21 +94,30 @@ def text_lines(
 
     What an upload costs is then what is kept: a 200 KB gzip of 70 million short lines held 5.5 GB as a list.
     """
-    lines: list[str] = []
-    pending, left = b"", max_bytes
+    with closing(iter_text_lines(data, max_bytes, max_line_bytes)) as lines:
+        return list(itertools.islice(lines, max_lines))
+
+
+def iter_text_lines(
+    data: bytes | BinaryIO, max_bytes: int | None = None, max_line_bytes: int | None = None
+) -> Iterator[str]:
+    """text_lines' lines one at a time, decompressed a block ahead of the reader: a reader that stops early (a
+    treebank's first sentences) never holds, or decompresses, the rest."""
+    pending, left, count = b"", max_bytes, 0
     with _decompressing(data) as stream:
-        while max_lines is None or len(lines) < max_lines:
+        while True:
             block = stream.read(READ_BLOCK if left is None else min(READ_BLOCK, left + 1))
             if left is not None and (left := left - len(block)) < 0:
                 raise _over_the_limit(max_bytes)
             if not block:
                 break
             *complete, pending = (pending + block).split(b"\n")
-            _check_lengths(complete, pending, max_line_bytes, len(lines))
-            lines += _decoded(complete, len(lines))
+            _check_lengths(complete, pending, max_line_bytes, count)
+            decoded = _decoded(complete, count)
+            count += len(decoded)
+            yield from decoded
     if pending:  # the last line, without a newline after it
-        lines += _decoded([pending], len(lines))
-    return lines[:max_lines]
+        yield from _decoded([pending], count)
 
 
 READ_BLOCK = 1 << 18  # bytes decompressed at a time: what reading more lines than are kept can cost

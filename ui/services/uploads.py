@@ -8,6 +8,7 @@ import threading
 import time
 import warnings
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from transformer.io.checkpoint import (
     load_cost,
 )
 from transformer.model.config import TransformerConfig
-from transformer.text.files import text_lines
+from transformer.text.files import iter_text_lines, text_lines
 from ui.services.checkpoints import KeyedCheckpoint, device
 from ui.services.work import UPLOAD_KEY, return_memory
 
@@ -160,6 +161,12 @@ def uploaded_lines(uploaded: UploadedFile, max_lines: int = UPLOAD_MAX_LINES) ->
     decompressed); refused past the upload limit once decompressed, or for a line longer than a paragraph."""
     uploaded.seek(0)  # read in place as a stream: no copy of the file
     return text_lines(uploaded, UPLOAD_LIMIT_MB * 2**20, min(max_lines, UPLOAD_MAX_LINES), UPLOAD_MAX_LINE_BYTES)
+
+
+def uploaded_line_stream(uploaded: UploadedFile) -> Iterator[str]:
+    """uploaded_lines one at a time, for a reader that bounds what it keeps itself (a treebank's sentences)."""
+    uploaded.seek(0)
+    return iter_text_lines(uploaded, UPLOAD_LIMIT_MB * 2**20, UPLOAD_MAX_LINE_BYTES)
 
 
 def upload_cost(data: bytes | memoryview) -> tuple[TransformerConfig, int]:

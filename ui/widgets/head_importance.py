@@ -4,6 +4,8 @@ a link that switches its heads off; the work in the heavy-job slot, with a progr
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from urllib.parse import urlencode
 
@@ -16,7 +18,9 @@ from transformer.analysis.heads.pruning import LEAST_FIRST, MOST_FIRST, PruningC
 from transformer.analysis.heads.survey import PHASES
 from transformer.analysis.heads.syntax import READINGS, ParsedSentence, TreebankError, parse_treebank
 from transformer.analysis.heads.table import ROLE_MEANINGS, role_labels, role_tags
+from transformer.decoding.result import DecodeInputError
 from transformer.io.export import csv_text
+from transformer.model.config import shown
 from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
@@ -52,7 +56,6 @@ class Sample:
     name: str
     sources: list[str]
     references: list[str] | None
-    treebank: list[ParsedSentence] | None
 
 
 def section(explored: Explored) -> None:
@@ -80,9 +83,9 @@ def section(explored: Explored) -> None:
         run = st.form_submit_button("Measure the heads")
         st.caption(pace(work_name(measure, prune), explored.checkpoint_key, "sentence", count))
     if run:
-        sample = read_sample(sources, references, treebank, count)
+        sample = read_sample(sources, references, count)
         if sample is not None:
-            measured = measure_heads(explored, sample, measure, prune)
+            measured = measure_heads(explored, sample, treebank, measure, prune)
             if measured is not None:
                 session.heads_matter = measured
     stored = session.get("heads_matter")
@@ -95,8 +98,8 @@ def work_name(measure: str, prune: bool) -> str:
     return f"head importance ({measure}{', pruning' if prune else ''})"
 
 
-def read_sample(sources, references, treebank, count: int) -> Sample | None:
-    """The uploaded files as a sample, or None with the reason said."""
+def read_sample(sources, references, count: int) -> Sample | None:
+    """The uploaded sentences as a sample, or None with the reason said."""
     if sources is None:
         st.warning("Choose a file of source sentences first.")
         return None
@@ -104,10 +107,7 @@ def read_sample(sources, references, treebank, count: int) -> Sample | None:
         read = max(4 * count, 1000)  # lines of each file: the sentences asked for, blank lines among them
         lines_read = uploads.uploaded_lines(sources, read)
         refs = None if references is None else uploads.uploaded_lines(references, read)
-        parsed = None
-        if treebank is not None:
-            parsed = parse_treebank(uploads.uploaded_lines(treebank), MAX_TREEBANK_SENTENCES)
-    except (ValueError, TreebankError) as error:
+    except ValueError as error:
         st.error(literal(str(error)))
         return None
     if refs is not None and len(refs) != len(lines_read):
@@ -117,23 +117,50 @@ def read_sample(sources, references, treebank, count: int) -> Sample | None:
     if not pairs:
         st.warning(literal(f"{sources.name} has no sentences: it is empty or only blank lines."))
         return None
-    return Sample(sources.name, [s for s, _ in pairs], None if refs is None else [r for _, r in pairs], parsed)
+    return Sample(sources.name, [s for s, _ in pairs], None if refs is None else [r for _, r in pairs])
 
 
-def measure_heads(explored: Explored, sample: Sample, measure: str, prune: bool) -> keys.HeadsRun | None:
-    """Every measure asked for, in one heavy-job turn with a bar per long part; None (and a note) if the visitor
-    stopped it. The same sample and settings are measured once per server (the shared results cache)."""
+def read_treebank(treebank, should_stop: Callable[[], bool]) -> tuple[ParsedSentence, ...]:
+    """The uploaded treebank's first MAX_TREEBANK_SENTENCES, parsed as a stream in the heavy job's slot, stopping
+    (ImportanceStopped) once the visitor leaves: 2,000 sentences of 512 words are a million lines."""
+
+    def lines_until_stopped(lines: Iterable[str]) -> Iterator[str]:
+        for number, line in enumerate(lines):
+            if number % STOP_CHECK_LINES == 0 and should_stop():
+                raise ImportanceStopped()
+            yield line
+
+    try:
+        with closing(uploads.uploaded_line_stream(treebank)) as lines:
+            parsed = parse_treebank(lines_until_stopped(lines), MAX_TREEBANK_SENTENCES)
+    except TreebankError:
+        raise
+    except ValueError as error:  # the file's lines: not text, a line too long, past the limit decompressed
+        raise TreebankError(str(error)) from None
+    if not parsed:
+        raise TreebankError(f"{shown(treebank.name)} has no sentences")
+    return tuple(parsed)
+
+
+STOP_CHECK_LINES = 2_000
+
+
+def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, prune: bool) -> keys.HeadsRun | None:
+    """Every measure asked for, the treebank's parsing included, in one heavy-job turn with a bar per long part;
+    None (and a note) if the visitor stopped it or the treebank was refused. The same sample and settings are
+    measured once per server (the shared results cache)."""
     progress, timed = PhasedProgress(), (work_name(measure, prune), explored.checkpoint_key, len(sample.sources))
     ablation = measure == "both"
     try:
         with heavy_job("head measurements") as should_stop:
+            parsed = None if treebank is None else read_treebank(treebank, should_stop)
             survey = models.heads_survey_cached(
                 explored.checkpoint,
                 explored.checkpoint_key,
                 tuple(sample.sources),
                 None if sample.references is None else tuple(sample.references),
                 ablation,
-                None if sample.treebank is None else tuple(sample.treebank),
+                parsed,
                 ("ablation" if ablation else "gradient") if prune else None,
                 _progress=progress,
                 _should_stop=should_stop,
@@ -141,6 +168,12 @@ def measure_heads(explored: Explored, sample: Sample, measure: str, prune: bool)
             )
     except ImportanceStopped:
         st.info("Stopped: nothing was kept. Measure again when you are ready.")
+        return None
+    except TreebankError as error:
+        st.error(literal(f"The gold parses cannot be read: {error}"))
+        return None
+    except DecodeInputError as error:  # a sentence the model cannot take, or whose translation is empty
+        st.error(literal(f"The heads cannot be measured over {sample.name}: {error}"))
         return None
     finally:
         progress.close()

@@ -22,7 +22,7 @@ import sacrebleu
 import torch
 
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser
-from transformer.decoding.result import model_device, padded, source_ids
+from transformer.decoding.result import DecodeInputError, model_device, padded, source_ids
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -58,11 +58,25 @@ class Corpus:
 def corpus_of(
     model: Transformer, tokenizer: TokenizerBase, sources: Sequence[str], references: Sequence[str]
 ) -> Corpus:
+    """The sentences' ids; DecodeInputError naming the first sentence the model cannot take (an empty translation,
+    where the model's own output is measured, or a text its tokenizer refuses)."""
     limit = model.config.max_len
-    return Corpus(
-        [source_ids(tokenizer, text, limit)[0] for text in sources],
-        [source_ids(tokenizer, text, limit, side="target")[0] for text in references],
-    )
+    return Corpus(_ids_of(tokenizer, sources, limit, "source"), _ids_of(tokenizer, references, limit, "target"))
+
+
+def _ids_of(tokenizer: TokenizerBase, texts: Sequence[str], limit: int, side: str) -> list[list[int]]:
+    found = []
+    for number, text in enumerate(texts, 1):
+        if side == "target" and not text.strip():
+            raise DecodeInputError(
+                f"sentence {number}'s translation is empty: nothing to measure against (give references, or leave "
+                "the sentence out)"
+            )
+        try:
+            found.append(source_ids(tokenizer, text, limit, side=side)[0])
+        except DecodeInputError as error:
+            raise DecodeInputError(f"sentence {number}: {error}") from None
+    return found
 
 
 def reference_log_probs(

@@ -18,9 +18,9 @@ Only the encoder's self-attention heads are read: the treebank is English, the s
 
 from __future__ import annotations
 
-import io
+import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +29,10 @@ import torch
 
 from transformer.analysis.alignment import word_rows
 from transformer.decoding.result import model_device, padded
+from transformer.model.config import shown
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.masks import padding_mask
-from transformer.text.files import read_lines
+from transformer.text.files import MAX_LINE_BYTES, iter_text_lines, open_regular
 from transformer.text.tokenizer import TokenizerBase
 
 RELATIONS = ("nsubj", "obj", "amod", "advmod")  # Voita et al.'s four (their dobj is UD v2's obj)
@@ -59,7 +60,11 @@ def relation_of(deprel: str) -> str:
 
 
 def parsed_sentence(tokens: Sequence[dict]) -> ParsedSentence:
-    """One CoNLL-U sentence (conllu's token dicts): its text and its arcs of RELATIONS (see the module's words)."""
+    """One CoNLL-U sentence (conllu's token dicts): its text and its arcs of RELATIONS (see the module's words).
+    TreebankError for a multiword token spanning more words than the sentence has, or a text over
+    MAX_SENTENCE_CHARS: each is checked before what it sizes is built (a 61-byte "1-100000000" built a dict of 10^8
+    words)."""
+    words = sum(isinstance(token["id"], int) for token in tokens)
     text, word_of, holders, spaced = "", {}, [], True
     covered: dict[int, int] = {}  # a multiword token's words -> its surface token's whitespace word
     for token in tokens:
@@ -72,9 +77,14 @@ def parsed_sentence(tokens: Sequence[dict]) -> ParsedSentence:
             if spaced or not holders:
                 holders.append([])
             text += (" " if spaced and text else "") + token["form"]
+            if len(text) > MAX_SENTENCE_CHARS:
+                raise TreebankError(f"its text is over {MAX_SENTENCE_CHARS:,} characters: not one sentence")
             spaced = (token.get("misc") or {}).get("SpaceAfter") != "No"
             if isinstance(ident, tuple):  # "don't" = "do" + "n't": one surface token for several words
-                covered |= {word: len(holders) - 1 for word in range(ident[0], ident[2] + 1)}
+                first, last = ident[0], ident[2]
+                if not 0 < first <= last or last - first >= words:
+                    raise TreebankError(f"the multiword token {first}-{last} spans more than its {words} words")
+                covered |= {word: len(holders) - 1 for word in range(first, last + 1)}
                 continue
             word_of[ident] = len(holders) - 1
         if token["upos"] != "PUNCT":
@@ -85,7 +95,7 @@ def parsed_sentence(tokens: Sequence[dict]) -> ParsedSentence:
         if not isinstance(ident, int) or not head or relation_of(token["deprel"]) not in RELATIONS:
             continue
         if head not in word_of:
-            raise TreebankError(f"word {ident}'s head {head} is not a word of its sentence")
+            raise TreebankError(f"word {ident}'s head {shown(head)} is not a word of its sentence")
         dependent, governor = word_of[ident], word_of[head]
         alone = all(holders[word] == [end] for word, end in ((dependent, ident), (governor, head)))
         if dependent != governor and alone:
@@ -94,25 +104,67 @@ def parsed_sentence(tokens: Sequence[dict]) -> ParsedSentence:
 
 
 def read_treebank(path: str | Path, limit: int | None = None) -> list[ParsedSentence]:
-    """The first `limit` sentences of a CoNLL-U file (plain or gzipped), each with its text and arcs."""
-    return parse_treebank(read_lines(path), limit)
+    """The first `limit` sentences of a CoNLL-U file (plain or gzipped), each with its text and arcs: read as a
+    stream, so the rest of the file is never decompressed."""
+    with open_regular(path, "CoNLL-U file") as handle:
+        try:
+            return parse_treebank(iter_text_lines(handle, MAX_TREEBANK_BYTES, MAX_LINE_BYTES), limit)
+        except ValueError as error:
+            raise TreebankError(f"{path}: {error}") from None
 
 
-def parse_treebank(lines: Sequence[str], limit: int | None = None) -> list[ParsedSentence]:
-    """The first `limit` sentences of CoNLL-U lines; TreebankError saying where for lines that are not CoNLL-U."""
+def parse_treebank(lines: Iterable[str], limit: int | None = None) -> list[ParsedSentence]:
+    """The first `limit` sentences of CoNLL-U lines, taken one sentence at a time; TreebankError saying where for
+    lines that are not CoNLL-U or a sentence past the bounds above. Each sentence's lines are bounded before
+    conllu parses them: its words (a FEATS or MISC of 9 KB a word held 4 GB over 9,000 words) and its size."""
     import conllu
 
-    found = []
-    try:
-        for sentence in conllu.parse_incr(io.StringIO("\n".join(lines) + "\n")):
-            if limit is not None and len(found) >= limit:
-                break
-            found.append(parsed_sentence(sentence))
-    except TreebankError as error:
-        raise TreebankError(f"sentence {len(found) + 1}: {error}") from None
-    except (conllu.exceptions.ParseException, KeyError, TypeError, ValueError) as error:
-        raise TreebankError(f"not CoNLL-U at sentence {len(found) + 1}: {str(error)[:200]}") from None
+    found: list[ParsedSentence] = []
+    if limit is not None and limit <= 0:
+        return found
+    for block in _sentence_blocks(lines, lambda: len(found) + 1):
+        try:
+            found += [parsed_sentence(sentence) for sentence in conllu.parse(block)]
+        except TreebankError as error:
+            raise TreebankError(f"sentence {len(found) + 1}: {error}") from None
+        except (conllu.exceptions.ParseException, KeyError, TypeError, ValueError) as error:
+            raise TreebankError(f"not CoNLL-U at sentence {len(found) + 1}: {shown(str(error))}") from None
+        if limit is not None and len(found) >= limit:
+            break
     return found
+
+
+# The bounds on one sentence of a treebank, each well above UD English's (EWT: 84 words, a word's line of 977
+# characters, a URL written as its form and lemma).
+MAX_SENTENCE_WORDS = 512
+MAX_WORD_LINE_CHARS = 4_000
+MAX_SENTENCE_CHARS = MAX_LINE_BYTES  # the text the model reads: a sentence, as a line of any text file
+MAX_BLOCK_CHARS = 1 << 20  # a sentence's lines, its comments included
+MAX_TREEBANK_BYTES = 256 << 20  # decompressed, read only as far as the sentences asked for
+
+
+def _sentence_blocks(lines: Iterable[str], number: Callable[[], int]) -> Iterator[str]:
+    """Each sentence's lines (those between blank lines) as one text, refused (TreebankError naming the sentence
+    `number()`) once it is past a bound, before the rest of it is held."""
+    block: list[str] = []
+    words = chars = 0
+    for line in itertools.chain(lines, [""]):
+        if line.strip():
+            block.append(line)
+            chars += len(line) + 1
+            if not line.startswith("#"):
+                words += 1
+                if len(line) > MAX_WORD_LINE_CHARS:
+                    raise TreebankError(
+                        f"sentence {number()}: a word's line is over {MAX_WORD_LINE_CHARS:,} characters"
+                    )
+            if words > MAX_SENTENCE_WORDS or chars > MAX_BLOCK_CHARS:
+                raise TreebankError(
+                    f"sentence {number()}: over {MAX_SENTENCE_WORDS:,} words or {MAX_BLOCK_CHARS:,} characters"
+                )
+        elif block:
+            yield "\n".join(block) + "\n\n"
+            block, words, chars = [], 0, 0
 
 
 @dataclass
