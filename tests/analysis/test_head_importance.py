@@ -269,3 +269,49 @@ def test_a_head_is_named_in_ascii_digits_and_a_refusal_quotes_it_short(text):
         head_argument(text)
     assert len(str(refused.value)) < 150
     assert head_argument("cross:2:5") == (AttentionKind.CROSS, 1, 4)
+
+
+def test_the_reference_scores_hold_a_budget_whatever_the_vocabulary(tokenizer, monkeypatch):
+    """The log-probabilities of every sentence, position and word were one (B, T, V) tensor: 200 long sentences
+    over a 200k vocabulary killed the server past 8 GB. Taken a part at a time, with the same numbers and
+    gradients."""
+    import transformer.analysis.heads.importance as importance
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(tokenizer, src_vocab_size=50_000, tgt_vocab_size=50_000)).eval()
+    generator = random.Random(0)
+    ids = [[generator.randrange(4, 60) for _ in range(29)] + [model.config.eos_id] for _ in range(32)]
+    corpus = Corpus(ids, ids[::-1])
+    alone = torch.cat([reference_log_probs(model, [s], [r]) for s, r in zip(corpus.sources, corpus.references)])
+    unbounded = gradient_importance(model, Corpus(corpus.sources[:4], corpus.references[:4]), per_layer_norm=False)
+    monkeypatch.setattr(importance, "SCORES_BUDGET_BYTES", 8 << 20)
+    with measured() as cost:
+        together = reference_log_probs(model, corpus.sources, corpus.references)
+    assert cost.peak_growth_mb < 60, cost  # 370 MB in one pass
+    torch.testing.assert_close(together, alone, atol=2e-5, rtol=0)
+    with measured() as cost:
+        gradient_importance(model, corpus, per_layer_norm=False)
+    assert cost.peak_growth_mb < 80, cost
+    bounded = gradient_importance(model, Corpus(corpus.sources[:4], corpus.references[:4]), per_layer_norm=False)
+    for kind in unbounded:
+        np.testing.assert_allclose(bounded[kind], unbounded[kind], rtol=1e-4, atol=1e-7)
+
+
+def test_every_part_of_the_survey_stops_when_asked():
+    """Gradient only (no ablation, no pruning) never asked should_stop: a visitor who left kept the heavy slot."""
+    from transformer.analysis.heads.roles import head_roles
+    from transformer.analysis.heads.survey import survey_heads
+    from transformer.analysis.heads.syntax import ParsedSentence, syntactic_roles
+
+    checkpoint = load_checkpoint(REVERSE)
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    sources, references = reversal_sample(4, seed=3)
+    corpus = corpus_of(model, tokenizer, sources, references)
+    with pytest.raises(ImportanceStopped):
+        survey_heads(model, tokenizer, sources, references, ablation=False, should_stop=lambda: True)
+    with pytest.raises(ImportanceStopped):
+        gradient_importance(model, corpus, should_stop=lambda: True)
+    with pytest.raises(ImportanceStopped):
+        head_roles(model, tokenizer, corpus, lambda: True)
+    with pytest.raises(ImportanceStopped):
+        syntactic_roles(model, tokenizer, [ParsedSentence("one two", ())], None, lambda: True)

@@ -23,9 +23,11 @@ import torch
 
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser
 from transformer.decoding.result import DecodeInputError, model_device, padded, source_ids
-from transformer.decoding.translate import translate_texts
+from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.translate import batch_rows, translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
+from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
 from transformer.text.tokenizer import TokenizerBase
 
@@ -82,27 +84,89 @@ def _ids_of(tokenizer: TokenizerBase, texts: Sequence[str], limit: int, side: st
 def reference_log_probs(
     model: Transformer, sources: Sequence[list[int]], references: Sequence[list[int]], probe: Probe | None = None
 ) -> torch.Tensor:
-    """Each sentence's mean log-probability of its reference's tokens, teacher forced, (B,): one batched pass."""
+    """Each sentence's mean log-probability of its reference's tokens, teacher forced, (B,): one batched pass, its
+    scores over the vocabulary taken a part at a time (reference_token_log_probs)."""
     config, device = model.config, model_device(model)
     src = padded(sources, config.pad_id, device)
     target = padded(references, config.pad_id, device)
     decoder_input = padded([[config.start_id, *ids[:-1]] for ids in references], config.pad_id, device)
-    log_probs = model(src, decoder_input, probe=probe).log_probs.gather(-1, target[..., None])[..., 0]
+    src_mask = padding_mask(src, config.pad_id)
+    memory = model.encode(src, src_mask, probe=probe).memory
+    tgt_mask = target_mask(decoder_input, config.pad_id)
+    hidden = model.decode(decoder_input, memory, src_mask, tgt_mask, probe=probe).hidden
+    log_probs = reference_token_log_probs(model, hidden, target)
     real = (target != config.pad_id).to(log_probs.dtype)
     return (log_probs * real).sum(-1) / real.sum(-1)
 
 
+# The scores over the vocabulary that a part of reference_token_log_probs holds, its log-softmax and (in the backward
+# pass) their gradient included: the whole (B, T, V) at once was 8 GB for a 200k vocabulary and long sentences.
+SCORES_BUDGET_BYTES = 256 << 20
+SCORE_COPIES = 3  # the logits, their log-softmax, and a gradient of that size in the backward pass
+
+
+def reference_token_log_probs(model: Transformer, hidden: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """log p(target token) at each position, (B, T), from the decoder's states (B, T, d_model), as many positions
+    at a time as SCORES_BUDGET_BYTES holds; differentiable in the states (_TokenLogProbs)."""
+    positions = max(1, SCORES_BUDGET_BYTES // (model.config.tgt_vocab_size * 4 * SCORE_COPIES))
+    flat_hidden, flat_target = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1, 1)
+    if torch.is_grad_enabled() and hidden.requires_grad:
+        return _TokenLogProbs.apply(flat_hidden, flat_target, model, positions).reshape(target.shape)
+    return _token_log_probs(model, flat_hidden, flat_target, positions).reshape(target.shape)
+
+
+def _token_log_probs(model: Transformer, hidden: torch.Tensor, target: torch.Tensor, positions: int) -> torch.Tensor:
+    """Written part by part into one tensor made first: small results kept between the parts' large scores split
+    the memory they freed, and the process grew by a part's scores at every part (2.4 MB each, 1.5 GB in all)."""
+    found = hidden.new_empty(len(target), dtype=torch.promote_types(hidden.dtype, torch.float32))
+    for start in range(0, len(target), positions):
+        part = slice(start, start + positions)
+        found[part] = model.log_probs(hidden[part]).gather(-1, target[part])[:, 0]
+    return found
+
+
+class _TokenLogProbs(torch.autograd.Function):
+    """_token_log_probs, whose backward pass makes each part's scores again rather than keeping them. The gradient
+    reaches the decoder's states only: the generator's own weights get none (nothing here trains)."""
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, target: torch.Tensor, model: Transformer, positions: int) -> torch.Tensor:
+        ctx.save_for_backward(hidden, target)
+        ctx.model, ctx.positions = model, positions
+        return _token_log_probs(model, hidden, target, positions)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        hidden, target = ctx.saved_tensors
+        found = torch.empty_like(hidden)
+        for start in range(0, len(target), ctx.positions):
+            part = slice(start, start + ctx.positions)
+            with torch.enable_grad():
+                states = hidden[part].detach().requires_grad_()
+                picked = ctx.model.log_probs(states).gather(-1, target[part])[:, 0]
+                (found[part],) = torch.autograd.grad(picked, states, grad[part])
+        return found, None, None, None
+
+
 def gradient_importance(
-    model: Transformer, corpus: Corpus, batch_size: int = 16, per_layer_norm: bool = True
+    model: Transformer,
+    corpus: Corpus,
+    batch_size: int = 16,
+    per_layer_norm: bool = True,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> dict[AttentionKind, np.ndarray]:
     """Michel et al.'s I_h for every head, (layers, heads) per kind, each layer's scores divided by their L2 norm
-    (per_layer_norm=False: the mean |dL/dxi_h| itself)."""
+    (per_layer_norm=False: the mean |dL/dxi_h| itself). `should_stop`, asked between batches, ends the work with
+    ImportanceStopped."""
     if model.training:
         raise ValueError("head importance needs the model in eval mode (dropout changes the loss)")
     config, device = model.config, model_device(model)
+    batch_size = batch_rows(model, DecodeSettings(), batch_size)
     layers = {kind: kind.layers(config) for kind in AttentionKind}
     totals = {kind: torch.zeros(count, config.n_heads, dtype=torch.float64) for kind, count in layers.items()}
     for start in range(0, len(corpus.sources), batch_size):
+        if should_stop():
+            raise ImportanceStopped
         sources = corpus.sources[start : start + batch_size]
         references = corpus.references[start : start + batch_size]
         gates = {
@@ -164,6 +228,7 @@ def ablated_rows(
     off, rows of similar lengths batched whatever their heads, so a batch is as full as the work allows."""
     heads = list(head_sets)
     config, device = model.config, model_device(model)
+    rows_per_batch = batch_rows(model, DecodeSettings(), rows_per_batch)  # their keys and values within a budget
     rows = sorted(
         ((h, s) for h in range(len(heads)) for s in range(len(corpus.sources))),
         key=lambda row: len(corpus.sources[row[1]]),
@@ -209,7 +274,17 @@ def ablation_importance(
     references = intact if references is None else list(references)
     corpus = corpus_of(model, tokenizer, sources, references)
     bleu, chrf = scores(intact, references)
-    log_prob = float(reference_log_probs(model, corpus.sources, corpus.references).mean())
+    rows = batch_rows(model, DecodeSettings(), rows_per_batch)
+    log_prob = float(
+        torch.cat(
+            [
+                reference_log_probs(
+                    model, corpus.sources[start : start + rows], corpus.references[start : start + rows]
+                )
+                for start in range(0, len(corpus.sources), rows)
+            ]
+        ).mean()
+    )
     found = ablated_rows(
         model, tokenizer, corpus, [frozenset({h}) for h in heads], rows_per_batch, progress, should_stop
     )

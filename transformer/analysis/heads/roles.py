@@ -15,12 +15,12 @@ cross-attention heads get confidence and sink (their alignment is Alignment's AE
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from transformer.analysis.heads.importance import Corpus
+from transformer.analysis.heads.importance import Corpus, ImportanceStopped
 from transformer.analysis.views import is_sink
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
@@ -87,12 +87,17 @@ def rarest_piece(tokenizer: TokenizerBase, ids: Sequence[int]) -> int | None:
     return min(scored)[1] if scored else None
 
 
-def head_roles(model: Transformer, tokenizer: TokenizerBase, corpus: Corpus) -> HeadRoles:
-    """Each head's roles over the sample: one teacher-forced pass per sentence pair, every map recorded."""
+def head_roles(
+    model: Transformer, tokenizer: TokenizerBase, corpus: Corpus, should_stop: Callable[[], bool] = lambda: False
+) -> HeadRoles:
+    """Each head's roles over the sample: one teacher-forced pass per sentence pair, every map recorded.
+    `should_stop`, asked between sentences, ends the work with ImportanceStopped."""
     config = model.config
     counts = {kind: empty_counts(kind.layers(config), config.n_heads) for kind in AttentionKind}
     read_rarity = rarest_piece(tokenizer, corpus.sources[0]) is not None if corpus.sources else False
     for src_ids, tgt_ids in zip(corpus.sources, corpus.references, strict=True):
+        if should_stop():
+            raise ImportanceStopped
         result = teacher_force_ids(model, tokenizer, src_ids, tgt_ids)
         rarest = rarest_piece(tokenizer, src_ids) if read_rarity else None
         add_sentence(counts[AttentionKind.ENCODER], result.encoder_self.numpy(), result.src_pieces, rarest)

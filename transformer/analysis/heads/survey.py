@@ -80,9 +80,10 @@ def survey_heads(
     intact = ablated.intact if ablated is not None else translate_texts(model, tokenizer, sources)
     measured_against = list(references) if references is not None else intact
     corpus = corpus_of(model, tokenizer, sources, measured_against)
-    gradient = gradient_importance(model, corpus)
-    syntax = syntactic_roles(model, tokenizer, treebank, reporting("treebank")) if treebank else None
-    table = head_table(model, ablated, gradient, head_roles(model, tokenizer, corpus), syntax)
+    gradient = gradient_importance(model, corpus, should_stop=should_stop)
+    roles = head_roles(model, tokenizer, corpus, should_stop)
+    syntax = syntactic_roles(model, tokenizer, treebank, reporting("treebank"), should_stop) if treebank else None
+    table = head_table(model, ablated, gradient, roles, syntax)
     curves = None
     if prune_by is not None:
         column, sign = RANKINGS[prune_by]

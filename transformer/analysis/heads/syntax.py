@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from transformer.analysis.alignment import word_rows
+from transformer.analysis.heads.importance import ImportanceStopped
 from transformer.decoding.result import model_device, padded
 from transformer.model.config import shown
 from transformer.model.encoder_decoder import Transformer
@@ -232,9 +233,10 @@ def syntactic_roles(
     tokenizer: TokenizerBase,
     sentences: Sequence[ParsedSentence],
     progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> SyntacticRoles:
     """Every encoder head's accuracy on each reading over the sentences, BATCH at a time; a sentence longer than the
-    model reads is skipped and counted."""
+    model reads is skipped and counted. `should_stop`, asked between batches, ends the work with ImportanceStopped."""
     config, device = model.config, model_device(model)
     counts = SyntaxCounts.empty(config.n_encoder_layers, config.n_heads)
     prefix = tokenizer.source_prefix_ids
@@ -246,6 +248,8 @@ def syntactic_roles(
             continue
         readable.append((sentence, [*prefix, *ids, config.eos_id], [range(0)] * len(prefix) + [*words, range(0)]))
     for start in range(0, len(readable), BATCH):
+        if should_stop():
+            raise ImportanceStopped
         batch = readable[start : start + BATCH]
         src = padded([ids for _, ids, _ in batch], config.pad_id, device)
         maps = torch.stack(model.encode(src, padding_mask(src, config.pad_id), need_weights=True).attentions, 1)
