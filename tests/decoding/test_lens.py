@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 import torch
-from helpers import tiny_config
+from helpers import measured, tiny_config
 
 from transformer.decoding.beam import beam_search
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.decoding.greedy import decode
-from transformer.decoding.lens import LENS_TOP
+from transformer.decoding.lens import LENS_TOP, LogitLens, read_lens
 from transformer.decoding.result import source_ids
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.encoder_decoder import Transformer
@@ -138,3 +138,21 @@ def test_a_lens_left_unread_at_decode_reads_as_the_decode_would_have(random_mode
         torch.testing.assert_close(read.top_probs, expected.top_probs, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(read.chosen_probs, expected.chosen_probs, atol=1e-5, rtol=1e-4)
         assert read_lens(random_model, read, result.tgt_ids) is read  # a read lens as it is
+
+
+def test_reading_many_layers_over_a_large_vocabulary_holds_one_layers_scores(tokenizer):
+    """ "Each layer's guesses" grew the server by 580 MB on a 40-layer upload with a 120k vocabulary: each layer's
+    small results, kept between the layers' (T, V) scores, split the memory those freed."""
+    config = tiny_config(tokenizer, n_decoder_layers=40, src_vocab_size=120_000, tgt_vocab_size=120_000)
+    model = Transformer(config).eval()
+    states = torch.randn(40, 30, config.d_model)
+    tgt_ids = list(range(4, 34))
+    read_lens(model, LogitLens(None, None, None, None, states=states[:2]), tgt_ids)  # the first products' buffers
+    with measured() as cost:
+        read = read_lens(model, LogitLens(None, None, None, None, states=states), tgt_ids)
+    assert cost.peak_growth_mb < 250, cost  # 1,146 MB before (a layer's scores: 14 MB)
+    assert read.top_ids.shape == (40, 30, 5) and read.chosen_rank.shape == (40, 30)
+    with torch.inference_mode():
+        layer = model.lens_log_probs(states[17]).exp()
+    torch.testing.assert_close(read.top_probs[17], layer.topk(5).values)
+    assert read.chosen_rank[17, 3] == int((layer[3] > layer[3, tgt_ids[3]]).sum()) + 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transformer.decoding.lens import LogitLens, guesses
+from transformer.decoding.lens import LogitLens, guesses, stacked_guesses
 from transformer.decoding.result import padded, source_ids
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
@@ -48,14 +48,17 @@ def read_with(model: Transformer, tuned: TunedLens, lens: LogitLens, tgt_ids: Se
     weight = next(model.parameters())  # the model's device and dtype
     with torch.inference_mode():
         translated = tuned.translated(lens.states.to(tuned.weights))
-        layers = [guesses(model.lens_log_probs(s.to(weight)).cpu(), chosen) for s in translated[:-1]]
+        scores = (model.lens_log_probs(s.to(weight)).cpu() for s in translated[:-1])
+        layers = stacked_guesses(scores, len(translated) - 1, chosen)
         read = lens if lens.read else None  # a lens left unread: its last layer read here, the rest never needed
         last = (
             (read.top_ids[-1], read.top_probs[-1], read.chosen_rank[-1], read.chosen_probs[-1])
             if read is not None
             else guesses(model.lens_log_probs(lens.states[-1].to(weight)).cpu(), chosen)
         )
-    return LogitLens(*(torch.stack(part) for part in zip(*layers, last)), states=translated)
+    rows = [row[None] for row in last]
+    parts = [torch.cat([part, row]) for part, row in zip(layers, rows)] if layers else rows
+    return LogitLens(*parts, states=translated)
 
 
 def _batches(

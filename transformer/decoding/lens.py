@@ -8,7 +8,8 @@ lens) to correct for that.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +53,24 @@ def guesses(log_probs: torch.Tensor, chosen: torch.Tensor) -> tuple[torch.Tensor
     probs = log_probs.float().exp()
     top = probs.topk(min(LENS_TOP, probs.size(-1)), dim=-1)
     chosen_probs = probs.gather(1, chosen)
-    return top.indices.cpu(), top.values.cpu(), ((probs > chosen_probs).sum(dim=-1) + 1).cpu(), chosen_probs[:, 0].cpu()
+    return top.indices, top.values, (probs > chosen_probs).sum(dim=-1) + 1, chosen_probs[:, 0]
+
+
+def stacked_guesses(
+    layer_log_probs: Iterable[torch.Tensor], layers: int, chosen: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """Each layer's guesses, stacked (L, T, ...) on the CPU, written into tensors made at the first layer: small
+    results kept between the layers' large (T, V) scores split the memory those freed, and the process grew by a
+    layer's scores at every layer (+580 MB over a 40-layer model's 120k vocabulary)."""
+    stacked: list[torch.Tensor] = []
+    for layer, log_probs in enumerate(layer_log_probs):
+        found = guesses(log_probs, chosen)
+        if not stacked:
+            stacked = [torch.empty((layers, *part.shape), dtype=part.dtype) for part in found]
+        for whole, part in zip(stacked, found):
+            whole[layer] = part
+        del log_probs, found  # before the next layer's scores are made
+    return tuple(stacked)
 
 
 @torch.inference_mode()
@@ -68,9 +86,8 @@ def logit_lens(
     if not read_at_decode(model.config):
         return LogitLens(None, None, None, None, states=states.float().cpu())
     chosen = torch.tensor(list(tgt_ids), dtype=torch.long, device=states.device)[:, None]
-    layers = [guesses(model.lens_log_probs(layer_states), chosen) for layer_states in states[:-1]]  # a layer at a
-    layers.append(guesses(output_log_probs, chosen))  # time: (T, V) of a 60k vocabulary is 15 MB every 60 steps
-    return LogitLens(*(torch.stack(part) for part in zip(*layers)), states=states.float().cpu())
+    scores = itertools.chain((model.lens_log_probs(layer_states) for layer_states in states[:-1]), [output_log_probs])
+    return LogitLens(*stacked_guesses(scores, len(states), chosen), states=states.float().cpu())  # a layer at a time
 
 
 @torch.inference_mode()
@@ -81,5 +98,5 @@ def read_lens(model: Transformer, lens: LogitLens, tgt_ids: Sequence[int]) -> Lo
         return lens
     device = next(model.parameters()).device
     chosen = torch.tensor(list(tgt_ids), dtype=torch.long, device=device)[:, None]
-    layers = [guesses(model.lens_log_probs(states.to(device)), chosen) for states in lens.states]
-    return LogitLens(*(torch.stack(part) for part in zip(*layers)), states=lens.states)
+    scores = (model.lens_log_probs(states.to(device)) for states in lens.states)
+    return LogitLens(*stacked_guesses(scores, len(lens.states), chosen), states=lens.states)
