@@ -98,6 +98,46 @@ def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(checkpoint_p
     assert not other.error and ui.services.uploads.SERVER_UPLOADS.held("browser:b") == one
 
 
+def test_one_address_has_one_share_of_the_upload_budget_whatever_its_cookies(checkpoint_path, monkeypatch):
+    """Eight sessions of one person, each with a fresh cookie (a new visitor), held 127.27M of the server's 128M and
+    a normal visitor's 15.8 MB upload was refused."""
+    import ui.services.uploads
+
+    tiny = checkpoint_path.read_bytes()
+    _, one = upload_cost(tiny)
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
+    monkeypatch.setattr(ui.services.uploads, "ADDRESS_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    who = {"visitor": "browser:a", "address": "192.0.2.1"}
+    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: who["visitor"])
+    monkeypatch.setattr(ui.services.uploads, "client_address", lambda: who["address"])
+    assert not upload(start(), "mine.safetensors", tiny).error
+    who["visitor"] = "browser:fresh-cookie"
+    assert "uploads from your address hold" in errors(upload(start(), "again.safetensors", tiny))
+    who.update(visitor="browser:b", address="192.0.2.2")
+    assert not upload(start(), "theirs.safetensors", tiny).error
+
+
+def test_a_closed_sessions_upload_gives_its_room_back_at_once(checkpoint_path, monkeypatch):
+    """Streamlit keeps a closed tab's session for minutes in case it reconnects: its uploads held their budget that
+    long, and another visitor's upload was refused meanwhile."""
+    import ui.services.uploads
+
+    tiny = checkpoint_path.read_bytes()
+    _, one = upload_cost(tiny)
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
+    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    visitor = {"now": "browser:a"}
+    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: visitor["now"])
+    first = upload(start(), "mine.safetensors", tiny)
+    assert not first.error
+    visitor["now"] = "browser:b"
+    assert "other visitors' uploads hold" in errors(upload(start(), "theirs.safetensors", tiny))  # open: kept
+    monkeypatch.setattr(ui.services.uploads, "session_open", lambda uploader: uploader.visitor != "browser:a")
+    second = upload(start(), "theirs.safetensors", tiny)
+    assert not second.error and ui.services.uploads.SERVER_UPLOADS.held() == one
+    assert not first.run().exception and first.session_state["checkpoint"] != "mine (uploaded)"
+
+
 def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(checkpoint_path, monkeypatch):
     import ui.services.uploads
 

@@ -51,6 +51,11 @@ UPLOAD_MAX_ATTENTION_MAPS = 1024
 VISITOR_UPLOAD_LIMIT_ELEMENTS = int(
     os.environ.get("TRANSFORMER_EXPLORER_VISITOR_UPLOAD_PARAMETERS", str(UPLOAD_LIMIT_ELEMENTS))
 )
+# What the uploads from one address may hold together: fresh cookies make new visitors, and 8 sessions of one
+# person held 127.27M of the server's 128M. Twice a visitor's share: a few people behind one address still upload.
+ADDRESS_UPLOAD_LIMIT_ELEMENTS = int(
+    os.environ.get("TRANSFORMER_EXPLORER_ADDRESS_UPLOAD_PARAMETERS", str(2 * VISITOR_UPLOAD_LIMIT_ELEMENTS))
+)
 # An upload its session has not used for this long gives its place to a visitor whose upload does not fit.
 UPLOAD_IDLE_SECONDS = float(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_IDLE_SECONDS", "900"))
 
@@ -64,12 +69,21 @@ class Uploads(dict):
         self.expired: list[str] = []
 
 
+@dataclass(frozen=True)
+class Uploader:
+    """Who uploads: a browser (visitor_id), the address it connects from (client_address) and its session."""
+
+    visitor: str
+    address: str = ""
+    session: str = ""
+
+
 @dataclass
 class _Held:
     """One uploaded model alive in this process: what it holds, whose it is, and when its session last used it."""
 
     elements: int
-    visitor: str
+    uploader: Uploader
     uploads: weakref.ref  # the session's Uploads
     name: str
     used: float
@@ -89,27 +103,31 @@ class UploadLedger:
 
     def held(self, visitor: str | None = None) -> int:
         with self._lock:
-            return sum(e.elements for e in self._held.values() if visitor in (None, e.visitor))
+            return sum(e.elements for e in self._held.values() if visitor in (None, e.uploader.visitor))
 
-    def reserve(
-        self, elements: int, limit: int, visitor: str, visitor_limit: int, uploads: Uploads, name: str
-    ) -> int | None:
-        """A key for `elements` more of this visitor's, or None if they do not fit under `limit` beside what is held
-        (idle uploads of others give way first) or under `visitor_limit` beside the visitor's own."""
+    def reserve(self, elements: int, limit: int, uploader: Uploader, uploads: Uploads, name: str) -> int | None:
+        """A key for `elements` more of this uploader's, or None if they do not fit under `limit` beside what is held
+        (idle uploads and those of closed sessions give way first), or beside the uploader's own under its
+        browser's (VISITOR_UPLOAD_LIMIT_ELEMENTS) or its address's (ADDRESS_UPLOAD_LIMIT_ELEMENTS) share."""
         with self._lock:
-            if sum(e.elements for e in self._held.values() if e.visitor == visitor) + elements > visitor_limit:
-                return None
-            evicted = self._make_room(elements, limit)
-            if evicted is None:
-                return None
-            self._next += 1
-            self._held[self._next] = _Held(elements, visitor, weakref.ref(uploads), name, time.monotonic())
-            key = self._next
-        for entry in evicted:  # outside the lock: freeing a model releases its entry (already gone)
-            session_uploads = entry.uploads()
-            if session_uploads is not None and session_uploads.pop(entry.name, None) is not None:
-                session_uploads.expired.append(entry.name)
+            gone = [self._held.pop(key) for key, e in list(self._held.items()) if not session_open(e.uploader)]
+            idle = None if self._over_a_share(elements, uploader) else self._make_room(elements, limit)
+            key = None
+            if idle is not None:
+                self._next += 1
+                self._held[self._next] = _Held(elements, uploader, weakref.ref(uploads), name, time.monotonic())
+                key = self._next
+        _expire([*gone, *(idle or [])])  # outside the lock: freeing a model releases its entry (already gone)
         return key
+
+    def _over_a_share(self, elements: int, uploader: Uploader) -> bool:
+        shares = (("visitor", VISITOR_UPLOAD_LIMIT_ELEMENTS), ("address", ADDRESS_UPLOAD_LIMIT_ELEMENTS))
+        return any(
+            sum(e.elements for e in self._held.values() if getattr(e.uploader, field) == getattr(uploader, field))
+            + elements
+            > share
+            for field, share in shares
+        )
 
     def _make_room(self, elements: int, limit: int) -> list[_Held] | None:
         """The idle entries, oldest first, that must go for `elements` to fit under limit (removed here), or None
@@ -127,6 +145,10 @@ class UploadLedger:
             return None
         return [self._held.pop(key) for key in chosen]
 
+    def held_from(self, address: str) -> int:
+        with self._lock:
+            return sum(e.elements for e in self._held.values() if e.uploader.address == address)
+
     def touch(self, key: int) -> None:
         """The upload was used now (its session chose it, or read it): not idle."""
         with self._lock:
@@ -136,6 +158,32 @@ class UploadLedger:
     def release(self, key: int) -> None:
         with self._lock:
             self._held.pop(key, None)
+
+
+def _expire(entries: list[_Held]) -> None:
+    """Takes each entry's upload out of its session (its tab says it was freed when next drawn)."""
+    for entry in entries:
+        session_uploads = entry.uploads()
+        if session_uploads is not None and session_uploads.pop(entry.name, None) is not None:
+            session_uploads.expired.append(entry.name)
+
+
+def session_open(uploader: Uploader) -> bool:
+    """Whether the uploader's session still has its browser connected: a closed tab's uploads give their share back
+    at once, where Streamlit keeps the session for minutes in case it reconnects. True where no server runs."""
+    from streamlit.runtime import Runtime
+
+    return not (uploader.session and Runtime.exists()) or Runtime.instance().is_active_session(uploader.session)
+
+
+def client_address() -> str:
+    """The address the visitor connects from: the connection's own, or behind this machine's proxy (a connection
+    from loopback) the one nginx appends last to X-Forwarded-For, which a client cannot choose."""
+    own = st.context.ip_address  # None for a connection from this machine
+    if own:
+        return own
+    forwarded = st.context.headers.get("X-Forwarded-For") or ""
+    return forwarded.rsplit(",", 1)[-1].strip()[:64] or "local"
 
 
 def visitor_id() -> str:
@@ -234,12 +282,11 @@ def _check_session_share(config: TransformerConfig, cost: int, held: int) -> Non
 def _reserve(filename: str, cost: int, held: int, uploads: Uploads, name: str) -> int:
     """The upload's entry in the server's ledger; CheckpointTooLarge where this visitor's or the server's share has
     no room (`held`: what this session's other uploads hold)."""
-    visitor = visitor_id()
-    key = SERVER_UPLOADS.reserve(
-        cost, SERVER_UPLOAD_LIMIT_ELEMENTS, visitor, VISITOR_UPLOAD_LIMIT_ELEMENTS, uploads, name
-    )
+    context = get_script_run_ctx()
+    uploader = Uploader(visitor_id(), client_address(), context.session_id if context else "")
+    key = SERVER_UPLOADS.reserve(cost, SERVER_UPLOAD_LIMIT_ELEMENTS, uploader, uploads, name)
     if key is None:
-        raise _no_room(CheckpointTooLarge(f"{filename} does not fit"), visitor, held)
+        raise _no_room(CheckpointTooLarge(f"{filename} does not fit"), uploader, held)
     return key
 
 
@@ -249,9 +296,18 @@ def _freed(key: int) -> None:
     return_memory()
 
 
-def _no_room(error: CheckpointError, visitor: str, held_here: int) -> CheckpointTooLarge:
-    """Why an upload did not fit: this visitor's other tabs hold their share, or other visitors hold the server's."""
-    yours = SERVER_UPLOADS.held(visitor) - held_here
+def _no_room(error: CheckpointError, uploader: Uploader, held_here: int) -> CheckpointTooLarge:
+    """Why an upload did not fit: this visitor's other tabs, or other sessions from its address, hold their share;
+    or other visitors hold the server's."""
+    from_address = SERVER_UPLOADS.held_from(uploader.address)
+    if from_address + held_here >= ADDRESS_UPLOAD_LIMIT_ELEMENTS // 2 and from_address > SERVER_UPLOADS.held(
+        uploader.visitor
+    ):
+        return CheckpointTooLarge(
+            f"{error}: uploads from your address hold {from_address:,} of the {ADDRESS_UPLOAD_LIMIT_ELEMENTS:,} "
+            "parameters one address may upload; close other tabs or windows (or upload a smaller model) and try again"
+        )
+    yours = SERVER_UPLOADS.held(uploader.visitor) - held_here
     if yours and yours + held_here >= VISITOR_UPLOAD_LIMIT_ELEMENTS // 2:
         return CheckpointTooLarge(
             f"{error}: your uploads in other tabs hold {yours:,} of the {VISITOR_UPLOAD_LIMIT_ELEMENTS:,} parameters "
