@@ -124,13 +124,7 @@ head_importance.section(explored)
 
 st.subheader("Head ablation")
 st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")
-heads = result.cross.shape[1]
-options = [
-    (kind.value, layer, head)
-    for kind in AttentionKind
-    for layer in range(result.maps(kind).shape[0])
-    for head in range(heads)
-]
+options = url.head_choices({kind.value: result.maps(kind).shape[0] for kind in AttentionKind}, result.cross.shape[1])
 if url.many_from_link("ablate_heads", "off", options, url.head_name):
     session.ablated = tuple(session.ablate_heads)
 with st.form("ablation"):
@@ -171,6 +165,6 @@ if chosen:
 url.write_url(
     {
         "statistic": "" if sentence_statistic == next(iter(sentence_statistics)) else sentence_statistic,
-        "off": ",".join(url.head_name(head) for head in chosen),
+        "off": url.choices_text(chosen, options, url.head_name),
     }
 )

@@ -117,3 +117,39 @@ def test_an_empty_sentence_keeps_the_pages_title_and_examples_and_its_link_names
     assert at.button(key="example_0").label and at.expander[0].label == "How to use this page"
     at = at.button(key="example_0").click().run()  # and the way out works
     assert not at.exception and at.session_state["result"].text
+
+
+def test_a_set_of_most_of_many_heads_is_written_as_a_mask_that_fits_a_link():
+    """461 of a model's 768 heads, named one by one, made an 8,413-character link (nginx answered 414); cut at 2,000
+    characters it switched off 179 of them, silently."""
+    import random
+
+    from ui.state.url import MAX_PAGE_VALUE, _mask_bits, choices_text, head_choices, head_name
+
+    choices = head_choices({"encoder": 16, "decoder": 16, "cross": 16}, 16)
+    picked = set(random.Random(0).sample(choices, 461))
+    chosen = [choice for choice in choices if choice in picked]
+    text = choices_text(chosen, choices, head_name)
+    assert text.startswith("~") and len(text) <= 130 < MAX_PAGE_VALUE
+    assert [c for c, bit in zip(choices, _mask_bits(text[1:], len(choices))) if bit] == chosen
+    assert choices_text(chosen[:3], choices, head_name) == ",".join(map(head_name, chosen[:3]))  # a few: readable
+    assert not any(_mask_bits("not base64!", len(choices)))
+
+
+def test_a_link_with_a_mask_of_heads_opens_with_them_switched_off():
+    from helpers import markdown
+
+    from ui.state.url import choices_text, head_choices, head_name
+
+    opened = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    opened.query_params["text"] = SENTENCE
+    opened = opened.switch_page("pages/heads.py").run()
+    result = opened.session_state["result"]
+    choices = head_choices({kind: result.maps(kind).shape[0] for kind in ("encoder", "decoder", "cross")}, 8)
+    off = choices_text(choices[: len(choices) - 3], choices, head_name)
+    assert off.startswith("~")
+    again = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    again.query_params.update({"text": SENTENCE, "off": off})
+    again = again.switch_page("pages/heads.py").run()
+    assert not again.exception and f"{len(choices) - 3} heads off" in markdown(again)
+    assert again.query_params["off"] == off  # the page writes the same link back

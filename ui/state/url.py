@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -88,19 +89,60 @@ def from_link(widget_key: str, parameter: str, choices: Sequence[T], name: Calla
 
 
 def many_from_link(widget_key: str, parameter: str, choices: Sequence[T], name: Callable[[T], str] = str) -> bool:
-    """Sets a page's multiple choice from the visit's link, once, to the choices it names (comma-separated);
-    whether it did."""
+    """Sets a page's multiple choice from the visit's link, once, to the choices it names (comma-separated, or a
+    mask: choices_text); whether it did."""
     named = st.session_state.get("url_page", {}).pop(parameter, None)
     if named is not None:
-        wanted = set(named.split(",")[: len(choices)])
-        st.session_state[widget_key] = [choice for choice in choices if name(choice) in wanted]
+        if named.startswith(CHOICE_MASK):
+            bits = _mask_bits(named[len(CHOICE_MASK) :], len(choices))
+            st.session_state[widget_key] = [choice for choice, bit in zip(choices, bits) if bit]
+        else:
+            wanted = set(named.split(",")[: len(choices)])
+            st.session_state[widget_key] = [choice for choice in choices if name(choice) in wanted]
     return named is not None
+
+
+# A multiple choice written as a bit mask over its choices in their order, base64url: 461 of a model's 768 heads
+# named one by one made an 8,413-character link (nginx answered 414), and cut at MAX_PAGE_VALUE it switched off 179.
+CHOICE_MASK = "~"
+MAX_NAMED_CHARACTERS = 300
+
+
+def choices_text(chosen: Sequence[T], choices: Sequence[T], name: Callable[[T], str] = str) -> str:
+    """The chosen among `choices` as a link writes them: their names comma-separated, readable, up to
+    MAX_NAMED_CHARACTERS; past that a mask where shorter (as long whatever is chosen: a bit a choice)."""
+    named = ",".join(name(choice) for choice in chosen)
+    wanted, bits = set(chosen), bytearray((len(choices) + 7) // 8)
+    for index, choice in enumerate(choices):
+        if choice in wanted:
+            bits[index // 8] |= 1 << index % 8
+    mask = CHOICE_MASK + base64.urlsafe_b64encode(bytes(bits)).decode().rstrip("=")
+    return named if len(named) <= MAX_NAMED_CHARACTERS or len(named) <= len(mask) else mask
+
+
+def _mask_bits(text: str, count: int) -> list[bool]:
+    """The first `count` bits of a choices_text mask; none set where the text is not one."""
+    try:
+        data = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+    except ValueError:
+        return [False] * count
+    return [bool(data[i // 8] >> i % 8 & 1) if i // 8 < len(data) else False for i in range(count)]
 
 
 def head_name(head: tuple[str, int, int]) -> str:
     """A head as a link names it (`off=`): kind.layer.head, 1-based ("cross.3.2")."""
     kind, layer, index = head
     return f"{kind}.{layer + 1}.{index + 1}"
+
+
+def head_choices(layers: dict[str, int], heads: int) -> list[tuple[str, int, int]]:
+    """Every head of a model (kind, layer, head; 0-based), kinds in AttentionKind's order: the choices `off=` names."""
+    return [
+        (kind.value, layer, head)
+        for kind in AttentionKind
+        for layer in range(layers[kind.value])
+        for head in range(heads)
+    ]
 
 
 def flag_text(value: bool) -> str:

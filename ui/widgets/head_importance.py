@@ -27,7 +27,7 @@ from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
 from ui.services.work import TIMINGS, heavy_job
 from ui.state import keys
-from ui.state.url import head_name, url_text
+from ui.state.url import MAX_PAGE_VALUE, choices_text, head_choices, head_name, url_text
 from ui.widgets.charts import show, table
 from ui.widgets.progress import Progress, pace
 from ui.widgets.sidebar import Explored
@@ -257,14 +257,22 @@ def show_pruning(curves: list[PruningCurve], total: int, explored: Explored) -> 
     series = {c.order: ([100 * n / total for n in c.counts], list(c.bleu)) for c in curves}
     show(lines(series, "BLEU as heads are switched off together", "% of heads off", "BLEU"), key="matter_pruning")
     for curve in (c for c in curves if c.order in (LEAST_FIRST, MOST_FIRST)):
-        links = [
-            f"[{100 * n / total:.0f} %: {bleu:.1f}]({point_link(explored, heads)})"
+        points = [
+            (n, bleu, point_link(explored, heads))
             for n, bleu, heads in zip(curve.counts[1:], curve.bleu[1:], curve.heads_off[1:])
         ]
+        links = [f"[{100 * n / total:.0f} %: {bleu:.1f}]({link})" for n, bleu, link in points if link]
+        if len(links) < len(points):
+            st.caption(f"{len(points) - len(links)} points name more heads than a link can carry: not linked.")
         st.markdown(f"{curve.order.capitalize()}, each point with its heads off: " + " · ".join(links))
 
 
-def point_link(explored: Explored, heads: frozenset) -> str:
-    """This page with the sentence on screen and `heads` switched off (Head ablation reads `off`)."""
-    named = ",".join(head_name(head) for head in sorted(heads))
+def point_link(explored: Explored, heads: frozenset) -> str | None:
+    """This page with the sentence on screen and `heads` switched off (Head ablation reads `off`); None where the
+    link could not name them all."""
+    result = explored.result
+    choices = head_choices({kind.value: result.maps(kind).shape[0] for kind in AttentionKind}, result.cross.shape[1])
+    named = choices_text(sorted((kind.value, layer, head) for kind, layer, head in heads), choices, head_name)
+    if len(named) > MAX_PAGE_VALUE:
+        return None
     return "heads?" + urlencode({"ckpt": explored.checkpoint_name, "text": url_text(explored.text), "off": named})
