@@ -17,6 +17,9 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamlit import config
 
+from ui.server.replica import REPLICA_NAME
+from ui.services.work import saturated
+
 APP = Path(__file__).resolve().parents[2] / "app.py"
 
 
@@ -72,4 +75,26 @@ class RootInPage:
         await self.app(scope, receive, named)
 
 
-app = st.App(APP, middleware=[Middleware(RootInPage)])
+BUSY = b"This server is busy: every core is computing for other visitors. Please reload the page in a minute.\n"
+
+
+class SaturatedReplica:
+    """ASGI middleware: while the server is saturated (work.saturated), its health answers 503 and, behind the
+    classroom's proxy (a named replica), so does a new page load, which nginx then sends to another replica
+    (proxy_next_upstream http_503). A green health kept sending arriving visitors to a stuck replica: 20 of 30
+    timed out. Served alone, a page load is never refused: its visitor waits in line instead."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        health = scope["type"] == "http" and scope.get("path", "").endswith("/_stcore/health")
+        if (health or (REPLICA_NAME and is_page_request(scope))) and saturated():
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"30")]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": BUSY})
+            return
+        await self.app(scope, receive, send)
+
+
+app = st.App(APP, middleware=[Middleware(SaturatedReplica), Middleware(RootInPage)])

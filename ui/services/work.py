@@ -43,20 +43,27 @@ class Slots:
         self._changed = threading.Condition()
         self._free = count
         self._line: list[object] = []  # tickets of the jobs waiting, first come first
+        self._asked: dict[object, float] = {}  # when each waiting ticket was asked for
 
     def ask(self) -> object:
         """A ticket in the line, for take() and position()."""
         ticket = object()
         with self._changed:
             self._line.append(ticket)
+            self._asked[ticket] = time.monotonic()
         return ticket
+
+    def longest_wait(self) -> float:
+        """Seconds the first in line has waited; 0 with nobody waiting."""
+        with self._changed:
+            return time.monotonic() - self._asked[self._line[0]] if self._line else 0.0
 
     def take(self, ticket: object, timeout: float) -> bool:
         """Whether the ticket got a slot within `timeout` seconds (a free slot goes to the first in line)."""
         with self._changed:
             served = self._changed.wait_for(lambda: self._free > 0 and self._line[0] is ticket, timeout)
             if served:
-                self._line.pop(0)
+                self._asked.pop(self._line.pop(0), None)
                 self._free -= 1
                 self._changed.notify_all()
             return served
@@ -66,6 +73,7 @@ class Slots:
         with self._changed:
             if ticket in self._line:
                 self._line.remove(ticket)
+                self._asked.pop(ticket, None)
                 self._changed.notify_all()
 
     def release(self) -> None:
@@ -97,6 +105,15 @@ PAGE_RUNS = int(os.environ.get("TRANSFORMER_EXPLORER_PAGE_RUNS", str(os.cpu_coun
 
 
 PAGE_SLOTS = Slots(PAGE_RUNS)
+
+
+# A page run waiting this long for a slot means every core is computing for someone: the server says it is saturated.
+SATURATED_SECONDS = float(os.environ.get("TRANSFORMER_EXPLORER_SATURATED_SECONDS", "5"))
+
+
+def saturated() -> bool:
+    """Whether page runs are waiting past SATURATED_SECONDS for a slot (ui.server.asgi answers 503 meanwhile)."""
+    return PAGE_SLOTS.longest_wait() > SATURATED_SECONDS
 
 
 @contextmanager
