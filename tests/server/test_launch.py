@@ -56,7 +56,8 @@ def test_a_start_prints_no_config_warning(tmp_path):
 def test_the_package_is_imported_before_the_warm_up_thread_starts():
     """A warm-up thread importing the package while a first visitor's page imported it too could meet the other's
     half-imported module, an ImportError on that visitor's page (seen with Chromium opening a page at once). So
-    the warm-up starts with everything it and the pages import already there (a fresh process: this one has all)."""
+    the warm-up starts with everything it and the pages import already there, inside functions too (a page failed
+    with "partially initialized module 'pandas'" on a fresh server; a fresh process: this one has all)."""
     launch = (
         "import sys, threading; import streamlit.web.cli as cli; import ui.server.launch as launch;"
         "cli.main = lambda: 0; seen = [];"
@@ -64,7 +65,7 @@ def test_the_package_is_imported_before_the_warm_up_thread_starts():
         "launch.sys.argv = ['launch'];"
         "\ntry: launch.main()\nexcept SystemExit: pass\n"
         "print(all(name in seen[0] for name in ('ui.services.models', 'transformer.model.encoder_decoder', "
-        "'transformer.decoding.settings')))"
+        "'transformer.decoding.settings', 'pandas', 'conllu', 'captum', 'ui.widgets.head_importance')))"
     )
     run = subprocess.run([sys.executable, "-c", launch], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

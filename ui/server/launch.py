@@ -10,6 +10,8 @@ ui/server/asgi.py: app.py, with pages that name the app's root.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import socket
 import sys
 import threading
@@ -55,13 +57,36 @@ def warm_up() -> None:
         return
 
 
-def main() -> None:
-    # The package is imported before the server takes connections: imported by the warm-up thread while a first
-    # visitor's page imported it too, a thread could meet the other's half-imported module (transformer.model's
-    # __init__ and its submodules import each other) and that visitor's page failed with an ImportError.
-    from ui.server.wiring import wire
-    from ui.services import models  # noqa: F401
+CODE = ("pages", "ui", "transformer")  # the folders whose imports are made before serving (ui/server's, not itself)
 
+
+def import_before_serving(root: Path = Path(__file__).resolve().parents[2]) -> list[str]:
+    """Imports every module the app's code imports, inside functions too, before the server takes connections,
+    and returns their names. Imported by two page runs at once (or the warm-up thread and a page), a thread could
+    meet the other's half-imported module: transformer.model's __init__ and its submodules import each other, and
+    on a fresh server a page failed with "partially initialized module 'pandas'"."""
+    names: dict[str, None] = {}
+    for folder in CODE:
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name != "__main__.py" and folder != "pages" and not path.is_relative_to(SERVED.parent):
+                names[".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")] = None
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names |= dict.fromkeys(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    names[node.module] = None
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional library this machine lacks: the code that uses it says so
+            continue
+    return list(names)
+
+
+def main() -> None:
+    from ui.server.wiring import wire
+
+    import_before_serving()
     wire()
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     from streamlit.web import cli
