@@ -200,6 +200,8 @@ def test_contributions_on_the_command_line_for_the_decode_and_for_a_given_transl
     done = run_cli("contributions", "--text", "one two", *flags)
     assert done.returncode == 0, done.stderr
     assert np.array(json.loads(forced.read_text())["alti_plus"]).shape == (3, 3 + 3)
+    empty = run_cli("contributions", "--text", "one two", "--target", " ", *flags[2:])  # was read as no --target
+    assert empty.returncode == 2 and "--target is empty" in empty.stderr and empty.stderr.count("\n") == 1
 
 
 def test_contributions_made_a_row_at_a_time_are_the_same(tiny):

@@ -105,6 +105,15 @@ def test_update_metadata_keeps_the_tensors(tmp_path, checkpoint_path):
         assert torch.equal(a, b)
 
 
+def test_update_metadata_writes_through_a_link_and_keeps_it(tmp_path, checkpoint_path):
+    """`evaluate --save` on a link to a checkpoint replaced the link with a changed copy, the file left unscored."""
+    real, link = tmp_path / "real.safetensors", tmp_path / "link.safetensors"
+    real.write_bytes(checkpoint_path.read_bytes())
+    link.symlink_to(real)
+    update_metadata(link, lambda m: m.update({"scores": {"test": 2.5}}))
+    assert link.is_symlink() and load_checkpoint(real).metadata["scores"] == {"test": 2.5}
+
+
 def test_update_metadata_copies_the_tensors_through_never_holding_the_file(tmp_path, tokenizer):
     """`evaluate` stores its scores in the checkpoint it scored: the rewrite read the whole file, then a copy of every
     tensor and the new file's bytes, three times the file beside the model (15 GB for NLLB-1.3B's 5.1 GB)."""

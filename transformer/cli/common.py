@@ -64,8 +64,11 @@ def decode_argument(args: argparse.Namespace) -> tuple[Checkpoint, DecodeResult]
     if undecodable:
         byte = undecodable.group().encode("utf-8", "surrogateescape").hex()
         raise ValueError(f"--text is not UTF-8 text (byte 0x{byte}); give the sentence as UTF-8")
+    target = getattr(args, "target", None)
+    if target is not None and not target.strip():
+        raise ValueError("--target is empty: give the translation to read, or leave --target out to decode")
     checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
-    if getattr(args, "target", None):  # a command that reads a given translation: teacher forced
+    if target is not None:  # a command that reads a given translation: teacher forced
         from transformer.decoding.forcing import teacher_force
 
         result = teacher_force(checkpoint.model, checkpoint.tokenizer, args.text, args.target)

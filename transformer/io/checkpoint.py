@@ -142,7 +142,8 @@ def save_checkpoint(
 
 def write_atomically(path: Path, data: bytes | Callable[[BinaryIO], None]) -> None:
     """Writes beside the target, then renames: readers see the old file or the new, never half. `data`: the bytes,
-    or what writes them into the open file."""
+    or what writes them into the open file. A link is written through: its target is replaced, the link kept."""
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=path.parent, prefix=_temporary_prefix(path), delete=False) as handle:
         try:
