@@ -92,11 +92,16 @@ def _linked_number(name: str) -> int | None:
 
 
 whole = len(timeline.snapshots)
-timeline = within_budget(timeline, probe)
+timeline, every_head = within_budget(timeline, probe)
 if len(timeline.snapshots) < whole:
     st.caption(
         f"This run is long: the player shows {len(timeline.snapshots)} of its {whole} snapshots, evenly spaced "
         "(what one page can carry to the browser); `python -m transformer timeline --table` lists every one."
+    )
+if not every_head:
+    st.caption(
+        "This model's maps are large: the player shows each layer's mean of the heads, not every head's own map "
+        "(what one page can carry to the browser); the table still follows every head."
     )
 epoch, layer, head = _linked_number("epoch"), _linked_number("layer"), params.get("head", "mean")
 snapshot = next((i for i, s in enumerate(timeline.snapshots) if s.epoch == epoch), -1)
@@ -106,7 +111,7 @@ view = EpochView(
     layer - 1 if layer else -1,
     head if head in ("mean", "all") else (int(head) - 1 if re.fullmatch(r"[1-9][0-9]{0,2}", head) else "mean"),
 )
-epoch_player(timeline, probe, view, bool(session.get("presentation")), shown_name)
+epoch_player(timeline, probe, view, bool(session.get("presentation")), shown_name, every_head)
 first = timeline.snapshots[0]
 if first.label == "before training":
     rebuilt = " (rebuilt from the run's seed: the very weights its training started from)" if not first.file else ""

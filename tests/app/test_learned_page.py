@@ -149,3 +149,28 @@ def test_a_long_run_sends_the_player_what_one_page_can_carry(monkeypatch):
     assert data["labels"][0] == TIMELINE.snapshots[0].label and data["labels"][-1] == TIMELINE.snapshots[-1].label
     shown = f"the player shows {len(data['labels'])} of its {len(long_run.snapshots)} snapshots"
     assert any(shown in c.value for c in at.caption)
+
+
+def test_a_run_whose_two_snapshots_pass_the_budget_sends_each_layers_mean_alone(monkeypatch):
+    """`within_budget` kept at least two snapshots whatever they held: a 30 MB timeline of two snapshots still sent
+    43.57 MB to every tab. Where two snapshots of every head would pass the budget, the means go alone."""
+    import ui.players.epoch_player as player
+
+    probe = TIMELINE.probes[0]
+    cells = sum(maps[0].size // maps.shape[2] for maps in probe.maps.values())
+    heads = probe.maps[AttentionKind.CROSS].shape[2]
+    budget = int(2 * cells * (heads + 1) * player.PACKED_BYTES) - 1  # two snapshots of every head: just too many
+    monkeypatch.setattr(player, "MAX_PLAYER_MAP_BYTES", budget)
+    at = opened({"head": "2"})
+    assert not at.exception
+    data = sent(at)
+    assert data["map_heads"] == 0 and data["head"] == "mean" and data["heads"] == heads
+    assert sum(len(text) for text in data["maps"].values()) <= budget
+    shown = TIMELINE.at([TIMELINE.snapshots.index(s) for s in TIMELINE.snapshots if s.label in data["labels"]])
+    cross = shown.probes[0].maps[AttentionKind.CROSS]
+    np.testing.assert_allclose(
+        unpacked(data["maps"]["cross"]).reshape(cross.shape[0], cross.shape[1], *cross.shape[3:]),
+        cross.astype(np.float64).mean(axis=2),
+        atol=1e-4,
+    )
+    assert any("each layer's mean of the heads" in caption.value for caption in at.caption)

@@ -136,8 +136,8 @@ export default function (component) {
         state.layer = Number(value);
         redraw();
       }),
-      choice("Head", [...[...Array(data.heads).keys()].map((h) => [h, `head ${h + 1}`]), ["mean", "mean of the heads"],
-        ["all", "every head"]], state.head, (value) => {
+      choice("Head", [...[...Array(data.map_heads).keys()].map((h) => [h, `head ${h + 1}`]),
+        ["mean", "mean of the heads"], ...(data.map_heads ? [["all", "every head"]] : [])], state.head, (value) => {
         state.head = value === "mean" || value === "all" ? value : Number(value);
         redraw();
       }),
@@ -148,12 +148,13 @@ export default function (component) {
     const [rows, columns] = axes(state.kind);
     const layers = data.layers[state.kind];
     const size = rows.length * columns.length;
-    const at = (head) => (((state.at * layers + state.layer) * (data.heads + 1)) + head) * size;
+    const at = (head) => (((state.at * layers + state.layer) * (data.map_heads + 1)) + head) * size;
+    if (!data.map_heads) state.head = "mean";  // the means alone were sent: a long run of a large model
     mapBox.replaceChildren();
     const where = `${data.labels[state.at]} · ${KIND_NAMES[state.kind]}, layer ${state.layer + 1}`;
     if (state.head === "all") {
       const small = element("div", "small-maps");
-      for (let h = 0; h < data.heads; h += 1) {
+      for (let h = 0; h < data.map_heads; h += 1) {
         const box = element("div", "map");
         drawGrid(box, `head ${h + 1}`, rows, columns, maps[state.kind], at(h), data.colors, data.quantum);
         small.append(box);
@@ -161,7 +162,7 @@ export default function (component) {
       mapBox.append(element("div", "map-title", `${where}, every head`), small);
       return;
     }
-    const head = state.head === "mean" ? data.heads : state.head;
+    const head = state.head === "mean" ? data.map_heads : state.head;
     const name = state.head === "mean" ? "mean of the heads" : `head ${head + 1}`;
     drawGrid(mapBox, `${where}, ${name}`, rows, columns, maps[state.kind], at(head),
       data.colors, data.quantum);

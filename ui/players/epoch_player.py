@@ -8,6 +8,7 @@ choices then draw in the browser (ui/players/epoch_player.js), which writes the 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ PLAY_RATES = (0.5, 1, 2)  # snapshots a second Play offers
 LOSS_POINTS = 400  # the loss curve sent, at most
 # What one page's player carries of maps, packed (2 bytes a weight in base64): a probe of the shipped timeline takes
 # under 1 MB; a 30 MB timeline file sent 43.6 MB to every tab that opened the page.
-MAX_PLAYER_MAP_BYTES = 4 * 2**20
+MAX_PLAYER_MAP_BYTES = int(float(os.environ.get("TRANSFORMER_EXPLORER_PLAYER_MAP_MB", "4")) * 2**20)
 
 
 @dataclass(frozen=True)
@@ -63,19 +64,29 @@ def _with_means(maps: np.ndarray) -> np.ndarray:
     return rows.reshape(snapshots, layers, *rows.shape[1:])
 
 
-def within_budget(timeline: Timeline, probe: int) -> Timeline:
+def within_budget(timeline: Timeline, probe: int) -> tuple[Timeline, bool]:
     """The timeline with as many snapshots as the player may carry for this probe (MAX_PLAYER_MAP_BYTES), evenly
-    spaced over the run, the first and the last always among them."""
-    values = sum(maps[0].size // maps.shape[2] * (maps.shape[2] + 1) for maps in timeline.probes[probe].maps.values())
-    most = max(2, int(MAX_PLAYER_MAP_BYTES // (values * 8 / 3)))  # heads and their mean, as packed() sends them
+    spaced over the run, the first and the last always among them; and whether every head's maps go with their
+    layer's mean. Where two snapshots of every head would pass the budget, the means go alone: a 30 MB timeline of
+    two snapshots sent 43.6 MB to every tab."""
+    cells = sum(maps[0].size // maps.shape[2] for maps in timeline.probes[probe].maps.values())  # one map a layer
+    heads = timeline.probes[probe].maps[AttentionKind.CROSS].shape[2]
+    every_head = 2 * cells * (heads + 1) * PACKED_BYTES <= MAX_PLAYER_MAP_BYTES
+    most = max(2, int(MAX_PLAYER_MAP_BYTES // (cells * (heads + 1 if every_head else 1) * PACKED_BYTES)))
     count = len(timeline.snapshots)
     if count <= most:
-        return timeline
-    return timeline.at(sorted({int(e) for e in np.linspace(0, count - 1, most).round()}))
+        return timeline, every_head
+    return timeline.at(sorted({int(e) for e in np.linspace(0, count - 1, most).round()})), every_head
 
 
-def epoch_data(timeline: Timeline, probe: int, view: EpochView, presentation: bool, name: str) -> dict:
-    """Everything the view shows for one probe, every snapshot, as JSON-ready values."""
+PACKED_BYTES = 8 / 3  # a weight as packed() sends it: 2 bytes in base64
+
+
+def epoch_data(
+    timeline: Timeline, probe: int, view: EpochView, presentation: bool, name: str, every_head: bool = True
+) -> dict:
+    """Everything the view shows for one probe, every snapshot, as JSON-ready values; each head's maps with their
+    layer's mean, or (every_head False) the means alone."""
     p = timeline.probes[probe]
     last = len(timeline.snapshots) - 1
     layers = {kind.value: int(timeline.entropy[kind].shape[1]) for kind in KINDS}
@@ -83,7 +94,9 @@ def epoch_data(timeline: Timeline, probe: int, view: EpochView, presentation: bo
     kind = view.kind if view.kind in layers else AttentionKind.CROSS.value
     layer = layers[kind] - 1 if view.layer < 0 else min(view.layer, layers[kind] - 1)
     heads = int(timeline.entropy[AttentionKind.CROSS].shape[2])
+    shown_heads = heads if every_head else 0
     head = view.head if view.head in ("mean", "all") or (type(view.head) is int and 0 <= view.head < heads) else "mean"
+    head = head if every_head else "mean"
     # The timeline names the view: the visitor's epoch, kind, layer and head are kept when they choose another probe
     identity = hashlib.sha1(f"{name}\n{[s.file for s in timeline.snapshots]}".encode()).hexdigest()[:16]
     return {
@@ -104,7 +117,8 @@ def epoch_data(timeline: Timeline, probe: int, view: EpochView, presentation: bo
         "decoder_input": [readable(piece) for piece in ["<s>", *p.tgt_pieces[:-1]]],
         "layers": layers,
         "heads": heads,
-        "maps": {kind.value: packed(_with_means(p.maps[kind])) for kind in KINDS},
+        "map_heads": shown_heads,  # the heads whose own maps are sent; their mean always is
+        "maps": {kind.value: packed(_with_means(p.maps[kind])[:, :, -shown_heads - 1 :]) for kind in KINDS},
         "token_probs": rounded(p.token_probs),
         "lens_rank": p.lens_rank.astype(int).tolist(),
         "distance": {kind.value: rounded(timeline.distance[kind]) for kind in KINDS},
@@ -120,6 +134,8 @@ def epoch_data(timeline: Timeline, probe: int, view: EpochView, presentation: bo
     }
 
 
-def epoch_player(timeline: Timeline, probe: int, view: EpochView, presentation: bool, name: str) -> None:
+def epoch_player(
+    timeline: Timeline, probe: int, view: EpochView, presentation: bool, name: str, every_head: bool = True
+) -> None:
     """Mounts the view; it asks nothing of the server."""
-    EPOCH_PLAYER(key="epoch_player", data=[epoch_data(timeline, probe, view, presentation, name)])
+    EPOCH_PLAYER(key="epoch_player", data=[epoch_data(timeline, probe, view, presentation, name, every_head)])
