@@ -38,6 +38,7 @@ class Attack:
     files: dict[str, bytes]  # one upload per file uploader on the page, in order
     button: str | None  # pressed after the uploads
     expected: str  # text the page shows when the attack has been answered
+    first_uploader: int = 0  # the page's file uploader that takes the first file (the rest follow in order)
 
 
 def word_level(**pipeline: dict) -> str:
@@ -120,16 +121,46 @@ def attacks(shipped: bytes) -> list[Attack]:
             "Align and score",
             "longer than 20,000 bytes",
         ),
+        *treebank_attacks(),
+    ]
+
+
+def treebank_attacks() -> list[Attack]:
+    """Gold parses on Which heads matter, each a few bytes to a few MB that would build gigabytes: a multiword
+    range of 10^8 words (61 bytes killed the server past 8 GB), a 93-million-character sentence (294 KB gzipped),
+    9,000 words with 9 KB of FEATS and MISC each, and 2,000 sentences of ranges that each took 0.05 s."""
+    word = "{}\tx\tx\tX\t_\t{}\t0\troot\t_\t{}\n"
+    cases = {
+        "a treebank's multiword range of 10^8 words (61 bytes)": b"1-100000000\tx\t_\t_\t_\t_\t_\t_\t_\t_\n"
+        + word.format(1, "_", "_").encode(),
+        "a treebank sentence of 93 million characters (294 KB gzip)": gzip.compress(
+            ("1\t" + "y" * 9_400 + "\tx\tX\t_\t_\t0\troot\t_\t_\n").encode() * 9_900, compresslevel=9
+        ),
+        "a treebank of 9,000 words with 9 KB of FEATS and MISC": gzip.compress(
+            "".join(word.format(i, "F=" + "f" * 4_500, "M=" + "m" * 4_500) for i in range(1, 9_001)).encode()
+        ),
+        "a treebank of 2,000 ranges of 10^5 words (202 bytes gzip)": gzip.compress(
+            b"1-100000\tx\t_\t_\t_\t_\t_\t_\t_\t_\n\n" * 2_000, compresslevel=9
+        ),
+    }
+    sample = {"src.txt": b"The black cat is sleeping.\n", "ref.txt": b"Le chat noir dort.\n"}
+    return [
+        Attack(name, "heads", {**sample, "gold.conllu": data}, "Measure the heads", "The gold parses cannot be read", 1)
+        for name, data in cases.items()  # the page's first uploader is Head statistics' sample
     ]
 
 
 def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> Callable[[], None]:
     page.goto(f"{url}/{attack.page}")
     wait_idle(page)
+    uploaders = attack.first_uploader + len(attack.files)  # the page drawn that far: an upload lands where it should
+    page.wait_for_function(f"document.querySelectorAll('{UPLOAD_INPUT}').length >= {uploaders}", timeout=300_000)
     for index, (name, data) in enumerate(attack.files.items()):
         path = folder / name
         path.write_bytes(data)
-        page.locator(UPLOAD_INPUT).nth(index).set_input_files(path)
+        page.locator(UPLOAD_INPUT).nth(attack.first_uploader + index).set_input_files(path)
+        page.get_by_text(name, exact=True).first.wait_for(state="attached", timeout=60_000)  # uploaded, not sending
+        wait_idle(page)
     if attack.page == "corpus":
         page.get_by_label("Sentences (from the top)").fill("3")
     if attack.button:
@@ -144,8 +175,10 @@ def main() -> None:
     args = parser.parse_args()
     shipped = DEFAULT_CHECKPOINT.read_bytes()
     capped = ["prlimit", f"--as={int(args.memory_gb * 2**30)}", *LAUNCH]
-    print("| attack | answered in s | slowest /_stcore/health in s | health failures |")
-    print("| --- | --- | --- | --- |")
+    print(
+        "| attack | answered in s | slowest /_stcore/health in s | health failures | server peak over its start, MB |"
+    )
+    print("| --- | --- | --- | --- | --- |")
     with (
         tempfile.TemporaryDirectory() as folder,
         app_server(ARTIFACTS / "hostile.log", launcher=capped) as server,
@@ -155,10 +188,13 @@ def main() -> None:
             for attack in attacks(shipped):
                 page = browser.new_page(viewport={"width": 1440, "height": 900})
                 watch.reset()
-                started = time.monotonic()
+                before, started = server.reset_peak_mb(), time.monotonic()
                 run_attack(page, server.url, attack, Path(folder))
-                answered = time.monotonic() - started
-                print(f"| {attack.name} | {answered:.1f} | {watch.slowest:.2f} | {watch.failures} |", flush=True)
+                answered, grew = time.monotonic() - started, server.peak_memory_mb() - before
+                print(
+                    f"| {attack.name} | {answered:.1f} | {watch.slowest:.2f} | {watch.failures} | {grew:.0f} |",
+                    flush=True,
+                )
                 page.close()
         print(f"\nserver peak memory {server.peak_memory_mb():.0f} MB (address space capped at {args.memory_gb:g} GB)")
     log = (ARTIFACTS / "hostile.log").read_text()
