@@ -59,6 +59,20 @@ def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
     assert cost.peak_growth_mb < 100, cost  # the server went past 11 GB building the model before refusing it
 
 
+@pytest.fixture
+def ledger(checkpoint_path, monkeypatch):
+    """A fresh server-wide upload ledger: the uploads module, the tiny checkpoint's bytes and its cost. Earlier
+    tests' uploads are freed first: freed later, they would release their keys in this ledger."""
+    import gc
+
+    import ui.services.uploads as uploads
+
+    gc.collect()
+    monkeypatch.setattr(uploads, "SERVER_UPLOADS", uploads.UploadLedger())
+    tiny = checkpoint_path.read_bytes()
+    return uploads, tiny, upload_cost(tiny)[1]
+
+
 def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpoint_path, monkeypatch):
     import gc
 
@@ -79,82 +93,67 @@ def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpo
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
 
 
-def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(checkpoint_path, monkeypatch):
+def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(ledger, monkeypatch):
     """Five tabs of one visitor held 123.8M of the server's 128M: a visitor (a browser) now has one share."""
-    import ui.services.uploads
-
-    tiny = checkpoint_path.read_bytes()
-    _, one = upload_cost(tiny)
-    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
-    monkeypatch.setattr(ui.services.uploads, "VISITOR_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    uploads, tiny, one = ledger
+    monkeypatch.setattr(uploads, "VISITOR_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     visitor = {"now": "browser:a"}
-    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: visitor["now"])
+    monkeypatch.setattr(uploads, "visitor_id", lambda: visitor["now"])
     first_tab = upload(start(), "mine.safetensors", tiny)
     assert not first_tab.error
     second_tab = upload(start(), "mine-again.safetensors", tiny)  # a new tab: a new session, the same browser
     assert "your uploads in other tabs hold" in errors(second_tab)
     visitor["now"] = "browser:b"
     other = upload(start(), "theirs.safetensors", tiny)
-    assert not other.error and ui.services.uploads.SERVER_UPLOADS.held("browser:b") == one
+    assert not other.error and uploads.SERVER_UPLOADS.held("browser:b") == one
 
 
-def test_one_address_has_one_share_of_the_upload_budget_whatever_its_cookies(checkpoint_path, monkeypatch):
+def test_one_address_has_one_share_of_the_upload_budget_whatever_its_cookies(ledger, monkeypatch):
     """Eight sessions of one person, each with a fresh cookie (a new visitor), held 127.27M of the server's 128M and
     a normal visitor's 15.8 MB upload was refused."""
-    import ui.services.uploads
-
-    tiny = checkpoint_path.read_bytes()
-    _, one = upload_cost(tiny)
-    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
-    monkeypatch.setattr(ui.services.uploads, "ADDRESS_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    uploads, tiny, one = ledger
+    monkeypatch.setattr(uploads, "ADDRESS_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     who = {"visitor": "browser:a", "address": "192.0.2.1"}
-    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: who["visitor"])
-    monkeypatch.setattr(ui.services.uploads, "client_address", lambda: who["address"])
-    assert not upload(start(), "mine.safetensors", tiny).error
+    monkeypatch.setattr(uploads, "visitor_id", lambda: who["visitor"])
+    monkeypatch.setattr(uploads, "client_address", lambda: who["address"])
+    mine = upload(start(), "mine.safetensors", tiny)  # kept: a tab gone frees its uploads
+    assert not mine.error
     who["visitor"] = "browser:fresh-cookie"
     assert "uploads from your address hold" in errors(upload(start(), "again.safetensors", tiny))
     who.update(visitor="browser:b", address="192.0.2.2")
     assert not upload(start(), "theirs.safetensors", tiny).error
 
 
-def test_a_closed_sessions_upload_gives_its_room_back_at_once(checkpoint_path, monkeypatch):
+def test_a_closed_sessions_upload_gives_its_room_back_at_once(ledger, monkeypatch):
     """Streamlit keeps a closed tab's session for minutes in case it reconnects: its uploads held their budget that
     long, and another visitor's upload was refused meanwhile."""
-    import ui.services.uploads
-
-    tiny = checkpoint_path.read_bytes()
-    _, one = upload_cost(tiny)
-    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
-    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+    uploads, tiny, one = ledger
+    monkeypatch.setattr(uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     visitor = {"now": "browser:a"}
-    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: visitor["now"])
+    monkeypatch.setattr(uploads, "visitor_id", lambda: visitor["now"])
     first = upload(start(), "mine.safetensors", tiny)
     assert not first.error
     visitor["now"] = "browser:b"
     assert "other visitors' uploads hold" in errors(upload(start(), "theirs.safetensors", tiny))  # open: kept
-    monkeypatch.setattr(ui.services.uploads, "session_open", lambda uploader: uploader.visitor != "browser:a")
+    monkeypatch.setattr(uploads, "session_open", lambda uploader: uploader.visitor != "browser:a")
     second = upload(start(), "theirs.safetensors", tiny)
-    assert not second.error and ui.services.uploads.SERVER_UPLOADS.held() == one
+    assert not second.error and uploads.SERVER_UPLOADS.held() == one
     assert not first.run().exception and first.session_state["checkpoint"] != "mine (uploaded)"
 
 
-def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(checkpoint_path, monkeypatch):
-    import ui.services.uploads
-
-    tiny = checkpoint_path.read_bytes()
-    _, one = upload_cost(tiny)
-    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOADS", ui.services.uploads.UploadLedger())
-    monkeypatch.setattr(ui.services.uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
+def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(ledger, monkeypatch):
+    uploads, tiny, one = ledger
+    monkeypatch.setattr(uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
     visitor = {"now": "browser:a"}
-    monkeypatch.setattr(ui.services.uploads, "visitor_id", lambda: visitor["now"])
+    monkeypatch.setattr(uploads, "visitor_id", lambda: visitor["now"])
     first = upload(start(), "mine.safetensors", tiny)
     assert not first.error and first.session_state["checkpoint"] == "mine (uploaded)"
     visitor["now"] = "browser:b"
     assert "other visitors' uploads hold" in errors(upload(start(), "theirs.safetensors", tiny))  # in use: kept
-    monkeypatch.setattr(ui.services.uploads, "UPLOAD_IDLE_SECONDS", 0.0)  # from now on, unused is idle
+    monkeypatch.setattr(uploads, "UPLOAD_IDLE_SECONDS", 0.0)  # from now on, unused is idle
     second = upload(start(), "theirs.safetensors", tiny)
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
-    assert ui.services.uploads.SERVER_UPLOADS.held() == one
+    assert uploads.SERVER_UPLOADS.held() == one
     first.run()
     assert first.session_state["checkpoint"] != "mine (uploaded)" and not first.exception
     assert any("mine (uploaded) was freed" in message.value.replace("\\", "") for message in first.sidebar.info)
