@@ -247,6 +247,11 @@ class Transformer(nn.Module):
 
     def logits(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Unnormalised scores (B, T, V) for training, where the loss applies its own softmax."""
+        return self.output_logits(self.decoder_states(src, tgt))
+
+    def decoder_states(self, src: torch.Tensor, tgt: torch.Tensor, probe: Probe | None = None) -> torch.Tensor:
+        """The teacher-forced pass up to the decoder's final states (B, T, d_model), before the generator: for a
+        caller that takes the scores over the vocabulary a part at a time."""
         src_mask = padding_mask(src, self.config.pad_id)
-        memory = self.encode(src, src_mask).memory
-        return self.output_logits(self.decode(tgt, memory, src_mask, target_mask(tgt, self.config.pad_id)).hidden)
+        memory = self.encode(src, src_mask, probe=probe).memory
+        return self.decode(tgt, memory, src_mask, target_mask(tgt, self.config.pad_id), probe=probe).hidden

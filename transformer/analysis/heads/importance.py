@@ -27,7 +27,6 @@ from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import batch_rows, translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
-from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
 from transformer.text.tokenizer import TokenizerBase
 
@@ -90,11 +89,7 @@ def reference_log_probs(
     src = padded(sources, config.pad_id, device)
     target = padded(references, config.pad_id, device)
     decoder_input = padded([[config.start_id, *ids[:-1]] for ids in references], config.pad_id, device)
-    src_mask = padding_mask(src, config.pad_id)
-    memory = model.encode(src, src_mask, probe=probe).memory
-    tgt_mask = target_mask(decoder_input, config.pad_id)
-    hidden = model.decode(decoder_input, memory, src_mask, tgt_mask, probe=probe).hidden
-    log_probs = reference_token_log_probs(model, hidden, target)
+    log_probs = reference_token_log_probs(model, model.decoder_states(src, decoder_input, probe), target)
     real = (target != config.pad_id).to(log_probs.dtype)
     return (log_probs * real).sum(-1) / real.sum(-1)
 
