@@ -123,7 +123,7 @@ def parse_treebank(lines: Iterable[str], limit: int | None = None) -> list[Parse
     found: list[ParsedSentence] = []
     if limit is not None and limit <= 0:
         return found
-    for block in _sentence_blocks(lines, lambda: len(found) + 1):
+    for block in _sentence_blocks(lines):
         try:
             found += [parsed_sentence(sentence) for sentence in conllu.parse(block)]
         except TreebankError as error:
@@ -144,11 +144,13 @@ MAX_BLOCK_CHARS = 1 << 20  # a sentence's lines, its comments included
 MAX_TREEBANK_BYTES = 256 << 20  # decompressed, read only as far as the sentences asked for
 
 
-def _sentence_blocks(lines: Iterable[str], number: Callable[[], int]) -> Iterator[str]:
-    """Each sentence's lines (those between blank lines) as one text, refused (TreebankError naming the sentence
-    `number()`) once it is past a bound, before the rest of it is held."""
+def _sentence_blocks(lines: Iterable[str]) -> Iterator[str]:
+    """Each sentence's lines (those between blank lines) as one text, refused (TreebankError naming the sentence)
+    once it is past a bound, before the rest of it is held. conllu reads a block as one sentence, comments alone
+    too: the blocks count the sentences."""
     block: list[str] = []
     words = chars = 0
+    number = 1
     for line in itertools.chain(lines, [""]):
         if line.strip():
             block.append(line)
@@ -156,16 +158,14 @@ def _sentence_blocks(lines: Iterable[str], number: Callable[[], int]) -> Iterato
             if not line.startswith("#"):
                 words += 1
                 if len(line) > MAX_WORD_LINE_CHARS:
-                    raise TreebankError(
-                        f"sentence {number()}: a word's line is over {MAX_WORD_LINE_CHARS:,} characters"
-                    )
+                    raise TreebankError(f"sentence {number}: a word's line is over {MAX_WORD_LINE_CHARS:,} characters")
             if words > MAX_SENTENCE_WORDS or chars > MAX_BLOCK_CHARS:
                 raise TreebankError(
-                    f"sentence {number()}: over {MAX_SENTENCE_WORDS:,} words or {MAX_BLOCK_CHARS:,} characters"
+                    f"sentence {number}: over {MAX_SENTENCE_WORDS:,} words or {MAX_BLOCK_CHARS:,} characters"
                 )
         elif block:
             yield "\n".join(block) + "\n\n"
-            block, words, chars = [], 0, 0
+            block, words, chars, number = [], 0, 0, number + 1
 
 
 @dataclass
