@@ -27,8 +27,8 @@ HEAD_FORM = re.compile(r"([a-z]+):([0-9]{1,6}):([0-9]{1,6})")  # ASCII digits on
 def head_argument(text: str) -> tuple[AttentionKind, int, int]:
     """KIND:LAYER:HEAD, 1-based as the app shows them (encoder:2:5), as the 0-based triple the probe takes."""
     match = HEAD_FORM.fullmatch(text)
-    kinds = ", ".join(k.value for k in AttentionKind)
-    if match is None or match[1] not in kinds.split(", "):
+    if match is None or match[1] not in {k.value for k in AttentionKind}:
+        kinds = ", ".join(k.value for k in AttentionKind)
         raise argparse.ArgumentTypeError(f"{shown(text)}: give KIND:LAYER:HEAD, KIND one of {kinds}, e.g. cross:2:5")
     found = AttentionKind(match[1]), int(match[2]) - 1, int(match[3]) - 1
     if found[1] < 0 or found[2] < 0:

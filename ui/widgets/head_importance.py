@@ -257,8 +257,12 @@ def show_pruning(curves: list[PruningCurve], total: int, explored: Explored) -> 
     series = {c.order: ([100 * n / total for n in c.counts], list(c.bleu)) for c in curves}
     show(lines(series, "BLEU as heads are switched off together", "% of heads off", "BLEU"), key="matter_pruning")
     for curve in (c for c in curves if c.order in (LEAST_FIRST, MOST_FIRST)):
+        result = explored.result
+        choices = head_choices(
+            {kind.value: result.maps(kind).shape[0] for kind in AttentionKind}, result.cross.shape[1]
+        )
         points = [
-            (n, bleu, point_link(explored, heads))
+            (n, bleu, point_link(explored, heads, choices))
             for n, bleu, heads in zip(curve.counts[1:], curve.bleu[1:], curve.heads_off[1:])
         ]
         links = [f"[{100 * n / total:.0f} %: {bleu:.1f}]({link})" for n, bleu, link in points if link]
@@ -267,11 +271,9 @@ def show_pruning(curves: list[PruningCurve], total: int, explored: Explored) -> 
         st.markdown(f"{curve.order.capitalize()}, each point with its heads off: " + " · ".join(links))
 
 
-def point_link(explored: Explored, heads: frozenset) -> str | None:
-    """This page with the sentence on screen and `heads` switched off (Head ablation reads `off`); None where the
-    link could not name them all."""
-    result = explored.result
-    choices = head_choices({kind.value: result.maps(kind).shape[0] for kind in AttentionKind}, result.cross.shape[1])
+def point_link(explored: Explored, heads: frozenset, choices: list[tuple[str, int, int]]) -> str | None:
+    """This page with the sentence on screen and `heads` switched off (Head ablation reads `off`), named among the
+    model's heads (`choices`, url.head_choices); None where the link could not name them all."""
     named = choices_text(sorted((kind.value, layer, head) for kind, layer, head in heads), choices, head_name)
     if len(named) > MAX_PAGE_VALUE:
         return None
