@@ -4,17 +4,24 @@ sticky sessions, and a replica lost (last: it stops one of the two)."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import gzip
 import os
 import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from fixtures.browser import ARTIFACTS, chromium, proxy_server, wait_for_heatmaps, wait_idle
 from fixtures.sessions import run_sessions
 from fixtures.visitors import classroom, visit
+from playwright.sync_api import Locator
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
 RUN_DIR = ARTIFACTS / "proxy"
+UPLOADER = '[data-testid="stFileUploaderDropzoneInput"]'
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +72,7 @@ def test_an_upload_through_nginx_reaches_the_visitors_own_replica(proxy, tmp_pat
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(f"{proxy.url}/corpus")
         wait_idle(page)
-        page.locator('[data-testid="stFileUploaderDropzoneInput"]').first.set_input_files(source)
+        page.locator(UPLOADER).first.set_input_files(source)
         page.get_by_text("two.en").wait_for()
         page.get_by_role("button", name="Translate the file").click()
         page.get_by_text("Click a column header to sort").wait_for(timeout=60_000)  # the table of translations
@@ -74,6 +81,68 @@ def test_an_upload_through_nginx_reaches_the_visitors_own_replica(proxy, tmp_pat
             "document.documentElement.innerHTML.includes('Deux chiens jouent dans la neige')", timeout=30_000
         )  # the grid's accessible copy of its cells, drawn after the canvas
         assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_arriving_visitors_are_served_while_one_visitor_runs_heavy_jobs_in_two_tabs(proxy, tmp_path):
+    """Two tabs of one visitor on Which heads matter, each parsing gold parses, held both of a replica's page slots
+    for minutes, and 20 of 30 arriving visitors timed out. Their jobs, the parsing included, now wait and compute
+    in the heavy-job slot, leaving the replica's other page slot to the room, and stop once the visitor leaves."""
+    word = "{}\tw\tw\tNOUN\t_\t_\t{}\tdep\t_\t_\n"
+    treebank = tmp_path / "long.conllu.gz"  # 2,000 sentences of 256 words: a legitimate treebank, long to parse
+    treebank.write_bytes(gzip.compress(("".join(word.format(i, i - 1) for i in range(1, 257)) + "\n").encode() * 2000))
+    with chromium() as browser:
+        visitor = browser.new_context(viewport={"width": 1400, "height": 1000})  # one cookie: one replica
+        tabs = [visitor.new_page() for _ in range(2)]
+        for number, tab in enumerate(tabs):
+            sample = tmp_path / f"sample-{number}.en"  # two samples: two jobs, not one cached result awaited twice
+            sample.write_text("\n".join(f"{s} ({number}, {i})" for i in range(5) for s in VISITOR_SENTENCES))
+            tab.goto(f"{proxy.url}/heads")
+            tab.wait_for_function(f"document.querySelectorAll('{UPLOADER}').length >= 4", timeout=120_000)
+            for uploader, upload in ((1, sample), (3, treebank)):  # the first is Head statistics' sample
+                tab.locator(UPLOADER).nth(uploader).set_input_files(upload)
+                tab.get_by_text(upload.name, exact=True).first.wait_for(state="attached", timeout=60_000)
+                wait_idle(tab)
+            tab.get_by_text("also each head switched off").click()
+            tab.get_by_text("Also the pruning curve").click()
+            tab.get_by_role("button", name="Measure the heads").click()
+        for tab in tabs:  # one computing, one in line
+            busy(tab).first.wait_for(timeout=120_000)
+        cookies = {c["name"]: c["value"] for c in visitor.cookies()}
+        busy_port = proxy.replica_ports[int(cookies["te_replica"].rpartition("-")[2]) - 1]
+
+        with ThreadPoolExecutor(1) as room:  # Playwright's loop runs in this thread; the room's in its own
+            visits = room.submit(asyncio.run, classroom(proxy.url, visitors=12, ramp_seconds=3, seed=1)).result()
+        assert [v.error for v in visits] == [None] * 12
+
+        assert all(busy(tab).count() for tab in tabs), (
+            "the heavy jobs ended before the room was served: the test showed nothing"
+        )
+        visitor.close()  # the visitor leaves: both jobs stop
+    assert computing_stops(proxy.replica_pid(busy_port)), "the replica kept computing for a visitor who had left"
+    assert "Traceback" not in replica_logs()
+
+
+def busy(tab):
+    """What a tab whose heads are being measured shows: a part's bar, or its place in line."""
+    parts = [tab.get_by_text(text) for text in ("Reading the gold parses", "Switching each head off", "Pruning")]
+    return functools.reduce(Locator.or_, parts, tab.get_by_text("in line"))
+
+
+def computing_stops(pid: int, within: float = 60.0) -> bool:
+    """Whether the process comes to use under a tenth of a core over a second, before `within` seconds pass."""
+    clock_ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu_seconds() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / clock_ticks  # utime, stime
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        before = cpu_seconds()
+        time.sleep(1)
+        if cpu_seconds() - before < 0.1:
+            return True
+    return False
 
 
 def test_the_room_gets_safe_headers_and_no_server_internals(proxy):
@@ -142,7 +211,6 @@ def moved_at_a_click(page, notice, attempts: int = 8) -> bool:
 
 
 def test_a_stopped_replica_is_started_again(proxy):
-    import time
     import urllib.request
 
     deadline = time.monotonic() + 180  # the previous test killed one; its model loads again
