@@ -15,13 +15,14 @@ from captum.attr import IntegratedGradients
 
 from transformer.analysis import attribution
 from transformer.analysis.contributions import contributions
-from transformer.analysis.heads.importance import ablation_importance, corpus_of, every_head, gradient_importance
+from transformer.analysis.heads.importance import ablation_importance, corpus_of, gradient_importance
 from transformer.analysis.heads.syntax import read_treebank, syntactic_roles
 from transformer.analysis.rollout import attention_flow, rollout
 from transformer.decoding.greedy import decode
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
 from transformer.model.attention import EXPLICIT_KEYS, attention
+from transformer.model.heads import every_head
 
 from .model_speed import Row, median_ms
 
@@ -108,7 +109,7 @@ def head_importance_rows(checkpoint: Checkpoint, sentences: list[str]) -> list[R
     started = time.perf_counter()
     outputs = translate_texts(model, tokenizer, sentences)
     decoded = (time.perf_counter() - started) * 1000
-    heads = len(every_head(model))
+    heads = len(every_head(model.config))
     started = time.perf_counter()
     ablation_importance(model, tokenizer, sentences, outputs)
     ablated = (time.perf_counter() - started) * 1000

@@ -13,6 +13,7 @@ from transformer.analysis.heads.statistics import (
 from transformer.analysis.views import attention_view
 from transformer.decoding.settings import DecodeSettings
 from transformer.io.export import csv_text
+from transformer.model.heads import Head, every_head
 from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
@@ -124,14 +125,14 @@ head_importance.section(explored)
 
 st.subheader("Head ablation")
 st.markdown("Switch heads off (their output no longer reaches the rest of the model) and decode again, greedily.")
-options = url.head_choices({kind.value: result.maps(kind).shape[0] for kind in AttentionKind}, result.cross.shape[1])
-if url.many_from_link("ablate_heads", "off", options, url.head_name):
+options = every_head(checkpoint.model.config)
+if url.many_from_link("ablate_heads", "off", options):
     session.ablated = tuple(session.ablate_heads)
 with st.form("ablation"):
     picked = st.multiselect(
         "Heads to switch off",
         options,
-        format_func=lambda o: f"{o[0]} · layer {o[1] + 1} · head {o[2] + 1}",
+        format_func=lambda head: Head(*head).label,
         key="ablate_heads",
     )
     if st.form_submit_button("Decode without them"):  # once, however many heads were picked one by one
@@ -165,6 +166,6 @@ if chosen:
 url.write_url(
     {
         "statistic": "" if sentence_statistic == next(iter(sentence_statistics)) else sentence_statistic,
-        "off": url.choices_text(chosen, options, url.head_name),
+        "off": url.choices_text(chosen, options),
     }
 )

@@ -20,7 +20,6 @@ from transformer.analysis.heads.importance import (
     ablated_rows,
     ablation_importance,
     corpus_of,
-    every_head,
     gradient_importance,
     reference_log_probs,
 )
@@ -28,6 +27,7 @@ from transformer.analysis.heads.table import head_table
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import CHECKPOINT_DIR, load_checkpoint
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.heads import Head, every_head
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
 
@@ -42,7 +42,7 @@ def reversal_sample(count: int, seed: int = 0) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.parametrize(
-    "head", [(AttentionKind.ENCODER, 0, 0), (AttentionKind.DECODER, 1, 3), (AttentionKind.CROSS, 0, 2)]
+    "head", [Head(AttentionKind.ENCODER, 0, 0), Head(AttentionKind.DECODER, 1, 3), Head(AttentionKind.CROSS, 0, 2)]
 )
 def test_switching_a_head_off_equals_zeroing_its_columns_of_w_o_in_the_file(tmp_path, head):
     checkpoint = load_checkpoint(REVERSE)
@@ -74,7 +74,7 @@ def test_switching_a_head_off_equals_zeroing_its_columns_of_w_o_in_the_file(tmp_
 def test_rows_of_different_heads_decoded_together_equal_each_set_of_heads_switched_off_alone():
     checkpoint = load_checkpoint(REVERSE)
     sources, references = reversal_sample(6, seed=2)
-    heads = [(AttentionKind.CROSS, 0, 0), (AttentionKind.ENCODER, 1, 3), (AttentionKind.DECODER, 0, 1)]
+    heads = [Head(AttentionKind.CROSS, 0, 0), Head(AttentionKind.ENCODER, 1, 3), Head(AttentionKind.DECODER, 0, 1)]
     corpus = corpus_of(checkpoint.model, checkpoint.tokenizer, sources, references)
     sets = [frozenset({head}) for head in heads] + [frozenset(heads[:2]), frozenset(heads)]  # one head, or several
     with torch.inference_mode():
@@ -125,7 +125,7 @@ def test_on_the_reversal_model_both_measures_find_the_head_it_cannot_do_without(
         ablation_importance(checkpoint.model, checkpoint.tokenizer, sources, references),
         gradient_importance(checkpoint.model, corpus),
     )
-    assert len(table) == len(every_head(checkpoint.model)) == 24
+    assert len(table) == len(every_head(checkpoint.model.config)) == 24
     worst = table.sort_values("ablation_logprob_delta").iloc[0]
     assert worst.ablation_logprob_delta < -0.1  # the translation needs it
     assert (worst["kind"], worst["layer"], worst["head"]) in set(

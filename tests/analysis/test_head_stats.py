@@ -12,6 +12,7 @@ from transformer.analysis.heads.statistics import (
     statistics_frame,
 )
 from transformer.decoding.greedy import decode
+from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
 
@@ -48,7 +49,7 @@ def test_js_divergence_is_zero_for_equal_maps_and_log2_for_disjoint():
 
 
 def test_ablation_probe_is_the_model_without_those_heads_and_never_changes_it(model, tokenizer):
-    heads = [("cross", 0, 0), ("cross", 0, 1), ("encoder", 1, 0)]
+    heads = [Head.parse(text) for text in ("cross.1.1", "cross.1.2", "encoder.2.1")]
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     src = torch.tensor([tokenizer.encode("the dog runs") + [3]])
     tgt = torch.tensor([[2, 5, 6]])
@@ -56,7 +57,7 @@ def test_ablation_probe_is_the_model_without_those_heads_and_never_changes_it(mo
     d_head = model.config.d_head
     with torch.no_grad():
         for kind, layer, head in heads:
-            AttentionKind(kind).module(without, layer).out_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
+            kind.module(without, layer).out_proj.weight[:, head * d_head : (head + 1) * d_head] = 0
     for need_weights in (False, True):  # the fused path and the explicit one
         probed = model(src, tgt, need_weights, probe=Probe.ablating(heads))
         reference = without(src, tgt, need_weights)
@@ -71,7 +72,7 @@ def test_a_probe_reaches_only_its_own_forward_pass(model, tokenizer):
     import threading
 
     sentences = [" ".join(["the", "dog", "cat", "red", "park"][i % 5 :] + ["ball"] * (i % 3)) for i in range(16)]
-    probe = Probe.ablating([("cross", layer, head) for layer in range(3) for head in range(2)])
+    probe = Probe.ablating([Head(AttentionKind.CROSS, layer, head) for layer in range(3) for head in range(2)])
     probes = [probe if i % 2 else None for i in range(16)]
     expected = [decode(model, tokenizer, s, max_new_tokens=6, probe=p).cross for s, p in zip(sentences, probes)]
     results: dict[int, torch.Tensor] = {}

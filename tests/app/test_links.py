@@ -124,32 +124,37 @@ def test_a_set_of_most_of_many_heads_is_written_as_a_mask_that_fits_a_link():
     characters it switched off 179 of them, silently."""
     import random
 
-    from ui.state.url import MAX_PAGE_VALUE, _mask_bits, choices_text, head_choices, head_name
+    from transformer.model.config import TransformerConfig
+    from transformer.model.heads import every_head
+    from ui.state.url import MAX_PAGE_VALUE, _mask_bits, choices_text
 
-    choices = head_choices({"encoder": 16, "decoder": 16, "cross": 16}, 16)
+    config = TransformerConfig(8, 8, d_model=64, n_heads=16, n_encoder_layers=16, n_decoder_layers=16)
+    choices = every_head(config)
     picked = set(random.Random(0).sample(choices, 461))
     chosen = [choice for choice in choices if choice in picked]
-    text = choices_text(chosen, choices, head_name)
+    text = choices_text(chosen, choices)
     assert text.startswith("~") and len(text) <= 130 < MAX_PAGE_VALUE
     assert [c for c, bit in zip(choices, _mask_bits(text[1:], len(choices))) if bit] == chosen
-    assert choices_text(chosen[:3], choices, head_name) == ",".join(map(head_name, chosen[:3]))  # a few: readable
+    assert choices_text(chosen[:3], choices) == ",".join(map(str, chosen[:3]))  # a few: readable
     assert not any(_mask_bits("not base64!", len(choices)))
 
 
 def test_a_link_with_a_mask_of_heads_opens_with_them_switched_off():
     from helpers import markdown
 
-    from ui.state.url import choices_text, head_choices, head_name
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, file_model
+    from transformer.model.heads import Head, every_head
+    from ui.state.url import choices_text
 
     opened = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
     opened.query_params["text"] = SENTENCE
     opened = opened.switch_page("pages/heads.py").run()
-    result = opened.session_state["result"]
-    choices = head_choices({kind: result.maps(kind).shape[0] for kind in ("encoder", "decoder", "cross")}, 8)
-    off = choices_text(choices[: len(choices) - 3], choices, head_name)
+    choices = every_head(file_model(DEFAULT_CHECKPOINT)[0])  # the model a link without `ckpt` opens
+    off = choices_text(choices[: len(choices) - 3], choices)
     assert off.startswith("~")
     again = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
     again.query_params.update({"text": SENTENCE, "off": off})
     again = again.switch_page("pages/heads.py").run()
     assert not again.exception and f"{len(choices) - 3} heads off" in markdown(again)
     assert again.query_params["off"] == off  # the page writes the same link back
+    assert all(isinstance(head, Head) for head in again.session_state["ablated"])  # the one value reaches the model

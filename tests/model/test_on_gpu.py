@@ -20,6 +20,7 @@ from transformer.decoding.forcing import teacher_force
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
 
@@ -65,7 +66,7 @@ def test_teacher_forcing_and_a_switched_off_head_on_the_gpu(both):
     ids = torch.tensor([[5, 9, 14, 22, 7, 3]])
     outputs = []
     for checkpoint in (cpu, gpu):
-        probe = Probe.ablating([(AttentionKind.CROSS, 0, 1), (AttentionKind.ENCODER, 1, 2)])
+        probe = Probe.ablating([Head(AttentionKind.CROSS, 0, 1), Head(AttentionKind.ENCODER, 1, 2)])
         device = next(checkpoint.model.parameters()).device
         with torch.no_grad():
             outputs.append(checkpoint.model(ids.to(device), ids[:, :4].to(device), probe=probe).log_probs.cpu())

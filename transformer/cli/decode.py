@@ -109,8 +109,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         nargs="+",
         type=head_argument,
         default=[],
-        metavar="KIND:LAYER:HEAD",
-        help="switch these heads off (1-based, as the app shows them: encoder:1:6 decoder:2:3 cross:3:1); greedy only",
+        metavar="KIND.LAYER.HEAD",
+        help="switch these heads off (1-based, as the app names them: encoder.1.6 decoder.2.3 cross.3.1; "
+        "encoder:1:6 is read too); greedy only",
     )
     translate.set_defaults(run=cmd_translate)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -13,40 +12,27 @@ from pathlib import Path
 
 from transformer.cli.common import add_checkpoint, device
 from transformer.hugging_face.directory import load_checkpoint_or_hf
-from transformer.model.config import shown
-from transformer.model.kinds import AttentionKind
+from transformer.model.heads import Head
 from transformer.model.probes import Probe
 from transformer.text.files import MAX_LINE_BYTES, TEXT_FILE, iter_text_lines, open_regular
 
 SHOWN = 5  # heads printed at each end of each measure's ranking
 
 
-HEAD_FORM = re.compile(r"([a-z]+):([0-9]{1,6}):([0-9]{1,6})")  # ASCII digits only: int() reads " 1 " and "1_0"
+def head_argument(text: str) -> Head:
+    """A head as the app names it, 1-based (cross.2.5, or cross:2:5)."""
+    try:
+        return Head.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def head_argument(text: str) -> tuple[AttentionKind, int, int]:
-    """KIND:LAYER:HEAD, 1-based as the app shows them (encoder:2:5), as the 0-based triple the probe takes."""
-    match = HEAD_FORM.fullmatch(text)
-    if match is None or match[1] not in {k.value for k in AttentionKind}:
-        kinds = ", ".join(k.value for k in AttentionKind)
-        raise argparse.ArgumentTypeError(f"{shown(text)}: give KIND:LAYER:HEAD, KIND one of {kinds}, e.g. cross:2:5")
-    found = AttentionKind(match[1]), int(match[2]) - 1, int(match[3]) - 1
-    if found[1] < 0 or found[2] < 0:
-        raise argparse.ArgumentTypeError(f"{shown(text)}: layers and heads count from 1")
-    return found
-
-
-def heads_off_probe(model, heads: list[tuple[AttentionKind, int, int]]) -> Probe | None:
+def heads_off_probe(model, heads: list[Head]) -> Probe | None:
     """The probe switching off --heads-off (each checked against the model's shape), or None."""
     if not heads:
         return None
-    config = model.config
-    for kind, layer, head in heads:
-        count = kind.layers(config)
-        if layer >= count or head >= config.n_heads:
-            raise ValueError(
-                f"{kind.value}:{layer + 1}:{head + 1}: this model has {count} {kind.value} layers of {config.n_heads} heads"
-            )
+    for head in heads:
+        head.check(model.config)
     return Probe.ablating(heads)
 
 
@@ -147,7 +133,7 @@ def print_rankings(table) -> None:
 
 
 def pruning_frame(curves, total: int):
-    """Every point of every curve with its heads off (KIND:LAYER:HEAD, as --heads-off takes them)."""
+    """Every point of every curve with its heads off, in their text form (as --heads-off takes them)."""
     import pandas as pd
 
     return pd.DataFrame(
@@ -156,7 +142,7 @@ def pruning_frame(curves, total: int):
             "heads_off": count,
             "share": count / total,
             "bleu": curve.bleu[point],
-            "heads": " ".join(f"{k.value}:{layer + 1}:{head + 1}" for k, layer, head in sorted(curve.heads_off[point])),
+            "heads": " ".join(map(str, sorted(curve.heads_off[point]))),
         }
         for curve in curves
         for point, count in enumerate(curve.counts)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 
 
@@ -44,22 +45,22 @@ class SublayerProbe:
 
 @dataclass
 class Probe:
-    """Heads to switch off, as (kind, layer, head), and sublayers to record, as (kind, layer).
+    """Heads to switch off, and sublayers to record, as (kind, layer).
 
     Switching a head off zeroes its output before W_O, exactly the model without that head; its
     weights p_attn are still what it computed. Records fill `records` during the pass (with a
     key/value cache, the last step's).
     """
 
-    heads_off: frozenset[tuple[AttentionKind, int, int]] = frozenset()
+    heads_off: frozenset[Head] = frozenset()
     record_at: frozenset[tuple[AttentionKind, int]] = frozenset()
     records: dict[tuple[AttentionKind, int], SublayerRecord] = field(default_factory=dict)
     # Per sublayer, a (B, H) multiplier of each row's heads: a gate to differentiate a loss by (head importance)
     gates: dict[tuple[AttentionKind, int], torch.Tensor] = field(default_factory=dict)
 
     @classmethod
-    def ablating(cls, heads: Iterable[tuple[AttentionKind | str, int, int]]) -> Probe:
-        return cls(heads_off=frozenset((AttentionKind(kind), layer, head) for kind, layer, head in heads))
+    def ablating(cls, heads: Iterable[Head]) -> Probe:
+        return cls(heads_off=frozenset(heads))
 
     @classmethod
     def recording(cls, kind: AttentionKind | str, layer: int) -> Probe:
@@ -74,7 +75,7 @@ class Probe:
 
     def at(self, kind: AttentionKind, layer: int, n_heads: int) -> SublayerProbe | None:
         """This probe's part for one sublayer, or None where it asks nothing of it."""
-        off = [head for k, index, head in self.heads_off if (k, index) == (kind, layer)]
+        off = [head.index for head in self.heads_off if (head.kind, head.layer) == (kind, layer)]
         recording = (kind, layer) in self.record_at
         gate = self.gates.get((kind, layer))
         if not off and not recording and gate is None:

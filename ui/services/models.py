@@ -28,6 +28,7 @@ from transformer.decoding.lens import LogitLens, read_lens
 from transformer.decoding.result import DecodeResult
 from transformer.decoding.settings import DecodeSettings, decode_text
 from transformer.io.checkpoint import Checkpoint
+from transformer.model.heads import Head
 from transformer.model.probes import Probe
 from transformer.training.snapshots import sentence_timeline, snapshot_files
 from transformer.viz.report import html_report
@@ -144,10 +145,8 @@ def sublayer_inputs_cached(_checkpoint: Checkpoint, identity: ResultIdentity, ki
 
 
 @RESULTS
-def ablation_cached(
-    _checkpoint: Checkpoint, checkpoint_key: str, text: str, heads: tuple[tuple[str, int, int], ...]
-) -> DecodeResult:
-    """A greedy decode with the given (kind, layer, head) switched off."""
+def ablation_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, heads: tuple[Head, ...]) -> DecodeResult:
+    """A greedy decode with the given heads switched off."""
     return decode(_checkpoint.model, _checkpoint.tokenizer, text, probe=Probe.ablating(heads))
 
 

@@ -129,22 +129,6 @@ def _mask_bits(text: str, count: int) -> list[bool]:
     return [bool(data[i // 8] >> i % 8 & 1) if i // 8 < len(data) else False for i in range(count)]
 
 
-def head_name(head: tuple[str, int, int]) -> str:
-    """A head as a link names it (`off=`): kind.layer.head, 1-based ("cross.3.2")."""
-    kind, layer, index = head
-    return f"{kind}.{layer + 1}.{index + 1}"
-
-
-def head_choices(layers: dict[str, int], heads: int) -> list[tuple[str, int, int]]:
-    """Every head of a model (kind, layer, head; 0-based), kinds in AttentionKind's order: the choices `off=` names."""
-    return [
-        (kind.value, layer, head)
-        for kind in AttentionKind
-        for layer in range(layers[kind.value])
-        for head in range(heads)
-    ]
-
-
 def flag_text(value: bool) -> str:
     return "1" if value else "0"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from transformer.decoding.result import DecodeResult
+from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 from ui.state import keys
 
@@ -47,11 +48,12 @@ def content_toggle(container=st, note: str = "") -> bool:
 
 def kind_layer_head(
     result: DecodeResult, columns: list | None = None, page_default: AttentionKind | None = None
-) -> tuple[AttentionKind, int, int]:
-    """Attention kind, layer and head (0-based) as radio + two selects, in the given columns or side by side."""
+) -> Head:
+    """The shared head: its kind as a radio, its layer and index as two selects, in the given columns or side by
+    side."""
     kind_column, layer_column, head_column = columns or st.columns([3, 1, 1])
     kind = attention_kind(kind_column, page_default=page_default)
-    return kind, *layer_head(result, kind, layer_column, head_column)
+    return Head(kind, *layer_head(result, kind, layer_column, head_column))
 
 
 def layer_head(result: DecodeResult, kind: AttentionKind, layer_column, head_column) -> tuple[int, int]:

@@ -21,13 +21,14 @@ from transformer.analysis.heads.table import ROLE_MEANINGS, role_labels, role_ta
 from transformer.decoding.result import DecodeInputError
 from transformer.io.export import csv_text
 from transformer.model.config import shown
+from transformer.model.heads import Head, every_head
 from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
 from ui.services.work import TIMINGS, heavy_job
 from ui.state import keys
-from ui.state.url import MAX_PAGE_VALUE, choices_text, head_choices, head_name, url_text
+from ui.state.url import MAX_PAGE_VALUE, choices_text, url_text
 from ui.widgets.charts import show, table
 from ui.widgets.progress import Progress, pace
 from ui.widgets.sidebar import Explored
@@ -257,10 +258,7 @@ def show_pruning(curves: list[PruningCurve], total: int, explored: Explored) -> 
     series = {c.order: ([100 * n / total for n in c.counts], list(c.bleu)) for c in curves}
     show(lines(series, "BLEU as heads are switched off together", "% of heads off", "BLEU"), key="matter_pruning")
     for curve in (c for c in curves if c.order in (LEAST_FIRST, MOST_FIRST)):
-        result = explored.result
-        choices = head_choices(
-            {kind.value: result.maps(kind).shape[0] for kind in AttentionKind}, result.cross.shape[1]
-        )
+        choices = every_head(explored.checkpoint.model.config)
         points = [
             (n, bleu, point_link(explored, heads, choices))
             for n, bleu, heads in zip(curve.counts[1:], curve.bleu[1:], curve.heads_off[1:])
@@ -271,10 +269,10 @@ def show_pruning(curves: list[PruningCurve], total: int, explored: Explored) -> 
         st.markdown(f"{curve.order.capitalize()}, each point with its heads off: " + " · ".join(links))
 
 
-def point_link(explored: Explored, heads: frozenset, choices: list[tuple[str, int, int]]) -> str | None:
+def point_link(explored: Explored, heads: frozenset[Head], choices: list[Head]) -> str | None:
     """This page with the sentence on screen and `heads` switched off (Head ablation reads `off`), named among the
-    model's heads (`choices`, url.head_choices); None where the link could not name them all."""
-    named = choices_text(sorted((kind.value, layer, head) for kind, layer, head in heads), choices, head_name)
+    model's heads (`choices`); None where the link could not name them all."""
+    named = choices_text(sorted(heads), choices)
     if len(named) > MAX_PAGE_VALUE:
         return None
     return "heads?" + urlencode({"ckpt": explored.checkpoint_name, "text": url_text(explored.text), "off": named})

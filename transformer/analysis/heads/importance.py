@@ -26,26 +26,14 @@ from transformer.decoding.result import DecodeInputError, model_device, padded, 
 from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import batch_rows, translate_texts
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.heads import Head, every_head
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
 from transformer.text.tokenizer import TokenizerBase
 
-Head = tuple[AttentionKind, int, int]  # kind, layer, head (0-based)
-
 
 class ImportanceStopped(Exception):
     """The visitor stopped the work (should_stop said yes): nothing partial is returned."""
-
-
-def every_head(model: Transformer) -> list[Head]:
-    """Every head of the model: the encoder's, then each decoder layer's self and cross heads."""
-    config = model.config
-    return [
-        (kind, layer, h)
-        for kind in AttentionKind
-        for layer in range(kind.layers(config))
-        for h in range(config.n_heads)
-    ]
 
 
 @dataclass(frozen=True)
@@ -202,7 +190,7 @@ def ablating_gates(model: Transformer, head_sets: Sequence[frozenset[Head]], dev
     """A probe switching off, in each row of a batch, that row's set of heads (rows of different sets decode
     together)."""
     config = model.config
-    sites = {(kind, layer) for kind, layer, _ in every_head(model)}
+    sites = {(kind, layer) for kind, layer, _ in every_head(model.config)}
     gates = {site: torch.ones(len(head_sets), config.n_heads, device=device) for site in sites}
     for row, heads in enumerate(head_sets):
         for kind, layer, head in heads:
@@ -264,7 +252,7 @@ def ablation_importance(
     """Each head switched off alone: greedy decodes of the whole sample and a teacher-forced pass over its
     references, every (head, sentence) pair a row of batches that mix heads. `progress` hears (rows done, rows);
     `should_stop`, asked between batches, ends the work with ImportanceStopped."""
-    heads = every_head(model) if heads is None else list(heads)
+    heads = every_head(model.config) if heads is None else list(heads)
     intact = translate_texts(model, tokenizer, sources)
     references = intact if references is None else list(references)
     corpus = corpus_of(model, tokenizer, sources, references)

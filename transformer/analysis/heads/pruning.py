@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer.analysis.heads.importance import Head, ablated_rows, corpus_of, every_head, scores
+from transformer.analysis.heads.importance import ablated_rows, corpus_of, scores
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.heads import Head, every_head
 from transformer.text.tokenizer import TokenizerBase
 
 SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)  # of all heads, switched off at each point
@@ -35,7 +36,7 @@ class PruningCurve:
 
 
 def head_counts(model: Transformer) -> list[int]:
-    total = len(every_head(model))
+    total = len(every_head(model.config))
     return [round(share * total) for share in SHARES]
 
 
@@ -64,7 +65,7 @@ def pruning_curves(
 ) -> list[PruningCurve]:
     """The three curves over the sample, `ranking` (every head, most important first) deciding the orders; `intact`,
     the intact model's greedy outputs where they are at hand."""
-    if sorted(ranking) != sorted(every_head(model)):
+    if sorted(ranking) != sorted(every_head(model.config)):
         raise ValueError("the ranking must hold every head of the model once")
     counts = head_counts(model)
     removal = orders(ranking, seed)

@@ -26,7 +26,7 @@ from transformer.analysis.heads.syntax import ParsedSentence, SyntacticRoles, sy
 from transformer.analysis.heads.table import head_table
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
-from transformer.model.kinds import AttentionKind
+from transformer.model.heads import Head
 from transformer.text.tokenizer import TokenizerBase
 
 # What a survey reports as it goes: (phase, done, total), the phase one of these.
@@ -87,9 +87,7 @@ def survey_heads(
     curves = None
     if prune_by is not None:
         column, sign = RANKINGS[prune_by]
-        importance = {
-            (AttentionKind(r.kind), r.layer - 1, r.head - 1): sign * getattr(r, column) for r in table.itertuples()
-        }
+        importance = {Head.numbered(r.kind, r.layer, r.head): sign * getattr(r, column) for r in table.itertuples()}
         curves = pruning_curves(
             model,
             tokenizer,

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from transformer.analysis.heads.importance import Ablation, every_head
+from transformer.analysis.heads.importance import Ablation
 from transformer.analysis.heads.roles import POSITIONAL_SHARE, HeadRoles
 from transformer.analysis.heads.syntax import MARGIN, READINGS, SyntacticRoles
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.heads import every_head
 from transformer.model.kinds import AttentionKind
 
 ROLE_COLUMNS = ("confidence", "positional_offset", "positional_share", "sink_share", "rare_share")
@@ -25,10 +26,11 @@ def head_table(
     """Layers and heads 1-based; a measure's columns only where it was run, NaN where a role is not read for that
     kind (syntax: the encoder's heads only)."""
     rows = []
-    for kind, layer, head in every_head(model):
+    for one in every_head(model.config):
+        kind, layer, head = one
         row = {"kind": kind.value, "layer": layer + 1, "head": head + 1}
-        if ablation is not None and (kind, layer, head) in ablation.deltas:
-            bleu, chrf, log_prob = ablation.deltas[(kind, layer, head)]
+        if ablation is not None and one in ablation.deltas:
+            bleu, chrf, log_prob = ablation.deltas[one]
             row |= {"ablation_bleu_delta": bleu, "ablation_chrf_delta": chrf, "ablation_logprob_delta": log_prob}
         if gradient is not None:
             row["gradient_importance"] = float(gradient[kind][layer, head])
