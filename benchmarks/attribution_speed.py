@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from captum.attr import IntegratedGradients
 
-from transformer.analysis import attribution
+from transformer.analysis.attribution import gradients, measures
 from transformer.analysis.contributions import contributions
 from transformer.analysis.heads.importance import ablation_importance, corpus_of, gradient_importance
 from transformer.analysis.heads.syntax import read_treebank, syntactic_roles
@@ -36,9 +36,9 @@ def attribution_row(checkpoint: Checkpoint, repeats: int) -> Row:
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
     result = decode(model, tokenizer, SENTENCE)
     plain = median_ms(lambda: decode(model, tokenizer, SENTENCE), repeats)
-    ours = median_ms(lambda: attribution.attribute(model, result), max(1, repeats // 3))
+    ours = median_ms(lambda: measures.attribute(model, result), max(1, repeats // 3))
     return Row(
-        f"attribution, {result.steps}-token output, {attribution.DEFAULT_STEPS}-step integrated gradients",
+        f"attribution, {result.steps}-token output, {gradients.DEFAULT_STEPS}-step integrated gradients",
         "greedy decode of the same sentence",
         plain,
         ours,
@@ -147,15 +147,15 @@ def syntax_row(checkpoint: Checkpoint, treebank: Path, sentences: int) -> Row:
     )
 
 
-def completeness_by_method(checkpoint: Checkpoint, n_steps: int = attribution.DEFAULT_STEPS) -> dict[str, float]:
+def completeness_by_method(checkpoint: Checkpoint, n_steps: int = gradients.DEFAULT_STEPS) -> dict[str, float]:
     """The largest |convergence delta| / |f(input) - f(baseline)| over COMPLETENESS_SENTENCES' steps, per method."""
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
     worst: dict[str, float] = {}
     for sentence in COMPLETENESS_SENTENCES:
         result = decode(model, tokenizer, sentence)
         steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
-        src, decoder_input, embedded = attribution.embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
-        score = attribution.scorer(model, src, decoder_input)
+        src, decoder_input, embedded = gradients.embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
+        score = gradients.scorer(model, src, decoder_input)
         baselines = tuple(torch.zeros_like(e) for e in embedded)
         with torch.no_grad():
             gap = (score(*embedded, steps, tokens) - score(*baselines, steps, tokens)).abs()
@@ -181,10 +181,10 @@ def fewer_steps(checkpoint: Checkpoint, choices: tuple[int, ...] = (32, 16, 8)) 
     decoded = median_ms(lambda: decode(model, tokenizer, SENTENCE), 7)
     traded = {}
     for n_steps in choices:
-        attributed = median_ms(lambda: attribution.attribute(model, result, n_steps), 3)
+        attributed = median_ms(lambda: measures.attribute(model, result, n_steps), 3)
         worst = 0.0
         for sentence in COMPLETENESS_SENTENCES:
-            found = attribution.attribute(model, decode(model, tokenizer, sentence), n_steps)
+            found = measures.attribute(model, decode(model, tokenizer, sentence), n_steps)
             gap = np.abs(found.log_probs - found.baseline_log_probs)
             worst = max(worst, float((np.abs(found.convergence_delta) / gap).max()))
         traded[n_steps] = (attributed / decoded, worst)
@@ -199,7 +199,7 @@ if __name__ == "__main__":
         )
     for method, error in completeness_by_method(loaded).items():
         print(f"completeness, {method}: worst |delta| / |f(x) - f(baseline)| = {error:.3f}")
-    print(f"(the package uses {attribution.METHOD}; sentences: {len(COMPLETENESS_SENTENCES)})")
+    print(f"(the package uses {gradients.METHOD}; sentences: {len(COMPLETENESS_SENTENCES)})")
     for n_steps, (ratio, error) in fewer_steps(loaded).items():
         print(
             f"{n_steps} interpolation steps: {ratio:.1f}x the decode; worst |delta| / |f(x) - f(baseline)| = {error:.3f}"

@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from transformer.analysis.attribution import DEFAULT_STEPS, MIN_STEPS, agreement, interpolation_steps, nan_mean
+from transformer.analysis.attribution.gradients import DEFAULT_STEPS, MIN_STEPS, interpolation_steps
+from transformer.analysis.attribution.measures import agreement, nan_mean
 from transformer.analysis.words import over_words
 from transformer.io.export import csv_text, npz_bytes, position_labels
 from transformer.model.kinds import AttentionKind

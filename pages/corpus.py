@@ -5,7 +5,7 @@ import sacrebleu
 import streamlit as st
 from sacrebleu.metrics import BLEU
 
-from transformer.analysis.attribution import corpus_agreement
+from transformer.analysis.attribution.measures import corpus_agreement
 from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.export import csv_text

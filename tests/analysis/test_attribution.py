@@ -11,7 +11,8 @@ import pytest
 import torch
 from helpers import REPO
 
-from transformer.analysis.attribution import agreement, attribute, contrastive, embedded_inputs, scorer
+from transformer.analysis.attribution.gradients import embedded_inputs, scorer
+from transformer.analysis.attribution.measures import agreement, attribute, contrastive
 from transformer.analysis.contributions import contributions
 from transformer.decoding.greedy import decode
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
@@ -48,9 +49,9 @@ def test_integrated_gradients_equal_captums_whose_forward_passes_are_each_steps_
     its own (its own forward and backward passes) and the same midpoint rule, must find the same numbers."""
     from captum.attr import IntegratedGradients
 
-    import transformer.analysis.attribution
+    import transformer.analysis.attribution.gradients as gradients
 
-    monkeypatch.setattr(transformer.analysis.attribution, "ROWS_PER_PASS", rows_per_pass)
+    monkeypatch.setattr(gradients, "ROWS_PER_PASS", rows_per_pass)
     result = decode(model, tokenizer, "the red dog runs in the blue park")
     src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
     steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
@@ -232,7 +233,7 @@ def test_the_attribution_page_draws_the_five_measures_of_the_explorers_step():
 def test_corpus_mode_ranks_the_heads_by_their_agreement_over_the_file(model, tokenizer):
     from helpers import start
 
-    from transformer.analysis.attribution import corpus_agreement
+    from transformer.analysis.attribution.measures import corpus_agreement
 
     sentences = ["the dog runs", "", "a red ball in the water"]
     values, used = corpus_agreement(model, tokenizer, sentences, n_steps=4)
@@ -251,7 +252,7 @@ def test_corpus_mode_ranks_the_heads_by_their_agreement_over_the_file(model, tok
 
 
 def test_the_work_of_a_request_is_capped_by_fewer_steps_then_by_refusal():
-    from transformer.analysis.attribution import DEFAULT_STEPS, interpolation_steps
+    from transformer.analysis.attribution.gradients import DEFAULT_STEPS, interpolation_steps
 
     assert interpolation_steps(20, 45, 100_000) == DEFAULT_STEPS  # a 20-token output of a 25-token sentence
     assert interpolation_steps(40, 80, 100_000) == 31  # fewer steps, within the budget
@@ -259,7 +260,7 @@ def test_the_work_of_a_request_is_capped_by_fewer_steps_then_by_refusal():
 
 
 def test_an_attribution_stops_between_output_steps_when_asked(shipped):
-    from transformer.analysis.attribution import AttributionStopped
+    from transformer.analysis.attribution.gradients import AttributionStopped
 
     result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
     asked = []
@@ -287,7 +288,7 @@ def test_heavy_jobs_wait_for_a_slot_and_stop_when_their_visitor_leaves(monkeypat
 
     import ui.services.work
     import ui.widgets.progress
-    from transformer.analysis.attribution import AttributionStopped
+    from transformer.analysis.attribution.gradients import AttributionStopped
 
     monkeypatch.setattr(ui.services.work, "SLOTS", ui.services.work.Slots(1))
     order = []

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from transformer.analysis.attribution import attribute
+from transformer.analysis.attribution.measures import attribute
 from transformer.analysis.contributions import contributions
 from transformer.decoding.forcing import teacher_force
 from transformer.decoding.settings import DecodeSettings, decode_text

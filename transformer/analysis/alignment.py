@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from transformer.analysis.attribution import source_integrated_gradients, value_weighted_attention
+from transformer.analysis.attribution.gradients import source_integrated_gradients
+from transformer.analysis.attribution.measures import value_weighted_attention
 from transformer.analysis.contributions import contributions
 from transformer.analysis.decoder_flow import MAX_DECODER_FLOW_TOKENS, decoder_flow
 from transformer.analysis.views import without_sinks

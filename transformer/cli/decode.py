@@ -57,7 +57,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_attribute(args: argparse.Namespace) -> int:
-    from transformer.analysis.attribution import attribute
+    from transformer.analysis.attribution.measures import attribute
 
     checkpoint, result = decode_argument(args)
     arrays = attribute(checkpoint.model, result, n_steps=args.steps).arrays()

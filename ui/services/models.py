@@ -16,7 +16,7 @@ import streamlit as st
 import torch
 
 from transformer.analysis.alignment import Method, pair_matrix
-from transformer.analysis.attribution import Attribution, attribute, contrastive
+from transformer.analysis.attribution.measures import Attribution, attribute, contrastive
 from transformer.analysis.contributions import Contributions, contributions
 from transformer.analysis.timeline import Timeline
 from transformer.analysis.tuned_lens import TunedLens, read_with

@@ -23,7 +23,7 @@ from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequestType
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from transformer.analysis.attribution import AttributionStopped
+from transformer.analysis.attribution.gradients import AttributionStopped
 
 TRANSLATE_BATCH = 16  # sentences a batch under a progress bar: 64 held it still for 50 s on the last, longest
 
