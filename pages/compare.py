@@ -13,6 +13,7 @@ from ui.services import checkpoints, models
 from ui.state import url
 from ui.widgets.charts import show
 from ui.widgets.controls import kind_layer_head, words_toggle
+from ui.widgets.notices import open_or_explain
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
@@ -30,7 +31,7 @@ if session.get("compare_with") not in others:  # first here, or the sidebar now 
     session.compare_with = default
 other_name = st.selectbox("Compare the sidebar's checkpoint with", others, key="compare_with")
 url.write_url({"with": other_name})  # now: the page may stop below
-opened = checkpoints.open_or_explain(other_name)
+opened = open_or_explain(other_name)
 if opened is None:
     st.stop()
 other, other_key = opened.checkpoint, opened.key

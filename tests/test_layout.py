@@ -66,6 +66,26 @@ def test_each_layer_imports_only_the_layers_below_it():
         assert used <= ALLOWED[parts[1]], f"{module} imports {sorted(used - ALLOWED[parts[1]])}"
 
 
+# The app's rooms in the same way (docs/layout.md): what each room of ui/ may import of the others. State first;
+# services answer and never draw; players and widgets draw, side by side; the server serves them all.
+UI_ALLOWED = {
+    "state": set(),
+    "services": {"state"},
+    "players": {"state", "services"},
+    "widgets": {"state", "services"},
+    "server": {"state", "services", "players", "widgets"},
+}
+
+
+def test_each_room_of_the_app_imports_only_the_rooms_below_it():
+    for path in (REPO / "ui").rglob("*.py"):
+        parts = module_name(path).split(".")
+        if len(parts) < 3:
+            continue
+        used = {name.split(".")[1] for name in imports(path) if name.startswith("ui.")} - {parts[1]}
+        assert used <= UI_ALLOWED[parts[1]], f"{module_name(path)} imports {sorted(used - UI_ALLOWED[parts[1]])}"
+
+
 def test_no_import_cycle_between_modules():
     graph = {module: {n for n in names if n.startswith("transformer.")} for module, names in package_modules().items()}
     assert_acyclic(graph)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from ui.server.replica import moved_from_another
+from ui.state.replica import moved_from_another
 
 
 @pytest.mark.parametrize(

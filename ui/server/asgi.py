@@ -17,8 +17,8 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from streamlit import config
 
-from ui.server.replica import REPLICA_NAME
 from ui.services.work import saturated
+from ui.state.replica import REPLICA_NAME
 
 APP = Path(__file__).resolve().parents[2] / "app.py"
 

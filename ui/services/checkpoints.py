@@ -19,12 +19,10 @@ from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
     DEFAULT_CHECKPOINT,
     Checkpoint,
-    CheckpointError,
     describe,
 )
 from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.io.tuned_lens_file import file_sha256, load_tuned_lens, tuned_lens_path
-from ui.widgets.text import literal
 
 
 def device() -> torch.device:
@@ -108,17 +106,6 @@ def open_checkpoint(name: str) -> KeyedCheckpoint:
         return uploads[name]
     path = checkpoint_files()[name]
     return KeyedCheckpoint(load(path), checkpoint_key(path))
-
-
-def open_or_explain(name: str) -> KeyedCheckpoint | None:
-    """open_checkpoint behind a spinner (a first load takes seconds); None, with the reason on the page,
-    when the file cannot be used (corrupt, refused, removed, or no memory left for it)."""
-    try:
-        with st.spinner(f"Loading {name} ..."):
-            return open_checkpoint(name)
-    except (CheckpointError, OSError, MemoryError, torch.OutOfMemoryError) as error:
-        st.error(literal(f"Checkpoint {name} cannot be used: {str(error) or 'the server is out of memory'}"))
-        return None
 
 
 def language_name(code: str) -> str:

@@ -16,11 +16,11 @@ from transformer.decoding.result import DecodeInputError, DecodeResult, truncati
 from transformer.decoding.settings import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint
 from transformer.io.metadata import read_metadata
-from ui.server.replica import say_if_moved
 from ui.services import checkpoints, models
 from ui.services.uploads import SERVER_UPLOADS
 from ui.state import keys, url
 from ui.state.identity import ResultIdentity
+from ui.widgets.notices import open_or_explain, say_if_moved
 from ui.widgets.presentation import close_sidebar_if_presenting, presentation_style, sidebar_state
 from ui.widgets.text import literal
 from ui.widgets.welcome import first_steps
@@ -131,7 +131,7 @@ def render() -> Explored | None:
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: keys.MAX_CHARACTERS]
         session.applied_settings = DecodeSettings(**{name: session[name] for name in keys.SETTINGS})
-    opened = checkpoints.open_or_explain(name)
+    opened = open_or_explain(name)
     if opened is None:
         return None
     if opened.ledger_key is not None:  # an upload in use is not idle

@@ -13,10 +13,6 @@ import streamlit as st
 
 REPLICA_COOKIE = "te_replica"
 REPLICA_NAME = os.environ.get("TRANSFORMER_EXPLORER_REPLICA", "")
-MOVED = (
-    "The server that held your session stopped, so you are now on another one: your view was reset to "
-    "what the page's link holds (sentence, settings and view), and uploads made before must be made again."
-)
 
 
 def moved_from_another(previous: str | None, own_name: str) -> bool:
@@ -24,7 +20,6 @@ def moved_from_another(previous: str | None, own_name: str) -> bool:
     return bool(previous and own_name and previous != own_name)
 
 
-def say_if_moved() -> None:
-    """On a session's first run: a note when the visitor came from a replica that stopped."""
-    if moved_from_another(st.context.cookies.get(REPLICA_COOKIE), REPLICA_NAME):
-        st.toast(MOVED, icon=":material/sync_problem:", duration="infinite")
+def moved_here() -> bool:
+    """Whether this session's visitor came from a replica that stopped."""
+    return moved_from_another(st.context.cookies.get(REPLICA_COOKIE), REPLICA_NAME)
