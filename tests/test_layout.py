@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from helpers import REPO
@@ -156,6 +157,35 @@ def test_no_module_past_400_lines_and_no_function_past_60():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
                 long_functions.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
     assert not long_modules and not long_functions, long_modules + long_functions
+
+
+JS_FUNCTION = re.compile(r"(\s*)(?:export default )?function\b.*\{$")
+
+
+def js_function_lengths(text: str) -> list[tuple[int, int]]:
+    """(first line, lines) of each function of a browser script, nested ones too: from `function ... {` to the
+    `}` at its indentation (the scripts' own layout, which the players keep)."""
+    lines = text.splitlines()
+    found = []
+    for number, line in enumerate(lines):
+        if match := JS_FUNCTION.fullmatch(line):
+            end = next(i for i in range(number + 1, len(lines)) if lines[i] == f"{match[1]}}}")
+            found.append((number + 1, end - number))
+    return found
+
+
+def test_the_browser_scripts_hold_to_the_same_limits():
+    """The players' scripts had escaped the rules: step_player.js at 431 lines, a function of 198."""
+    long = []
+    for path in (REPO / "ui").rglob("*.js"):
+        text = path.read_text()
+        if text.count("\n") > 400:
+            long.append(f"{path.relative_to(REPO)}: {text.count(chr(10))} lines")
+        long += [
+            f"{path.relative_to(REPO)}:{at} {lines} lines" for at, lines in js_function_lengths(text) if lines >= 60
+        ]
+    assert js_function_lengths("function a() {\n  function b() {\n  }\n}\n") == [(1, 3), (2, 1)]
+    assert not long, long
 
 
 def test_no_folder_outside_pages_holds_more_than_ten_modules():

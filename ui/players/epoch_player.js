@@ -73,6 +73,179 @@ function drawCurve(box, title, xs, ys, at, xLabel) {
   box.append(chart);
 }
 
+// The boxes a timeline's view draws into, laid out under the step controls, with a mark per snapshot.
+function epochLayout(data, stepper) {
+  const boxes = elements({ marks: "div epoch-marks", caption: "p caption", outputs: "div outputs", probs: "div map",
+    view: "div view-choice", map: "div map epoch-map", heads: "div heads", lens: "div map", curves: "div curves",
+    bleu: "div curve-box", loss: "div curve-box", body: "div epoch-body", left: "div epoch-left",
+    right: "div epoch-right" });
+  data.labels.forEach((label, i) => {
+    const mark = button(label);
+    mark.className = "epoch-mark";
+    mark.onclick = () => stepper.go(i);
+    boxes.marks.append(mark);
+  });
+  boxes.curves.append(boxes.bleu, boxes.loss);
+  boxes.left.append(boxes.view, boxes.map, boxes.outputs, boxes.probs); // the map right below the controls: both on one projector screen
+  boxes.right.append(boxes.heads, boxes.curves);
+  boxes.body.append(boxes.left, boxes.right);
+  const root = element("div", data.presentation ? "player epochs presentation" : "player epochs");
+  root.append(stepper.controls, stepper.slider, boxes.marks, boxes.caption, boxes.body, boxes.lens);
+  return { root, boxes };
+}
+
+function axes(data, kind) {
+  if (kind === "encoder") return [data.src, data.src];
+  if (kind === "decoder") return [data.tgt, data.decoder_input];
+  return [data.tgt, data.src];
+}
+
+function drawViewChoice({ data, state, boxes, redraw }) {
+  const layers = data.layers[state.kind];
+  state.layer = Math.min(state.layer, layers - 1);
+  boxes.view.replaceChildren(
+    choice("Attention", Object.entries(KIND_NAMES).map(([k, name]) => [k, name]), state.kind, (value) => {
+      state.kind = value;
+      redraw();
+    }),
+    choice("Layer", [...Array(layers).keys()].map((l) => [l, `layer ${l + 1}`]), state.layer, (value) => {
+      state.layer = Number(value);
+      redraw();
+    }),
+    choice("Head", [...[...Array(data.map_heads).keys()].map((h) => [h, `head ${h + 1}`]),
+      ["mean", "mean of the heads"], ...(data.map_heads ? [["all", "every head"]] : [])], state.head, (value) => {
+      state.head = value === "mean" || value === "all" ? value : Number(value);
+      redraw();
+    }),
+  );
+}
+
+function drawEpochMap({ data, maps, state, boxes }) {
+  const [rows, columns] = axes(data, state.kind);
+  const layers = data.layers[state.kind];
+  const size = rows.length * columns.length;
+  const at = (head) => (((state.at * layers + state.layer) * (data.map_heads + 1)) + head) * size;
+  if (!data.map_heads) state.head = "mean";  // the means alone were sent: a long run of a large model
+  boxes.map.replaceChildren();
+  const where = `${data.labels[state.at]} · ${KIND_NAMES[state.kind]}, layer ${state.layer + 1}`;
+  if (state.head === "all") {
+    const small = element("div", "small-maps");
+    for (let h = 0; h < data.map_heads; h += 1) {
+      const box = element("div", "map");
+      drawGrid(box, `head ${h + 1}`, rows, columns, maps[state.kind], at(h), data.colors, data.quantum);
+      small.append(box);
+    }
+    boxes.map.append(element("div", "map-title", `${where}, every head`), small);
+    return;
+  }
+  const head = state.head === "mean" ? data.map_heads : state.head;
+  const name = state.head === "mean" ? "mean of the heads" : `head ${head + 1}`;
+  drawGrid(boxes.map, `${where}, ${name}`, rows, columns, maps[state.kind], at(head), data.colors, data.quantum);
+}
+
+// A sparkline of each head's measure over the snapshots, the one shown marked, and its value there.
+function sparkCell(values, now, high, title, shown) {
+  const cell = element("div", "head-cell");
+  cell.append(sparkline(values, now, high, title), element("span", "spark-value", shown));
+  return cell;
+}
+
+function drawHeadTable({ data, state, boxes }) {
+  const kind = state.kind, layer = state.layer, s = state.at;
+  const distance = data.distance[kind], entropy = data.entropy[kind];
+  const column = (table, h) => table.map((bySnapshot) => bySnapshot[layer][h]);
+  const high = (table) => Math.max(...table.flatMap((bySnapshot) => bySnapshot[layer]), 1e-9);
+  boxes.heads.replaceChildren(element("div", "map-title", `How each head of layer ${layer + 1} changed`));
+  const table = element("div", "head-table");
+  const aer = kind === "cross" ? data.aer : null;
+  table.style.gridTemplateColumns = `max-content repeat(${aer ? 3 : 2}, max-content) max-content`;
+  ["", "distance from the last", "entropy", ...(aer ? ["AER"] : []), "settles at"].forEach((text) =>
+    table.append(element("div", "head-cell head", text)));
+  for (let h = 0; h < data.heads; h += 1) {
+    const settled = data.settled[kind][layer][h];
+    table.append(element("div", "head-cell name", `head ${h + 1}`));
+    for (const [values, top, what] of [[column(distance, h), high(distance), "distance"],
+      [column(entropy, h), high(entropy), "entropy"]]) {
+      table.append(sparkCell(values, s, top, `head ${h + 1}'s ${what} by epoch`, number(values[s])));
+    }
+    if (aer) {
+      const values = column(aer, h);
+      table.append(sparkCell(values, s, 1, `head ${h + 1}'s AER by epoch`,
+        values[s] === null ? "–" : values[s].toFixed(2)));
+    }
+    table.append(element("div", settled <= s ? "head-cell settled" : "head-cell", data.labels[settled]));
+  }
+  boxes.heads.append(table, element("p", "note", `Distance: the Jensen-Shannon divergence (nats, 0 the same, 0.69 `
+    + `disjoint) of the head's rows from the last epoch's, over the probe sentences; a head settles at the first `
+    + `epoch from which it stays under ${data.settled_below}. Entropy: nats, higher is more spread.`
+    + (aer ? ` AER: ${data.aer_method} (lower is better).` : "")));
+}
+
+function drawLensRanks({ data, state, boxes }) {
+  boxes.lens.replaceChildren(element("div", "map-title", "Each decoder layer's rank of the reference token "
+    + "(the logit lens; 1: the layer's top guess)"));
+  const grid = element("div", "grid lens-ranks");
+  grid.style.gridTemplateColumns = `max-content repeat(${data.tgt.length}, minmax(2.2rem, 1fr))`;
+  data.lens_rank[state.at].forEach((ranks, layer) => {
+    grid.append(element("div", "row-label", `layer ${layer + 1}`));
+    ranks.forEach((rank, t) => {
+      const cell = element("div", "cell rank", rank > 999 ? "999+" : String(rank));
+      cell.style.background = colorOf(data.colors, 1 / rank);
+      cell.classList.toggle("light", 1 / rank < 0.5);
+      cell.title = `layer ${layer + 1} ranks "${data.tgt[t]}" ${rank}`;
+      grid.append(cell);
+    });
+  });
+  grid.append(element("div"));
+  data.tgt.forEach((label) => grid.append(element("div", "key-label", label)));
+  boxes.lens.append(grid);
+}
+
+function drawTokenProbabilities({ data, state, boxes }) {
+  const values = data.token_probs[state.at];
+  const mean = values.reduce((a, b) => a + (b ?? 0), 0) / values.length;
+  boxes.probs.replaceChildren(element("div", "map-title",
+    `The probability this epoch gives each reference token (mean ${number(mean)})`));
+  const strip = element("div", "prob-strip");
+  values.forEach((p, t) => {
+    const token = element("span", "prob-token");
+    const swatch = element("span", "prob-cell", p === null ? "–" : p.toFixed(2));
+    swatch.style.background = p === null ? "#d5d7de" : colorOf(data.colors, p);
+    swatch.classList.toggle("light", p !== null && p < 0.5);
+    token.append(swatch, element("span", "prob-label", data.tgt[t]));
+    token.title = `${data.tgt[t]}: ${number(p)}`;
+    strip.append(token);
+  });
+  boxes.probs.append(strip);
+}
+
+// One line of text: a label, then what it labels.
+function labelled(label, text) {
+  const line = element("p", "output", "");
+  line.append(element("span", "output-label", label), element("span", "output-text", text));
+  return line;
+}
+
+function drawEpoch(view) {
+  const { data, state, boxes } = view;
+  const s = state.at;
+  [...boxes.marks.children].forEach((mark, i) => mark.setAttribute("aria-pressed", String(i === s)));
+  const bleu = data.val_bleu[s];
+  boxes.caption.replaceChildren(element("b", "", data.labels[s]), ` (${s + 1} of ${data.labels.length})`,
+    data.steps[s] ? ` · ${data.steps[s].toLocaleString("en")} training steps` : " · random weights, no training",
+    bleu === null ? "" : ` · validation BLEU ${bleu.toFixed(1)}`);
+  boxes.outputs.replaceChildren(labelled("Its translation: ", data.outputs[s]),
+    labelled("The reference every map reads: ", data.reference));
+  drawTokenProbabilities(view);
+  drawViewChoice(view);
+  drawEpochMap(view);
+  drawHeadTable(view);
+  drawLensRanks(view);
+  drawCurve(boxes.bleu, "Validation BLEU by epoch", data.epochs, data.val_bleu, data.epochs[s], "epoch");
+  drawCurve(boxes.loss, "Training loss by step", data.loss.steps, data.loss.values, data.steps[s], "step");
+  writeViewToAddress(data, state);
+}
+
 export default function (component) {
   const { parentElement, key } = component;
   const [data] = component.data; // a one-item list, as the step view's
@@ -84,191 +257,14 @@ export default function (component) {
   const state = kept ? before : { id: data.id, at: data.snapshot, kind: data.kind, layer: data.layer,
     head: data.head, rate: data.rates[1] };
   epochHeld.set(key, state);
-
-  const root = element("div", data.presentation ? "player epochs presentation" : "player epochs");
   // Play at the end plays the run again
   const stepper = stepControls({ key, timers: epochTimers, state, last, rates: data.rates, noun: "Epoch", sliderFrom: 0,
-    show: redraw, replay: true });
-  const { go, stop } = stepper;
-  const marks = element("div", "epoch-marks");
-  data.labels.forEach((label, i) => {
-    const mark = button(label);
-    mark.className = "epoch-mark";
-    mark.onclick = () => go(i);
-    marks.append(mark);
-  });
-  const caption = element("p", "caption");
-  const outputs = element("div", "outputs");
-  const probs = element("div", "map");
-  const view = element("div", "view-choice");
-  const mapBox = element("div", "map epoch-map");
-  const heads = element("div", "heads");
-  const lens = element("div", "map");
-  const curves = element("div", "curves");
-  const bleuBox = element("div", "curve-box");
-  const lossBox = element("div", "curve-box");
-  curves.append(bleuBox, lossBox);
-  const body = element("div", "epoch-body");
-  const left = element("div", "epoch-left");
-  const right = element("div", "epoch-right");
-  left.append(view, mapBox, outputs, probs);  // the map right below the controls: both on one projector screen
-  right.append(heads, curves);
-  body.append(left, right);
-  root.append(stepper.controls, stepper.slider, marks, caption, body, lens);
-  parentElement.querySelector(".player")?.remove();
-  parentElement.append(root);
-
-  function axes(kind) {
-    if (kind === "encoder") return [data.src, data.src];
-    if (kind === "decoder") return [data.tgt, data.decoder_input];
-    return [data.tgt, data.src];
-  }
-
-  function drawView() {
-    const layers = data.layers[state.kind];
-    state.layer = Math.min(state.layer, layers - 1);
-    view.replaceChildren(
-      choice("Attention", Object.entries(KIND_NAMES).map(([k, name]) => [k, name]), state.kind, (value) => {
-        state.kind = value;
-        redraw();
-      }),
-      choice("Layer", [...Array(layers).keys()].map((l) => [l, `layer ${l + 1}`]), state.layer, (value) => {
-        state.layer = Number(value);
-        redraw();
-      }),
-      choice("Head", [...[...Array(data.map_heads).keys()].map((h) => [h, `head ${h + 1}`]),
-        ["mean", "mean of the heads"], ...(data.map_heads ? [["all", "every head"]] : [])], state.head, (value) => {
-        state.head = value === "mean" || value === "all" ? value : Number(value);
-        redraw();
-      }),
-    );
-  }
-
-  function drawMaps() {
-    const [rows, columns] = axes(state.kind);
-    const layers = data.layers[state.kind];
-    const size = rows.length * columns.length;
-    const at = (head) => (((state.at * layers + state.layer) * (data.map_heads + 1)) + head) * size;
-    if (!data.map_heads) state.head = "mean";  // the means alone were sent: a long run of a large model
-    mapBox.replaceChildren();
-    const where = `${data.labels[state.at]} · ${KIND_NAMES[state.kind]}, layer ${state.layer + 1}`;
-    if (state.head === "all") {
-      const small = element("div", "small-maps");
-      for (let h = 0; h < data.map_heads; h += 1) {
-        const box = element("div", "map");
-        drawGrid(box, `head ${h + 1}`, rows, columns, maps[state.kind], at(h), data.colors, data.quantum);
-        small.append(box);
-      }
-      mapBox.append(element("div", "map-title", `${where}, every head`), small);
-      return;
-    }
-    const head = state.head === "mean" ? data.map_heads : state.head;
-    const name = state.head === "mean" ? "mean of the heads" : `head ${head + 1}`;
-    drawGrid(mapBox, `${where}, ${name}`, rows, columns, maps[state.kind], at(head),
-      data.colors, data.quantum);
-  }
-
-  function drawHeads() {
-    const kind = state.kind, layer = state.layer, s = state.at;
-    const distance = data.distance[kind], entropy = data.entropy[kind];
-    const column = (table, h) => table.map((bySnapshot) => bySnapshot[layer][h]);
-    const high = (table) => Math.max(...table.flatMap((bySnapshot) => bySnapshot[layer]), 1e-9);
-    heads.replaceChildren(element("div", "map-title", `How each head of layer ${layer + 1} changed`));
-    const table = element("div", "head-table");
-    const aer = kind === "cross" ? data.aer : null;
-    table.style.gridTemplateColumns = `max-content repeat(${aer ? 3 : 2}, max-content) max-content`;
-    ["", "distance from the last", "entropy", ...(aer ? ["AER"] : []), "settles at"].forEach((text) =>
-      table.append(element("div", "head-cell head", text)));
-    for (let h = 0; h < data.heads; h += 1) {
-      const settled = data.settled[kind][layer][h];
-      table.append(element("div", "head-cell name", `head ${h + 1}`));
-      const d = column(distance, h), e = column(entropy, h);
-      for (const [values, top, what] of [[d, high(distance), "distance"], [e, high(entropy), "entropy"]]) {
-        const cell = element("div", "head-cell");
-        cell.append(sparkline(values, s, top, `head ${h + 1}'s ${what} by epoch`),
-          element("span", "spark-value", number(values[s])));
-        table.append(cell);
-      }
-      if (aer) {
-        const values = aer.map((bySnapshot) => bySnapshot[layer][h]);
-        const cell = element("div", "head-cell");
-        cell.append(sparkline(values, s, 1, `head ${h + 1}'s AER by epoch`),
-          element("span", "spark-value", values[s] === null ? "–" : values[s].toFixed(2)));
-        table.append(cell);
-      }
-      table.append(element("div", settled <= s ? "head-cell settled" : "head-cell",
-        data.labels[settled]));
-    }
-    heads.append(table, element("p", "note", `Distance: the Jensen-Shannon divergence (nats, 0 the same, 0.69 `
-      + `disjoint) of the head's rows from the last epoch's, over the probe sentences; a head settles at the first `
-      + `epoch from which it stays under ${data.settled_below}. Entropy: nats, higher is more spread.`
-      + (aer ? ` AER: ${data.aer_method} (lower is better).` : "")));
-  }
-
-  function drawLens() {
-    const s = state.at;
-    lens.replaceChildren(element("div", "map-title", "Each decoder layer's rank of the reference token "
-      + "(the logit lens; 1: the layer's top guess)"));
-    const grid = element("div", "grid lens-ranks");
-    grid.style.gridTemplateColumns = `max-content repeat(${data.tgt.length}, minmax(2.2rem, 1fr))`;
-    data.lens_rank[s].forEach((ranks, layer) => {
-      grid.append(element("div", "row-label", `layer ${layer + 1}`));
-      ranks.forEach((rank, t) => {
-        const cell = element("div", "cell rank", rank > 999 ? "999+" : String(rank));
-        cell.style.background = colorOf(data.colors, 1 / rank);
-        cell.classList.toggle("light", 1 / rank < 0.5);
-        cell.title = `layer ${layer + 1} ranks "${data.tgt[t]}" ${rank}`;
-        grid.append(cell);
-      });
-    });
-    grid.append(element("div"));
-    data.tgt.forEach((label) => grid.append(element("div", "key-label", label)));
-    lens.append(grid);
-  }
-
-  function drawProbabilities() {
-    const s = state.at;
-    const values = data.token_probs[s];
-    const mean = values.reduce((a, b) => a + (b ?? 0), 0) / values.length;
-    probs.replaceChildren(element("div", "map-title", `The probability this epoch gives each reference token (mean ${number(mean)})`));
-    const strip = element("div", "prob-strip");
-    values.forEach((p, t) => {
-      const token = element("span", "prob-token");
-      const swatch = element("span", "prob-cell", p === null ? "–" : p.toFixed(2));
-      swatch.style.background = p === null ? "#d5d7de" : colorOf(data.colors, p);
-      swatch.classList.toggle("light", p !== null && p < 0.5);
-      token.append(swatch, element("span", "prob-label", data.tgt[t]));
-      token.title = `${data.tgt[t]}: ${number(p)}`;
-      strip.append(token);
-    });
-    probs.append(strip);
-  }
-
-  function redraw() {
-    const s = state.at;
-    [...marks.children].forEach((mark, i) => mark.setAttribute("aria-pressed", String(i === s)));
-    const bleu = data.val_bleu[s];
-    caption.replaceChildren(element("b", "", data.labels[s]), ` (${s + 1} of ${data.labels.length})`,
-      data.steps[s] ? ` · ${data.steps[s].toLocaleString("en")} training steps` : " · random weights, no training",
-      bleu === null ? "" : ` · validation BLEU ${bleu.toFixed(1)}`);
-    const said = element("p", "output", "");
-    said.append(element("span", "output-label", "Its translation: "), element("span", "output-text", data.outputs[s]));
-    const reference = element("p", "output", "");
-    reference.append(element("span", "output-label", "The reference every map reads: "),
-      element("span", "output-text", data.reference));
-    outputs.replaceChildren(said, reference);
-    drawProbabilities();
-    drawView();
-    drawMaps();
-    drawHeads();
-    drawLens();
-    drawCurve(bleuBox, "Validation BLEU by epoch", data.epochs, data.val_bleu, data.epochs[s], "epoch");
-    drawCurve(lossBox, "Training loss by step", data.loss.steps, data.loss.values, data.steps[s], "step");
-    writeViewToAddress(data, state);
-  }
-
-  epochSteppers.set(key, { root, go: (delta) => go(state.at + delta) });
+    show: () => view.redraw(), replay: true });
+  const { root, boxes } = epochLayout(data, stepper);
+  const view = { data, maps, state, boxes, redraw: () => drawEpoch(view) };
+  mount(parentElement, root);
+  epochSteppers.set(key, { root, go: (delta) => stepper.go(state.at + delta) });
   stepper.draw();
-  stop();
+  stepper.stop();
   return () => epochSteppers.delete(key);
 }

@@ -130,17 +130,10 @@ function stepWithArrowKeys(steppers) {
   });
 }
 
-// What every player steps with: First, Previous, Next, Last, Play at a chosen rate, and a slider, over positions 0 to
-// `last`. `state.at` is the position and `state.rate` Play's rate (kept by the caller across redraws); `noun` names a
-// position ("Step"), `sliderFrom` the slider's first value; `show()` draws the position and `moved()` follows a move;
-// `replay`: Play at the end plays again from the start. Returns the controls, the slider, and go, stop and show.
-function stepControls({ key, timers, state, last, rates, noun, sliderFrom, show, moved = () => {}, replay = false }) {
-  const controls = element("div", "controls");
-  const first = button("« First");
-  const previous = button("‹ Previous");
-  const next = button("Next ›");
-  const lastButton = button("Last »");
-  const play = button("▶ Play");
+// The step controls' buttons and Play's rate, in one row.
+function playButtons(noun, rates, chosenRate) {
+  const buttons = { first: button("« First"), previous: button("‹ Previous"), next: button("Next ›"),
+    lastButton: button("Last »"), play: button("▶ Play") };
   const rate = element("select", "rate");
   rate.setAttribute("aria-label", `${noun}s a second when playing`);
   rates.forEach((value) => {
@@ -148,8 +141,32 @@ function stepControls({ key, timers, state, last, rates, noun, sliderFrom, show,
     option.value = String(value);
     rate.append(option);
   });
-  rate.value = String(state.rate);
-  controls.append(first, previous, next, lastButton, play, rate);
+  rate.value = String(chosenRate);
+  const controls = element("div", "controls");
+  controls.append(...Object.values(buttons), rate);
+  return { controls, rate, ...buttons };
+}
+
+// A player's boxes, named, each from "tag class ...".
+function elements(spec) {
+  return Object.fromEntries(Object.entries(spec).map(([name, what]) => {
+    const [tag, ...classes] = what.split(" ");
+    return [name, element(tag, classes.join(" "))];
+  }));
+}
+
+// A player's root in place of the one its component drew before.
+function mount(parentElement, root) {
+  parentElement.querySelector(".player")?.remove();
+  parentElement.append(root);
+}
+
+// What every player steps with: First, Previous, Next, Last, Play at a chosen rate, and a slider, over positions 0 to
+// `last`. `state.at` is the position and `state.rate` Play's rate (kept by the caller across redraws); `noun` names a
+// position ("Step"), `sliderFrom` the slider's first value; `show()` draws the position and `moved()` follows a move;
+// `replay`: Play at the end plays again from the start. Returns the controls, the slider, and go, stop and show.
+function stepControls({ key, timers, state, last, rates, noun, sliderFrom, show, moved = () => {}, replay = false }) {
+  const { controls, first, previous, next, lastButton, play, rate } = playButtons(noun, rates, state.rate);
   const slider = element("input", "slider");
   slider.type = "range";
   slider.min = String(sliderFrom);
