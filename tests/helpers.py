@@ -22,6 +22,7 @@ from streamlit.testing.v1 import AppTest
 
 from transformer.model.config import TransformerConfig
 from transformer.text.tokenizer import Tokenizer
+from transformer.training.settings import TrainSettings
 from ui.players.step_player import sent_step_data
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,6 +138,44 @@ def reversal_corpus(directory: Path, count: int, seed: int) -> tuple[str, str]:
     (directory / "s.txt").write_text("\n".join(sentences))
     (directory / "t.txt").write_text("\n".join(" ".join(reversed(s.split())) for s in sentences))
     return str(directory / "s.txt"), str(directory / "t.txt")
+
+
+# The tiny model the training tests train: a reversal task learns within an epoch or two on it.
+TINY_TRAINED = dict(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32)
+
+
+def tiny_training_options(**changed) -> list[str]:
+    """`train`'s options for the tiny model (and any others given, as keyword arguments), as typed on the command
+    line: tiny_training_options(epochs=3) is --vocab-size 40 ... --epochs 3."""
+    values = TINY_TRAINED | changed
+    return [word for name, value in values.items() for word in (f"--{name.replace('_', '-')}", str(value))]
+
+
+def tiny_trained_config(**changed) -> TransformerConfig:
+    """The tiny model's config, as the training tests' settings name it."""
+    sizes = TINY_TRAINED | changed
+    vocab = sizes.pop("vocab_size")
+    return TransformerConfig(vocab, vocab, **sizes)
+
+
+def reversal_settings(directory: Path, **changed) -> TrainSettings:
+    """Two epochs of the tiny model on a reversal corpus of 300 pairs, written into `directory`; any field changed."""
+    s, t = reversal_corpus(directory, 300, seed=3)
+    values = dict(
+        train_src=s,
+        train_tgt=t,
+        val_src=s,
+        val_tgt=t,
+        out=str(directory / "m.safetensors"),
+        model=tiny_trained_config(),
+        epochs=2,
+        max_tokens=400,
+        lr_factor=1.0,
+        warmup=20,
+        val_limit=20,
+        save_dtype="float32",
+    )
+    return TrainSettings(**(values | changed))
 
 
 def tiny_config(tokenizer: Tokenizer, **overrides) -> TransformerConfig:

@@ -7,12 +7,10 @@ import numpy as np
 import pytest
 import sacrebleu
 import torch
-from helpers import REPO, reversal_corpus, run_cli, start, step_view, upload
+from helpers import REPO, reversal_corpus, reversal_settings, run_cli, start, step_view, tiny_training_options, upload
 
 from transformer.io.checkpoint import load_checkpoint, update_metadata
-from transformer.model.config import TransformerConfig
 from transformer.training.evaluate import score
-from transformer.training.settings import TrainSettings
 from transformer.training.state import Progress
 from transformer.training.train import time_left, train
 
@@ -107,45 +105,23 @@ def test_evaluate_scores_several_sets_and_widths_in_one_table_or_says_what_is_mi
     assert done.returncode == 2 and "2 source files but 1 reference files" in done.stderr
 
 
-def _settings(tmp_path, **overrides):
-    s, t = reversal_corpus(tmp_path, 300, seed=3)
-    values = dict(
-        train_src=s,
-        train_tgt=t,
-        val_src=s,
-        val_tgt=t,
-        out=str(tmp_path / "m.safetensors"),
-        model=TransformerConfig(
-            40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32
-        ),
-        epochs=2,
-        max_tokens=400,
-        lr_factor=1.0,
-        warmup=20,
-        val_limit=20,
-        save_dtype="float32",
-    )
-    values.update(overrides)
-    return TrainSettings(**values)
-
-
 def test_training_lowers_the_loss_and_writes_a_loadable_checkpoint(tmp_path):
-    progress = train(_settings(tmp_path, epochs=3), quiet=True)
+    progress = train(reversal_settings(tmp_path, epochs=3), quiet=True)
     assert sum(progress.loss_curve[-5:]) < sum(progress.loss_curve[:5])
     loaded = load_checkpoint(tmp_path / "m.safetensors")
     assert loaded.metadata["training"]["steps"] == progress.step
     assert len(loaded.metadata["training"]["validation"]) == 3
     # the validation file's name and the lines read from it (it held the sentences themselves)
-    assert loaded.metadata["data"]["val 1"] == {"path": str(_settings(tmp_path).val_src[0]), "lines": 20}
+    assert loaded.metadata["data"]["val 1"] == {"path": str(reversal_settings(tmp_path).val_src[0]), "lines": 20}
 
 
 def test_resumed_training_equals_uninterrupted(tmp_path):
     whole_dir, parts_dir = tmp_path / "whole", tmp_path / "parts"
     whole_dir.mkdir(), parts_dir.mkdir()
-    whole = train(_settings(whole_dir), quiet=True)
-    interrupted = train(_settings(parts_dir, max_steps=whole.step // 2 + 1), quiet=True)
+    whole = train(reversal_settings(whole_dir), quiet=True)
+    interrupted = train(reversal_settings(parts_dir, max_steps=whole.step // 2 + 1), quiet=True)
     assert interrupted.step == whole.step // 2 + 1
-    resumed = train(_settings(parts_dir), resume=True, quiet=True)
+    resumed = train(reversal_settings(parts_dir), resume=True, quiet=True)
     a = load_checkpoint(whole_dir / "m.safetensors").model.state_dict()
     b = load_checkpoint(parts_dir / "m.safetensors").model.state_dict()
     if torch.cuda.is_available():
@@ -164,9 +140,9 @@ def test_a_lost_run_continues_from_its_checkpoint(tmp_path):
     vocabulary and the progress (the next epoch is the second, validated as such), Adam's moments anew."""
     first_dir, lost_dir = tmp_path / "first", tmp_path / "lost"
     first_dir.mkdir(), lost_dir.mkdir()
-    first = train(_settings(first_dir, epochs=1), quiet=True)
+    first = train(reversal_settings(first_dir, epochs=1), quiet=True)
     shipped = first_dir / "m.safetensors"
-    went_on = train(_settings(lost_dir, epochs=2), quiet=True, continue_from=shipped)
+    went_on = train(reversal_settings(lost_dir, epochs=2), quiet=True, continue_from=shipped)
     assert went_on.epoch == 2 and went_on.step > first.step
     assert [e["epoch"] for e in went_on.epochs] == [1, 2] and went_on.epochs[0] == first.epochs[0]
     assert len(went_on.loss_curve) == went_on.step
@@ -190,16 +166,16 @@ def test_max_seconds_is_the_budget_of_this_call_not_of_the_whole_run(tmp_path):
     continued run is not stopped after its first epoch because of the time its earlier calls took."""
     first_dir, later_dir = tmp_path / "first", tmp_path / "later"
     first_dir.mkdir(), later_dir.mkdir()
-    train(_settings(first_dir, epochs=1), quiet=True)
+    train(reversal_settings(first_dir, epochs=1), quiet=True)
     days = 3 * 24 * 3600.0
     update_metadata(first_dir / "m.safetensors", lambda metadata: metadata["training"].update(seconds=days))
     went_on = train(
-        _settings(later_dir, epochs=3, max_seconds=3600), quiet=True, continue_from=first_dir / "m.safetensors"
+        reversal_settings(later_dir, epochs=3, max_seconds=3600), quiet=True, continue_from=first_dir / "m.safetensors"
     )
     assert went_on.epoch == 3  # before: stopped after epoch 2, the run's days being over the hour
     assert went_on.elapsed_seconds > days  # the run's own clock still counts the whole run
     # The bar's estimate (epochs of ten 1-second batches, nine to go) allows what is left of this call's budget.
-    settings, long_run = _settings(later_dir, epochs=9, max_seconds=30), Progress(elapsed_seconds=days)
+    settings, long_run = reversal_settings(later_dir, epochs=9, max_seconds=30), Progress(elapsed_seconds=days)
     assert time_left(settings, long_run, 10, 1.0, call_seconds=0.0) == "0m30s"  # this epoch and two more
     assert time_left(settings, long_run, 10, 1.0, call_seconds=25.0) == "0m10s"  # this epoch only
     assert time_left(replace(settings, max_seconds=0), long_run, 10, 1.0, call_seconds=25.0) == "1m30s"
@@ -241,26 +217,7 @@ def _train_command(tmp_path) -> list[str]:
     """`train` on a tiny reversal task, as typed on the command line (without --out)."""
     s, t = reversal_corpus(tmp_path, 120, seed=5)
     data = ["train", "--train-src", s, "--train-tgt", t, "--val-src", s, "--val-tgt", t]
-    sizes = [
-        "--vocab-size",
-        "40",
-        "--d-model",
-        "16",
-        "--n-heads",
-        "2",
-        "--d-ff",
-        "32",
-        "--n-encoder-layers",
-        "1",
-        "--n-decoder-layers",
-        "1",
-        "--max-len",
-        "32",
-        "--epochs",
-        "1",
-        "--val-limit",
-        "10",
-    ]
+    sizes = tiny_training_options(epochs=1, val_limit=10)
     return [*data, *sizes]
 
 
@@ -350,7 +307,7 @@ def test_cpu_bfloat16_runs_the_matrix_products_in_bfloat16_and_still_learns(tmp_
             seen.add(output.dtype)
 
     with torch.nn.modules.module.register_module_forward_hook(linear_outputs):
-        progress = train(_settings(tmp_path, epochs=3, cpu_bfloat16=cpu_bfloat16), quiet=True)
+        progress = train(reversal_settings(tmp_path, epochs=3, cpu_bfloat16=cpu_bfloat16), quiet=True)
     assert (torch.bfloat16 in seen) is cpu_bfloat16  # validation's decoding stays in float32 either way
     assert sum(progress.loss_curve[-5:]) < sum(progress.loss_curve[:5])
     loaded = load_checkpoint(tmp_path / "m.safetensors")

@@ -7,11 +7,10 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers import reversal_corpus, run_cli
+from helpers import reversal_corpus, run_cli, tiny_trained_config, tiny_training_options
 
 from transformer.io.checkpoint import CheckpointError, load_checkpoint
 from transformer.io.metadata import read_metadata
-from transformer.model.config import TransformerConfig
 from transformer.text.files import read_lines
 from transformer.text.holdout import hold_out
 from transformer.text.tokenizer import Tokenizer, train_tokenizer
@@ -19,7 +18,7 @@ from transformer.training.corpora import Corpus, epoch_indices, prepared_pairs, 
 from transformer.training.settings import TrainSettings
 from transformer.training.train import train
 
-TINY = TransformerConfig(40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, max_len=32)
+TINY = tiny_trained_config()
 
 
 def _corpora(tmp_path, *sizes):
@@ -144,28 +143,7 @@ def test_the_command_line_trains_on_several_corpora_shows_time_left_and_averages
         t1,
         "--out",
         str(out),
-        "--vocab-size",
-        "40",
-        "--d-model",
-        "16",
-        "--n-heads",
-        "2",
-        "--d-ff",
-        "32",
-        "--n-encoder-layers",
-        "1",
-        "--n-decoder-layers",
-        "1",
-        "--max-len",
-        "32",
-        "--epochs",
-        "3",
-        "--val-limit",
-        "10",
-        "--keep-last",
-        "2",
-        "--save-dtype",
-        "float32",
+        *tiny_training_options(epochs=3, val_limit=10, keep_last=2, save_dtype="float32"),
     )
     assert done.returncode == 0, done.stderr
     assert "left=" in done.stderr and "tok_s=" in done.stderr
@@ -190,22 +168,7 @@ def test_the_command_line_trains_on_several_corpora_shows_time_left_and_averages
         t1,
         "--out",
         str(other),
-        "--vocab-size",
-        "40",
-        "--d-model",
-        "8",
-        "--n-heads",
-        "2",
-        "--d-ff",
-        "16",
-        "--n-encoder-layers",
-        "1",
-        "--n-decoder-layers",
-        "1",
-        "--max-len",
-        "32",
-        "--epochs",
-        "1",
+        *tiny_training_options(d_model=8, d_ff=16, epochs=1),
     )
     assert done.returncode == 0, done.stderr
     done = run_cli("average", str(epochs[0]), str(other), "--out", str(tmp_path / "x.safetensors"))

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from helpers import reversal_corpus
+from helpers import reversal_corpus, tiny_training_options
 
 from transformer.io.checkpoint import load_checkpoint
 from transformer.model.config import TransformerConfig
@@ -23,8 +23,7 @@ from transformer.training.distributed import Logits
 from transformer.training.step import training_step
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-SIZES = ["--vocab-size", "40", "--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-encoder-layers", "1",
-         "--n-decoder-layers", "1", "--max-len", "32", "--max-tokens", "400", "--val-limit", "20"]  # fmt: skip
+SIZES = tiny_training_options(max_tokens=400, val_limit=20)
 
 
 def _free_port() -> int:

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from helpers import reversal_corpus, with_metadata
+from helpers import reversal_settings, tiny_trained_config, with_metadata
 
 from transformer.analysis.timeline import KINDS, SETTLED_BELOW, Timeline
 from transformer.cli import main
@@ -19,10 +19,8 @@ from transformer.io.average import average_checkpoints
 from transformer.io.checkpoint import load_checkpoint, save_checkpoint
 from transformer.io.header import read_header
 from transformer.io.timeline_file import TimelineError, load_timeline, load_timeline_bytes, timeline_bytes
-from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
-from transformer.training.settings import TrainSettings
 from transformer.training.snapshots import timeline_of_run, untrained_like
 from transformer.training.train import epoch_path, train
 
@@ -33,24 +31,7 @@ PROBES = [("a b c d", "d c b a"), ("red blue green", "green blue red")]
 def run(tmp_path_factory):
     """A three-epoch run of the reversal task keeping every epoch's checkpoint; its probes and hand alignments."""
     directory = tmp_path_factory.mktemp("run")
-    s, t = reversal_corpus(directory, 300, seed=3)
-    settings = TrainSettings(
-        train_src=s,
-        train_tgt=t,
-        val_src=s,
-        val_tgt=t,
-        out=str(directory / "m.safetensors"),
-        model=TransformerConfig(
-            40, 40, d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=2, max_len=32
-        ),
-        epochs=3,
-        max_tokens=400,
-        lr_factor=1.0,
-        warmup=20,
-        val_limit=20,
-        save_dtype="float32",
-        keep_last=3,
-    )
+    settings = reversal_settings(directory, model=tiny_trained_config(n_decoder_layers=2), epochs=3, keep_last=3)
     train(settings, quiet=True)
     (directory / "probes.src").write_text("".join(f"{source}\n" for source, _ in PROBES))
     (directory / "probes.ref").write_text("".join(f"{reference}\n" for _, reference in PROBES))
