@@ -11,8 +11,7 @@ import json
 import shutil
 
 import pytest
-import torch
-from fixtures.hf_models import save_bart, save_mbart50
+from fixtures.hf_models import hf_greedy, save_bart, save_mbart50
 from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import (
     BartForConditionalGeneration,
@@ -78,15 +77,8 @@ def test_greedy_decoding_equals_generate_with_the_forced_first_token(family, sen
     _, directory, hf_model, hf_tokenizer, forced = family
     ours = import_hf(directory)
     result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
-    with torch.no_grad():
-        generated = hf_model.generate(
-            torch.tensor([hf_tokenizer(sentence)["input_ids"]]),
-            num_beams=1,
-            do_sample=False,
-            max_new_tokens=12,
-            forced_bos_token_id=forced,
-            forced_eos_token_id=None,
-        )[0].tolist()  # ours stops, not forces
+    src_ids = hf_tokenizer(sentence)["input_ids"]
+    generated = hf_greedy(hf_model, src_ids, 12, forced_bos_token_id=forced, forced_eos_token_id=None)  # ours stops
     assert [ours.config.start_id, *result.tgt_ids] == generated and result.tgt_ids[0] == forced
     assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
     # the batched translation (the CLI's and Corpus') and beam search force the first token too

@@ -11,8 +11,7 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
-from fixtures.hf_models import TINY, save_m2m100, save_nllb
+from fixtures.hf_models import TINY, hf_greedy, save_m2m100, save_nllb, weights_as_a_pickle
 from helpers import assert_same_as_transformers, make_sentences, step_view, weights_megabytes
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
@@ -57,14 +56,8 @@ def test_greedy_decoding_equals_generate_with_the_forced_language(m2m_dir, huggi
     hf_model, hf_tokenizer = hugging_face
     ours = import_m2m100(m2m_dir)
     result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
-    with torch.no_grad():
-        generated = hf_model.generate(
-            torch.tensor([hf_tokenizer(sentence)["input_ids"]]),
-            num_beams=1,
-            do_sample=False,
-            max_new_tokens=12,
-            forced_bos_token_id=hf_tokenizer.get_lang_id("fr"),
-        )[0].tolist()
+    src_ids = hf_tokenizer(sentence)["input_ids"]
+    generated = hf_greedy(hf_model, src_ids, 12, forced_bos_token_id=hf_tokenizer.get_lang_id("fr"))
     assert [ours.config.start_id, *result.tgt_ids] == generated
     text = [i for i in generated if i not in hf_tokenizer.lang_token_to_id.values()]  # codes are not text
     assert result.tgt_pieces[0] == "__fr__" and result.text == hf_tokenizer.decode(text, skip_special_tokens=True)
@@ -81,14 +74,8 @@ def test_another_target_language_is_forced_instead(m2m_dir, hugging_face):
     hf_model, hf_tokenizer = hugging_face
     ours = import_m2m100(m2m_dir, target_language="de")
     result = decode_text(ours.model, ours.tokenizer, SENTENCES[0], DecodeSettings(max_new_tokens=8))
-    with torch.no_grad():
-        generated = hf_model.generate(
-            torch.tensor([hf_tokenizer(SENTENCES[0])["input_ids"]]),
-            num_beams=1,
-            do_sample=False,
-            max_new_tokens=8,
-            forced_bos_token_id=hf_tokenizer.get_lang_id("de"),
-        )[0].tolist()
+    src_ids = hf_tokenizer(SENTENCES[0])["input_ids"]
+    generated = hf_greedy(hf_model, src_ids, 8, forced_bos_token_id=hf_tokenizer.get_lang_id("de"))
     assert [ours.config.start_id, *result.tgt_ids] == generated and result.tgt_pieces[0] == "__de__"
     with pytest.raises(CheckpointError, match="no language code 'xx'"):
         import_m2m100(m2m_dir, target_language="xx")
@@ -121,8 +108,7 @@ def test_what_cannot_be_read_is_one_clear_line(m2m_dir, tmp_path):
     with pytest.raises(CheckpointError, match="different feed-forward widths"):
         import_hf(broken)
     (broken / "config.json").write_text(json.dumps(config))
-    (broken / "model.safetensors").unlink()
-    (broken / "pytorch_model.bin").write_bytes(b"\x80\x04 a pickle")
+    weights_as_a_pickle(broken)
     with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle and is not read"):
         import_hf(broken)
     (broken / "config.json").write_text(json.dumps(config | {"model_type": "pegasus"}))
@@ -181,10 +167,7 @@ def test_nllb_equals_transformers_in_logits_maps_and_greedy_output(nllb_dir, tar
         assert decode(ours.model, ours.tokenizer, sentence).src_ids == src_ids  # eng_Latn, the pieces, </s>
         assert_same_as_transformers(ours.model, hf_model, src_ids, [2, forced, 12, 5, 9], layers=2)
         result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
-        with torch.no_grad():
-            generated = hf_model.generate(
-                torch.tensor([src_ids]), num_beams=1, do_sample=False, max_new_tokens=12, forced_bos_token_id=forced
-            )[0].tolist()
+        generated = hf_greedy(hf_model, src_ids, 12, forced_bos_token_id=forced)
         assert [2, *result.tgt_ids] == generated and result.tgt_pieces[0] == target
         assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
 

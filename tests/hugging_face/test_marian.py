@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from fixtures.hf_models import save_marian
+from fixtures.hf_models import hf_greedy, save_marian, weights_as_a_pickle
 from helpers import assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MarianMTModel, MarianTokenizer
 
@@ -68,15 +68,8 @@ def test_greedy_decoding_equals_generate(marian_dir, hugging_face, sentence):
     ours = import_marian(marian_dir)
     settings = DecodeSettings(max_new_tokens=12)
     result = decode_text(ours.model, ours.tokenizer, sentence, settings)
-    with torch.no_grad():
-        generated = hf_model.generate(
-            torch.tensor([hf_tokenizer(sentence)["input_ids"]]),
-            num_beams=1,
-            do_sample=False,
-            max_new_tokens=12,
-            bad_words_ids=None,
-            forced_eos_token_id=None,
-        )[0].tolist()
+    src_ids = hf_tokenizer(sentence)["input_ids"]
+    generated = hf_greedy(hf_model, src_ids, 12, bad_words_ids=None, forced_eos_token_id=None)
     assert [ours.config.pad_id, *result.tgt_ids] == generated
     assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True)
 
@@ -108,8 +101,7 @@ def test_what_the_format_cannot_hold_is_named(marian_dir, tmp_path):
     with pytest.raises(CheckpointError, match="separate source and target vocabularies"):
         import_marian(broken)
     (broken / "config.json").write_text(json.dumps(config))
-    (broken / "model.safetensors").unlink()
-    (broken / "pytorch_model.bin").write_bytes(b"\x80\x04 a pickle")
+    weights_as_a_pickle(broken)
     with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle and is not read"):
         import_marian(broken)
     with pytest.raises(CheckpointError, match="not a Hugging Face Marian model directory"):

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 import torch
-from fixtures.hf_models import save_t5
+from fixtures.hf_models import hf_greedy, save_t5
 from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MT5ForConditionalGeneration, T5ForConditionalGeneration, T5Tokenizer
 
@@ -55,10 +55,7 @@ def test_greedy_decoding_equals_generate(t5, sentence):
     directory, hf_model, hf_tokenizer = t5
     ours = import_hf(directory)
     result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=16))
-    with torch.no_grad():
-        generated = hf_model.generate(
-            torch.tensor([hf_tokenizer(sentence)["input_ids"]]), num_beams=1, do_sample=False, max_new_tokens=16
-        )[0].tolist()
+    generated = hf_greedy(hf_model, hf_tokenizer(sentence)["input_ids"], 16)
     assert [ours.config.start_id, *result.tgt_ids] == generated
     assert result.text == hf_tokenizer.decode(generated, skip_special_tokens=True) and result.text.strip()
     # the batched translation (the CLI's and Corpus'), with rows of other lengths beside it, and beam search
