@@ -219,27 +219,14 @@ def test_align_with_a_reverse_model_on_the_command_line(tmp_path, capsys):
     assert sum(row["method"] == "both directions" for row in json.loads(table.read_text())) == 1
 
 
+def align_example(*options: str, gold: Path = DATA / "gold.txt") -> list[str]:
+    """`align` over the example pairs and their gold links, with more options."""
+    return ["align", "--src", str(DATA / "en.txt"), "--tgt", str(DATA / "fr.txt"), "--gold", str(gold), *options]
+
+
 def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_pharaoh(tmp_path, capsys):
     table, out = tmp_path / "table.csv", tmp_path / "links.txt"
-    code = main(
-        [
-            "align",
-            "--src",
-            str(DATA / "en.txt"),
-            "--tgt",
-            str(DATA / "fr.txt"),
-            "--gold",
-            str(DATA / "gold.txt"),
-            "--limit",
-            "6",
-            "--table",
-            str(table),
-            "--out",
-            str(out),
-            "--top",
-            "5",
-        ]
-    )
+    code = main(align_example("--limit", "6", "--table", str(table), "--out", str(out), "--top", "5"))
     printed = capsys.readouterr()
     assert code == 0 and "words counted from 0 (detected)" in printed.err
     lines = printed.out.splitlines()
@@ -264,24 +251,7 @@ def test_align_on_the_command_line_prints_the_ranking_and_writes_table_and_phara
         len(links.sure) == len(t.split()) for links, t in zip(parsed, (DATA / "fr.txt").read_text().splitlines())
     )
     json_table = tmp_path / "table.json"
-    assert (
-        main(
-            [
-                "align",
-                "--src",
-                str(DATA / "en.txt"),
-                "--tgt",
-                str(DATA / "fr.txt"),
-                "--gold",
-                str(DATA / "gold.txt"),
-                "--limit",
-                "2",
-                "--table",
-                str(json_table),
-            ]
-        )
-        == 0
-    )
+    assert main(align_example("--limit", "2", "--table", str(json_table))) == 0
     assert json.loads(json_table.read_text())[0]["rank"] == 1
 
 
@@ -289,7 +259,7 @@ def test_align_refuses_a_bad_gold_file_in_one_line(tmp_path, capsys):
     bad = tmp_path / "gold.txt"
     lines = (DATA / "gold.txt").read_text().splitlines()
     bad.write_text("\n".join([*lines[:2], "0-0 1-99", *lines[3:]]) + "\n")
-    code = main(["align", "--src", str(DATA / "en.txt"), "--tgt", str(DATA / "fr.txt"), "--gold", str(bad)])
+    code = main(align_example(gold=bad))
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == [
         "error: line 3: target word 99 is out of range: the target line has 9 words, counted from 0"

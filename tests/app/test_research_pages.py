@@ -8,6 +8,8 @@ import os
 import pickle
 import re
 import urllib.parse
+from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -59,18 +61,40 @@ def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
     assert cost.peak_growth_mb < 100, cost  # the server went past 11 GB building the model before refusing it
 
 
+@dataclass
+class Ledger:
+    """A fresh server-wide upload ledger: the uploads module, the tiny checkpoint's bytes and its cost (`one`), and
+    who uploads next (`who`: the visitor's id and address the uploads module reads)."""
+
+    uploads: ModuleType
+    tiny: bytes
+    one: int
+    who: dict[str, str]
+    monkeypatch: pytest.MonkeyPatch
+
+    def room_for_one(self, limit: str) -> None:
+        """The limit named (one of the uploads module's) set to one tiny upload and a half: one fits, two do not."""
+        self.monkeypatch.setattr(self.uploads, limit, self.one + self.one // 2)
+
+    def upload(self, name: str) -> AppTest:
+        return upload(start(), name, self.tiny)
+
+
 @pytest.fixture
 def ledger(checkpoint_path, monkeypatch):
-    """A fresh server-wide upload ledger: the uploads module, the tiny checkpoint's bytes and its cost. Earlier
-    tests' uploads are freed first: freed later, they would release their keys in this ledger."""
+    """A fresh ledger (class Ledger). Earlier tests' uploads are freed first: freed later, they would release their
+    keys in this ledger."""
     import gc
 
     import ui.services.uploads as uploads
 
     gc.collect()
     monkeypatch.setattr(uploads, "SERVER_UPLOADS", uploads.UploadLedger())
+    who = {"visitor": "browser:a", "address": "192.0.2.1"}
+    monkeypatch.setattr(uploads, "visitor_id", lambda: who["visitor"])
+    monkeypatch.setattr(uploads, "client_address", lambda: who["address"])
     tiny = checkpoint_path.read_bytes()
-    return uploads, tiny, upload_cost(tiny)[1]
+    return Ledger(uploads, tiny, upload_cost(tiny)[1], who, monkeypatch)
 
 
 def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpoint_path, monkeypatch):
@@ -93,67 +117,56 @@ def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpo
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
 
 
-def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(ledger, monkeypatch):
+def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(ledger):
     """Five tabs of one visitor held 123.8M of the server's 128M: a visitor (a browser) now has one share."""
-    uploads, tiny, one = ledger
-    monkeypatch.setattr(uploads, "VISITOR_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
-    visitor = {"now": "browser:a"}
-    monkeypatch.setattr(uploads, "visitor_id", lambda: visitor["now"])
-    first_tab = upload(start(), "mine.safetensors", tiny)
+    ledger.room_for_one("VISITOR_UPLOAD_LIMIT_ELEMENTS")
+    first_tab = ledger.upload("mine.safetensors")
     assert not first_tab.error
-    second_tab = upload(start(), "mine-again.safetensors", tiny)  # a new tab: a new session, the same browser
+    second_tab = ledger.upload("mine-again.safetensors")  # a new tab: a new session, the same browser
     assert "your uploads in other tabs hold" in errors(second_tab)
-    visitor["now"] = "browser:b"
-    other = upload(start(), "theirs.safetensors", tiny)
-    assert not other.error and uploads.SERVER_UPLOADS.held("browser:b") == one
+    ledger.who.update(visitor="browser:b", address="192.0.2.2")
+    other = ledger.upload("theirs.safetensors")
+    assert not other.error and ledger.uploads.SERVER_UPLOADS.held("browser:b") == ledger.one
 
 
-def test_one_address_has_one_share_of_the_upload_budget_whatever_its_cookies(ledger, monkeypatch):
+def test_one_address_has_one_share_of_the_upload_budget_whatever_its_cookies(ledger):
     """Eight sessions of one person, each with a fresh cookie (a new visitor), held 127.27M of the server's 128M and
     a normal visitor's 15.8 MB upload was refused."""
-    uploads, tiny, one = ledger
-    monkeypatch.setattr(uploads, "ADDRESS_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
-    who = {"visitor": "browser:a", "address": "192.0.2.1"}
-    monkeypatch.setattr(uploads, "visitor_id", lambda: who["visitor"])
-    monkeypatch.setattr(uploads, "client_address", lambda: who["address"])
-    mine = upload(start(), "mine.safetensors", tiny)  # kept: a tab gone frees its uploads
+    ledger.room_for_one("ADDRESS_UPLOAD_LIMIT_ELEMENTS")
+    mine = ledger.upload("mine.safetensors")  # kept: a tab gone frees its uploads
     assert not mine.error
-    who["visitor"] = "browser:fresh-cookie"
-    assert "uploads from your address hold" in errors(upload(start(), "again.safetensors", tiny))
-    who.update(visitor="browser:b", address="192.0.2.2")
-    assert not upload(start(), "theirs.safetensors", tiny).error
+    ledger.who["visitor"] = "browser:fresh-cookie"
+    assert "uploads from your address hold" in errors(ledger.upload("again.safetensors"))
+    ledger.who.update(visitor="browser:b", address="192.0.2.2")
+    assert not ledger.upload("theirs.safetensors").error
 
 
 def test_a_closed_sessions_upload_gives_its_room_back_at_once(ledger, monkeypatch):
     """Streamlit keeps a closed tab's session for minutes in case it reconnects: its uploads held their budget that
     long, and another visitor's upload was refused meanwhile."""
-    uploads, tiny, one = ledger
-    monkeypatch.setattr(uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
-    visitor = {"now": "browser:a"}
-    monkeypatch.setattr(uploads, "visitor_id", lambda: visitor["now"])
-    first = upload(start(), "mine.safetensors", tiny)
+    uploads = ledger.uploads
+    ledger.room_for_one("SERVER_UPLOAD_LIMIT_ELEMENTS")
+    first = ledger.upload("mine.safetensors")
     assert not first.error
-    visitor["now"] = "browser:b"
-    assert "other visitors' uploads hold" in errors(upload(start(), "theirs.safetensors", tiny))  # open: kept
+    ledger.who.update(visitor="browser:b", address="192.0.2.2")
+    assert "other visitors' uploads hold" in errors(ledger.upload("theirs.safetensors"))  # open: kept
     monkeypatch.setattr(uploads, "session_open", lambda uploader: uploader.visitor != "browser:a")
-    second = upload(start(), "theirs.safetensors", tiny)
-    assert not second.error and uploads.SERVER_UPLOADS.held() == one
+    second = ledger.upload("theirs.safetensors")
+    assert not second.error and uploads.SERVER_UPLOADS.held() == ledger.one
     assert not first.run().exception and first.session_state["checkpoint"] != "mine (uploaded)"
 
 
 def test_an_idle_upload_gives_its_room_to_another_visitor_and_its_tab_says_so(ledger, monkeypatch):
-    uploads, tiny, one = ledger
-    monkeypatch.setattr(uploads, "SERVER_UPLOAD_LIMIT_ELEMENTS", one + one // 2)
-    visitor = {"now": "browser:a"}
-    monkeypatch.setattr(uploads, "visitor_id", lambda: visitor["now"])
-    first = upload(start(), "mine.safetensors", tiny)
+    uploads = ledger.uploads
+    ledger.room_for_one("SERVER_UPLOAD_LIMIT_ELEMENTS")
+    first = ledger.upload("mine.safetensors")
     assert not first.error and first.session_state["checkpoint"] == "mine (uploaded)"
-    visitor["now"] = "browser:b"
-    assert "other visitors' uploads hold" in errors(upload(start(), "theirs.safetensors", tiny))  # in use: kept
+    ledger.who.update(visitor="browser:b", address="192.0.2.2")
+    assert "other visitors' uploads hold" in errors(ledger.upload("theirs.safetensors"))  # in use: kept
     monkeypatch.setattr(uploads, "UPLOAD_IDLE_SECONDS", 0.0)  # from now on, unused is idle
-    second = upload(start(), "theirs.safetensors", tiny)
+    second = ledger.upload("theirs.safetensors")
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
-    assert uploads.SERVER_UPLOADS.held() == one
+    assert uploads.SERVER_UPLOADS.held() == ledger.one
     first.run()
     assert first.session_state["checkpoint"] != "mine (uploaded)" and not first.exception
     assert any("mine (uploaded) was freed" in message.value.replace("\\", "") for message in first.sidebar.info)
