@@ -179,19 +179,9 @@ def reversal_settings(directory: Path, **changed) -> TrainSettings:
 
 
 def tiny_config(tokenizer: Tokenizer, **overrides) -> TransformerConfig:
-    values = dict(
-        src_vocab_size=tokenizer.vocab_size,
-        tgt_vocab_size=tokenizer.vocab_size,
-        d_model=16,
-        n_heads=2,
-        d_ff=32,
-        n_encoder_layers=2,
-        n_decoder_layers=3,
-        dropout=0.1,
-        max_len=64,
-    )
-    values.update(overrides)
-    return TransformerConfig(**values)
+    sizes = dict(d_model=16, n_heads=2, d_ff=32, n_encoder_layers=2, n_decoder_layers=3, dropout=0.1, max_len=64)
+    vocabulary = dict(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size)
+    return TransformerConfig(**(vocabulary | sizes | overrides))
 
 
 # A 1.3 MB file whose config claims a 600M-parameter model: refused from the header, nothing built.

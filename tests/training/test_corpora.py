@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers import reversal_corpus, run_cli, tiny_trained_config, tiny_training_options
+from helpers import reversal_corpus, reversal_settings, run_cli, tiny_training_options
 
 from transformer.io.checkpoint import CheckpointError, load_checkpoint
 from transformer.io.metadata import read_metadata
@@ -17,8 +17,6 @@ from transformer.text.tokenizer import Tokenizer, train_tokenizer
 from transformer.training.corpora import Corpus, epoch_indices, prepared_pairs, vocabulary_sample
 from transformer.training.settings import TrainSettings
 from transformer.training.train import train
-
-TINY = tiny_trained_config()
 
 
 def _corpora(tmp_path, *sizes):
@@ -31,22 +29,10 @@ def _corpora(tmp_path, *sizes):
 
 
 def _settings(tmp_path, corpora, weights=(), **overrides):
-    values = dict(
-        train_src=tuple(s for s, _ in corpora),
-        train_tgt=tuple(t for _, t in corpora),
-        val_src=tuple(s for s, _ in corpora),
-        val_tgt=tuple(t for _, t in corpora),
-        train_weights=weights,
-        out=str(tmp_path / "m.safetensors"),
-        model=TINY,
-        epochs=2,
-        max_tokens=400,
-        lr_factor=1.0,
-        warmup=20,
-        val_limit=10,
-        save_dtype="float32",
-    )
-    return TrainSettings(**(values | overrides))
+    """The reversal settings over these corpora, weighted, each a validation set too."""
+    sources, targets = tuple(s for s, _ in corpora), tuple(t for _, t in corpora)
+    paths = dict(train_src=sources, train_tgt=targets, val_src=sources, val_tgt=targets, train_weights=weights)
+    return reversal_settings(tmp_path, **(paths | {"val_limit": 10} | overrides))
 
 
 def test_an_epoch_reads_each_corpus_as_often_as_its_weight_says():

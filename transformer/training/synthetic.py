@@ -34,6 +34,12 @@ def _write(directory: Path, name: str, pairs: list[tuple[str, str]]) -> tuple[st
     return str(src), str(tgt)
 
 
+VOCAB = len(WORDS) + 4  # the words and the four special pieces
+MODEL = TransformerConfig(
+    VOCAB, VOCAB, d_model=64, n_heads=4, d_ff=256, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_len=32
+)
+
+
 def train_reversal(out: str | Path, seed: int = 1, epochs: int = 30, quiet: bool = False) -> float:
     """Trains the tiny reversal model (about a minute on two CPU cores); returns validation BLEU."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -49,17 +55,7 @@ def train_reversal(out: str | Path, seed: int = 1, epochs: int = 30, quiet: bool
             src_lang="digits",
             tgt_lang="digits reversed",
             tokenizer_type="word",
-            model=TransformerConfig(
-                len(WORDS) + 4,
-                len(WORDS) + 4,
-                d_model=64,
-                n_heads=4,
-                d_ff=256,
-                n_encoder_layers=2,
-                n_decoder_layers=2,
-                dropout=0.0,
-                max_len=32,
-            ),
+            model=MODEL,
             epochs=epochs,
             max_tokens=1500,
             lr_factor=0.4,
