@@ -97,27 +97,14 @@ if training.loss_curve:
             )
     if training.validation:
         epochs = [v.epoch for v in training.validation]
-        columns = st.columns(2)
-        with columns[0]:
-            show(
-                lines(
-                    {"validation BLEU": (epochs, [v.val_bleu for v in training.validation])},
-                    "validation BLEU per epoch (greedy)",
-                    "epoch",
-                    "BLEU",
-                ),
-                key="val_bleu",
-            )
-        with columns[1]:
-            show(
-                lines(
-                    {"validation loss": (epochs, [v.val_loss for v in training.validation])},
-                    "validation loss per epoch",
-                    "epoch",
-                    "loss",
-                ),
-                key="val_loss",
-            )
+        curves = (
+            ("val_bleu", "BLEU", "validation BLEU per epoch (greedy)"),
+            ("val_loss", "loss", "validation loss per epoch"),
+        )
+        for column, (field, measure, title) in zip(st.columns(2), curves):
+            with column:
+                series = {f"validation {measure}": (epochs, [getattr(v, field) for v in training.validation])}
+                show(lines(series, title, "epoch", measure), key=field)
 else:
     st.info("This checkpoint carries no training curves (they are written by `python -m transformer train`).")
 url.write_url()

@@ -83,28 +83,12 @@ if (view_a.maps.shape[:2]) != (view_b.maps.shape[:2]):
     st.info(f"Different sizes: comparing the first {layers} layers and {heads} heads they share.")
 layer, head = min(layer, layers - 1), min(head, heads - 1)
 columns = st.columns(2)  # two to a row: three left too little width for a sentence's token labels
-with columns[0]:
-    show(
-        attention_heatmap(
-            view_a.maps[layer, head],
-            view_a.query_pieces,
-            view_a.key_pieces,
-            f"{explored.checkpoint_name}: layer {layer + 1}, head {head + 1}",
-            view_a.mask,
-        ),
-        key="cmp_a",
-    )
-with columns[1]:
-    show(
-        attention_heatmap(
-            view_b.maps[layer, head],
-            view_b.query_pieces,
-            view_b.key_pieces,
-            f"{other_name}: layer {layer + 1}, head {head + 1}",
-            view_b.mask,
-        ),
-        key="cmp_b",
-    )
+for column, (view, name, key) in zip(
+    columns, ((view_a, explored.checkpoint_name, "cmp_a"), (view_b, other_name, "cmp_b"))
+):
+    with column:
+        title = f"{name}: layer {layer + 1}, head {head + 1}"
+        show(attention_heatmap(view.maps[layer, head], view.query_pieces, view.key_pieces, title, view.mask), key=key)
 if rows is None:
     st.info(
         "The two tokenizers make different words of this text (the first's: "

@@ -7,11 +7,10 @@ for mBART-50) are saved the way Hugging Face saves them; nothing is downloaded.
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
-from fixtures.hf_models import hf_greedy, save_bart, save_mbart50
+from fixtures.hf_models import EditedCopy, hf_greedy, save_bart, save_mbart50
 from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import (
     BartForConditionalGeneration,
@@ -129,18 +128,16 @@ def test_bart_reads_vocab_and_merges_when_there_is_no_tokenizer_json(bart_dir, t
 
 
 def test_what_cannot_be_read_is_one_clear_line(mbart_dir, tmp_path):
-    broken = tmp_path / "broken"
-    shutil.copytree(mbart_dir, broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps(config | {"decoder_layers": 3}))  # lies about its tensors
+    copy = EditedCopy(mbart_dir, tmp_path / "broken")
+    broken = copy.path
+    copy.with_fields(decoder_layers=3)  # lies about its tensors
     with pytest.raises(CheckpointError, match="the weights do not fit the config: decoder_layers.2"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config))
-    settings = json.loads((broken / "tokenizer_config.json").read_text())
-    (broken / "tokenizer_config.json").write_text(json.dumps(settings | {"tokenizer_class": "MBartTokenizer"}))
+    copy.with_fields()
+    copy.with_fields("tokenizer_config.json", tokenizer_class="MBartTokenizer")
     with pytest.raises(CheckpointError, match="mBART's puts the language code after the text"):
         import_hf(broken)
-    (broken / "tokenizer_config.json").write_text(json.dumps(settings))
+    copy.with_fields("tokenizer_config.json")
     (broken / "tokenizer.json").write_text("{not json")
     with pytest.raises(CheckpointError, match="not a tokenizer.json"):
         import_hf(broken)

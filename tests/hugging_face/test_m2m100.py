@@ -6,12 +6,9 @@ the way Hugging Face saves them; nothing is downloaded.
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
-from fixtures.hf_models import TINY, hf_greedy, save_m2m100, save_nllb, weights_as_a_pickle
+from fixtures.hf_models import TINY, EditedCopy, hf_greedy, save_m2m100, save_nllb, weights_as_a_pickle
 from helpers import assert_same_as_transformers, make_sentences, step_view, weights_megabytes
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
@@ -98,20 +95,19 @@ def test_the_imported_file_round_trips_and_follows_the_format(m2m_dir, tmp_path)
 
 
 def test_what_cannot_be_read_is_one_clear_line(m2m_dir, tmp_path):
-    broken = tmp_path / "broken"
-    shutil.copytree(m2m_dir, broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps(config | {"encoder_layers": 3}))  # lies about its tensors
+    copy = EditedCopy(m2m_dir, tmp_path / "broken")
+    broken = copy.path
+    copy.with_fields(encoder_layers=3)  # lies about its tensors
     with pytest.raises(CheckpointError, match="the weights do not fit the config: encoder_layers.2"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config | {"decoder_ffn_dim": 64}))
+    copy.with_fields(decoder_ffn_dim=64)
     with pytest.raises(CheckpointError, match="different feed-forward widths"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config))
+    copy.with_fields()
     weights_as_a_pickle(broken)
     with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle and is not read"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config | {"model_type": "pegasus"}))
+    copy.with_fields(model_type="pegasus")
     with pytest.raises(CheckpointError, match="not a Hugging Face model directory of a family read here"):
         import_hf(broken)
 
@@ -188,16 +184,14 @@ def test_nllb_round_trips_through_the_format(nllb_dir, tmp_path):
 
 @pytest.mark.parametrize("family", ["m2m", "nllb"])
 def test_a_vocab_size_far_past_the_tokens_is_refused_before_anything_is_built(family, m2m_dir, nllb_dir, tmp_path):
-    broken = tmp_path / "broken"
-    shutil.copytree(m2m_dir if family == "m2m" else nllb_dir, broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps(config | {"vocab_size": 10**9}))  # a list of 10^9 names
+    copy = EditedCopy(m2m_dir if family == "m2m" else nllb_dir, tmp_path / "broken")
+    broken = copy.path
+    copy.with_fields(vocab_size=10**9)  # a list of 10^9 names
     with pytest.raises(CheckpointError, match="vocab_size 1000000000 does not fit the tokenizer's"):
         import_hf(broken)
     if family == "nllb":
-        (broken / "config.json").write_text(json.dumps(config))
-        settings = json.loads((broken / "tokenizer_config.json").read_text())
-        (broken / "tokenizer_config.json").write_text(json.dumps(settings | {"legacy_behaviour": True}))
+        copy.with_fields()
+        copy.with_fields("tokenizer_config.json", legacy_behaviour=True)
         with pytest.raises(CheckpointError, match="legacy_behaviour puts the language code after the text"):
             import_hf(broken)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from fixtures.hf_models import hf_greedy, save_marian, weights_as_a_pickle
+from fixtures.hf_models import EditedCopy, hf_greedy, save_marian, weights_as_a_pickle
 from helpers import assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MarianMTModel, MarianTokenizer
 
@@ -92,15 +92,13 @@ def test_the_imported_file_round_trips_and_follows_the_format(marian_dir, tmp_pa
 
 
 def test_what_the_format_cannot_hold_is_named(marian_dir, tmp_path):
-    import shutil
 
-    broken = tmp_path / "separate"
-    shutil.copytree(marian_dir, broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps(config | {"share_encoder_decoder_embeddings": False}))
+    copy = EditedCopy(marian_dir, tmp_path / "separate")
+    broken = copy.path
+    copy.with_fields(share_encoder_decoder_embeddings=False)
     with pytest.raises(CheckpointError, match="separate source and target vocabularies"):
         import_marian(broken)
-    (broken / "config.json").write_text(json.dumps(config))
+    copy.with_fields()
     weights_as_a_pickle(broken)
     with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle and is not read"):
         import_marian(broken)

@@ -7,12 +7,9 @@ GELU without it) and a SentencePiece unigram model trained here are saved the wa
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
 import torch
-from fixtures.hf_models import hf_greedy, save_t5
+from fixtures.hf_models import EditedCopy, hf_greedy, save_t5
 from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MT5ForConditionalGeneration, T5ForConditionalGeneration, T5Tokenizer
 
@@ -104,19 +101,18 @@ def test_the_step_by_step_page_recomputes_the_model_own_attention(t5, kind):
 
 def test_what_cannot_be_read_is_one_clear_line(t5, tmp_path):
     directory, *_ = t5
-    broken = tmp_path / "broken"
-    shutil.copytree(directory, broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps(config | {"d_kv": 8}))
+    copy = EditedCopy(directory, tmp_path / "broken")
+    broken = copy.path
+    copy.with_fields(d_kv=8)
     with pytest.raises(CheckpointError, match=r"an attention width \(num_heads x d_kv\) other than d_model"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config | {"num_layers": 3}))
+    copy.with_fields(num_layers=3)
     with pytest.raises(CheckpointError, match="the weights do not fit the config: encoder_layers.2"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config | {"vocab_size": 10**9}))
+    copy.with_fields(vocab_size=10**9)
     with pytest.raises(CheckpointError, match="does not fit the tokenizer's"):
         import_hf(broken)
-    (broken / "config.json").write_text(json.dumps(config | {"model_type": "longt5"}))  # a variant: the reason
+    copy.with_fields(model_type="longt5")  # a variant: the reason
     with pytest.raises(CheckpointError, match="LongT5 attends locally .* which this format cannot hold"):
         import_hf(broken)
 
@@ -128,10 +124,9 @@ def test_a_config_value_of_the_wrong_type_is_refused_before_it_is_used(t5, tmp_p
     from helpers import measured
 
     directory, *_ = t5
-    broken = tmp_path / "broken"
-    shutil.copytree(directory, broken)
-    config = json.loads((broken / "config.json").read_text())
-    (broken / "config.json").write_text(json.dumps(config | {"d_kv": d_kv, "num_heads": 300_000_000}))
+    copy = EditedCopy(directory, tmp_path / "broken")
+    broken = copy.path
+    copy.with_fields(d_kv=d_kv, num_heads=300_000_000)
     with measured() as cost, pytest.raises(CheckpointError, match=r"config.json's (d_kv|num_heads) is .*, not an"):
         import_hf(broken)
     assert cost.peak_growth_mb < 100, cost
