@@ -73,28 +73,14 @@ with right:
 
 st.subheader("Training curves")
 if training.loss_curve:
-    columns = st.columns(2)
-    with columns[0]:
-        show(
-            lines(
-                {"training loss": (training.steps_of(training.loss_curve), training.loss_curve)},
-                "loss per step",
-                "step",
-                "loss",
-            ),
-            key="loss",
-        )
-    with columns[1]:
-        if training.lr_curve:
-            show(
-                lines(
-                    {"learning rate": (training.steps_of(training.lr_curve), training.lr_curve)},
-                    "learning rate (Noam schedule)",
-                    "step",
-                    "lr",
-                ),
-                key="lr",
-            )
+    loss_column, rate_column = st.columns(2)
+    with loss_column:
+        series = {"training loss": (training.steps_of(training.loss_curve), training.loss_curve)}
+        show(lines(series, "loss per step", "step", "loss"), key="loss")
+    if training.lr_curve:
+        with rate_column:
+            series = {"learning rate": (training.steps_of(training.lr_curve), training.lr_curve)}
+            show(lines(series, "learning rate (Noam schedule)", "step", "lr"), key="lr")
     if training.validation:
         epochs = [v.epoch for v in training.validation]
         curves = (
