@@ -36,7 +36,7 @@ from transformer.io.checkpoint import Checkpoint
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_heatmap, heads_or_means
-from ui.players.step_player import PLAY_RATES, step_data
+from ui.players.step_player import STEP_RATES, step_data
 from ui.state.keys import SENTENCE_LABEL
 
 from .app_on_device import TWENTY_WORDS
@@ -196,7 +196,7 @@ def browser_rows(translations: int = 5, steps: int = 20, runs: int = 3) -> list[
         clicks = min(steps, last - 1)
         step_ms = [page.evaluate(CLICK_UNTIL_DRAWN, ["Next", f"Step {i + 2} of", i + 2]) for i in range(clicks)]
         page.evaluate(CLICK_UNTIL_DRAWN, ["First", "Step 1 of", 1])
-        page.get_by_label("Steps a second when playing").select_option(str(max(PLAY_RATES)))
+        page.get_by_label("Steps a second when playing").select_option(str(max(STEP_RATES)))
         play_ms = page.evaluate(PLAY_TO_THE_END)
         frames = len(sent) - before
         walkthrough_ms = []  # Attention, step by step: every stage of a head, as a link opens it
@@ -236,7 +236,7 @@ def browser_rows(translations: int = 5, steps: int = 20, runs: int = 3) -> list[
             "while stepping and playing",
         ),
         Row(
-            f"Play at {max(PLAY_RATES)} a second: steps a second achieved",
+            f"Play at {max(STEP_RATES)} a second: steps a second achieved",
             "—",
             None,
             (last - 1) * 1000 / play_ms,

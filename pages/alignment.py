@@ -21,7 +21,7 @@ from ui.services import models, uploads
 from ui.services.work import heavy_job
 from ui.state import keys, url
 from ui.widgets.charts import show, table
-from ui.widgets.progress import Progress, pace
+from ui.widgets.progress import ProgressBar, pace
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
@@ -105,7 +105,7 @@ if run and (files := read_files()) is not None:
             costs = [len(s) * len(t) + 1 for s, t in zip(sources, targets)]
             work = "alignment" + "+gradients" * gradients + "+flow" * flow
             timed = (work, explored.checkpoint_key, count)
-            progress = Progress("Aligning", count, "pairs", costs, stop_key="align_stop", timed=timed)
+            progress = ProgressBar("Aligning", count, "pairs", costs, stop_key="align_stop", timed=timed)
             with heavy_job("alignments") as should_stop:
                 report = align_corpus(
                     checkpoint.model,

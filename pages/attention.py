@@ -14,7 +14,7 @@ from ui.state import keys, url
 from ui.widgets.charts import show
 from ui.widgets.controls import content_toggle, kind_layer_head, words_toggle
 from ui.widgets.controls import step as controls_step
-from ui.widgets.progress import Progress
+from ui.widgets.progress import ProgressBar
 from ui.widgets.sidebar import page_frame
 
 VIEWS = keys.ATTENTION_VIEWS
@@ -120,7 +120,7 @@ downloads[1].download_button(
 )
 report = (explored.identity, explored.text, explored.checkpoint_name, words)
 if session.get("report_built") != report and downloads[2].button("Build the HTML report", key="report_build"):
-    progress = Progress("Building the report", REPORT_FIGURES, "figures")
+    progress = ProgressBar("Building the report", REPORT_FIGURES, "figures")
     models.report_cached(explored.checkpoint, *report, _result=result, _progress=progress)
     progress.close()
     session.report_built = report

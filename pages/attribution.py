@@ -21,7 +21,7 @@ from ui.state import url
 from ui.widgets.charts import show, table
 from ui.widgets.controls import layer_head, words_toggle
 from ui.widgets.controls import step as controls_step
-from ui.widgets.progress import Progress, stop_button
+from ui.widgets.progress import ProgressBar, stop_button
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
@@ -75,7 +75,7 @@ if stop_button("attribution_stop", stop):  # pressed: this rerun ended the compu
 with heavy_job("attributions") as should_stop:
     # Each step's backward pass runs through the whole input: their costs are equal
     timed = ("attribution", explored.checkpoint_key, result.steps * (len(result.src_ids) + result.steps) * n_steps)
-    progress = Progress("Integrated gradients", result.steps, "output tokens", timed=timed)
+    progress = ProgressBar("Integrated gradients", result.steps, "output tokens", timed=timed)
     found = models.attribution_cached(
         checkpoint,
         request,

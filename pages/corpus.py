@@ -12,7 +12,7 @@ from transformer.io.export import csv_text
 from ui.services import uploads
 from ui.services.work import TRANSLATE_BATCH, heavy_job
 from ui.state import keys, url
-from ui.widgets.progress import Progress
+from ui.widgets.progress import ProgressBar
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
@@ -52,7 +52,7 @@ if run:
         # steps, each reading all before it).
         # Blank lines are not translated (nor counted by translate_texts), so the bar counts only the others.
         costs = sorted(len(line) ** 2 for line in sources if line.strip())
-        progress = Progress("Translating", len(costs), "sentences", costs, stop_key="corpus_stop")
+        progress = ProgressBar("Translating", len(costs), "sentences", costs, stop_key="corpus_stop")
         done = [0]
 
         def advance(count: int) -> None:  # translate_texts reports sentences finished since the last call
@@ -138,7 +138,7 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
     if st.button("Compute the agreement", key="agreement_run"):
         sentences = table["source"].tolist()[: int(sample)]
         costs = [len(s) ** 2 for s in sentences]
-        progress = Progress("Integrated gradients", len(sentences), "sentences", costs, stop_key="agreement_stop")
+        progress = ProgressBar("Integrated gradients", len(sentences), "sentences", costs, stop_key="agreement_stop")
         with heavy_job("attributions"):  # one of the server's slots; a visitor who leaves stops it
             try:
                 values, used = corpus_agreement(checkpoint.model, checkpoint.tokenizer, sentences, progress=progress)

@@ -21,7 +21,7 @@ from ui.services import models, uploads
 from ui.state import keys, url
 from ui.widgets import controls, head_importance
 from ui.widgets.charts import show, table
-from ui.widgets.progress import Progress, pace
+from ui.widgets.progress import ProgressBar, pace
 from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
@@ -101,7 +101,7 @@ if run and uploaded is not None:
     elif sentences:
         costs = [len(s) ** 2 for s in sentences]
         timed = ("corpus statistics", explored.checkpoint_key, len(sentences))
-        progress = Progress("Decoding", len(sentences), "sentences", costs, stop_key="stats_stop", timed=timed)
+        progress = ProgressBar("Decoding", len(sentences), "sentences", costs, stop_key="stats_stop", timed=timed)
         session.stats_over_corpus = keys.CorpusStatistics(
             kind.value,
             explored.checkpoint_key,

@@ -492,7 +492,7 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
     )
     clock = iter([100.0, 110.0])  # started at 100 s; 10 s later, one item of three is done
     monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: next(clock))
-    ui.widgets.progress.Progress("Translating", 3, "sentences", costs=[1, 1, 2])(1)
+    ui.widgets.progress.ProgressBar("Translating", 3, "sentences", costs=[1, 1, 2])(1)
     assert shown == [(0.25, "Translating: 1 of 3 sentences · about 30 s left")]  # a quarter of the work in 10 s
     assert ui.widgets.progress.duration(200) == "about 3 min"
 
@@ -522,7 +522,7 @@ def test_the_time_left_counts_computing_not_the_turns_given_to_other_visitors(mo
         now[0] += 100.0  # their attribution computes for 100 s
         ui.services.work.SLOTS.release()
 
-    progress = ui.widgets.progress.Progress("Aligning", 4, "pairs")
+    progress = ui.widgets.progress.ProgressBar("Aligning", 4, "pairs")
     with ui.services.work.heavy_job("alignments") as should_stop:
         now[0] = 10.0
         progress(1)  # a pair in 10 s: 30 s for the other three

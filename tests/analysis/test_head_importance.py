@@ -15,8 +15,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from transformer.analysis.heads.importance import (
-    Corpus,
     ImportanceStopped,
+    TokenizedPairs,
     ablated_rows,
     ablation_importance,
     corpus_of,
@@ -91,7 +91,7 @@ def test_rows_of_different_heads_decoded_together_equal_each_set_of_heads_switch
 def test_the_gradient_estimate_equals_finite_differences_of_the_loss_in_the_gate(tokenizer):
     torch.manual_seed(5)
     model = Transformer(tiny_config(tokenizer, dropout=0.0)).double().eval()
-    corpus = Corpus([[5, 9, 14, 3], [7, 11, 3]], [[12, 4, 3], [8, 3]])
+    corpus = TokenizedPairs([[5, 9, 14, 3], [7, 11, 3]], [[12, 4, 3], [8, 3]])
     found = gradient_importance(model, corpus, batch_size=2, per_layer_norm=False)
     eps = 1e-6
     for kind, layer, head in [
@@ -281,9 +281,11 @@ def test_the_reference_scores_hold_a_budget_whatever_the_vocabulary(tokenizer, m
     model = Transformer(tiny_config(tokenizer, src_vocab_size=50_000, tgt_vocab_size=50_000)).eval()
     generator = random.Random(0)
     ids = [[generator.randrange(4, 60) for _ in range(29)] + [model.config.eos_id] for _ in range(32)]
-    corpus = Corpus(ids, ids[::-1])
+    corpus = TokenizedPairs(ids, ids[::-1])
     alone = torch.cat([reference_log_probs(model, [s], [r]) for s, r in zip(corpus.sources, corpus.references)])
-    unbounded = gradient_importance(model, Corpus(corpus.sources[:4], corpus.references[:4]), per_layer_norm=False)
+    unbounded = gradient_importance(
+        model, TokenizedPairs(corpus.sources[:4], corpus.references[:4]), per_layer_norm=False
+    )
     monkeypatch.setattr(importance, "SCORES_BUDGET_BYTES", 8 << 20)
     with measured() as cost:
         together = reference_log_probs(model, corpus.sources, corpus.references)
@@ -292,7 +294,9 @@ def test_the_reference_scores_hold_a_budget_whatever_the_vocabulary(tokenizer, m
     with measured() as cost:
         gradient_importance(model, corpus, per_layer_norm=False)
     assert cost.peak_growth_mb < 80, cost
-    bounded = gradient_importance(model, Corpus(corpus.sources[:4], corpus.references[:4]), per_layer_norm=False)
+    bounded = gradient_importance(
+        model, TokenizedPairs(corpus.sources[:4], corpus.references[:4]), per_layer_norm=False
+    )
     for kind in unbounded:
         np.testing.assert_allclose(bounded[kind], unbounded[kind], rtol=1e-4, atol=1e-7)
 

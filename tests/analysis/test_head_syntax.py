@@ -15,7 +15,7 @@ from helpers import measured, run_cli
 from transformer.analysis.heads.syntax import (
     READINGS,
     SyntaxCounts,
-    add_sentence,
+    add_parsed_sentence,
     parsed_sentence,
     read_treebank,
     roles_of,
@@ -106,7 +106,7 @@ def test_synthetic_heads_made_for_the_relations_score_one_and_a_previous_word_he
         to_head = one_hot_rows(size, {dependent: governor for _, dependent, governor in arcs})
         from_head = one_hot_rows(size, {governor: dependent for _, dependent, governor in arcs})
         previous = one_hot_rows(size, {query: query - 1 for query in range(1, size)})
-        add_sentence(counts, np.stack([to_head, from_head, previous])[None], arcs)
+        add_parsed_sentence(counts, np.stack([to_head, from_head, previous])[None], arcs)
     roles = roles_of(counts)
     for reading in READINGS:
         relation, direction = reading.split("_", 1)

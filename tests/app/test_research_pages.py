@@ -390,7 +390,7 @@ def test_corpus_progress_counts_the_sentences_translated_not_the_blank_lines(mon
 
     shown = []
     monkeypatch.setattr(
-        ui.widgets.progress.Progress, "__call__", lambda self, done, total=None: shown.append((done, self.total))
+        ui.widgets.progress.ProgressBar, "__call__", lambda self, done, total=None: shown.append((done, self.total))
     )
     at = start().switch_page("pages/corpus.py").run()
     sources = "Two dogs are playing in the snow.\n\nA man is riding a bicycle.\n\n"

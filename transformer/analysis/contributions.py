@@ -31,8 +31,6 @@ from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe, SublayerRecord
 
-KINDS = tuple(AttentionKind)
-
 
 @dataclass(frozen=True)
 class Contributions:
@@ -169,7 +167,7 @@ def contributions(
     probe = Probe(record_at=frozenset(sites))
     decoder_input = torch.tensor([[config.start_id, *tgt_ids[:-1]]], device=device)
     model(torch.tensor([src_ids], device=device), decoder_input, probe=probe)
-    layers: dict[AttentionKind, list[torch.Tensor]] = {kind: [] for kind in KINDS}
+    layers: dict[AttentionKind, list[torch.Tensor]] = {kind: [] for kind in AttentionKind}
     for kind, layer in sites:
         module, block, record = (
             kind.module(model, layer),

@@ -38,7 +38,14 @@ FIELD_HELP = {
 }
 
 
-TOKENIZER_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}  # the tokenizer's
+TOKENIZER_CONFIG_FIELDS = {
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "pad_id",
+    "unk_id",
+    "bos_id",
+    "eos_id",
+}  # the tokenizer's
 
 
 def device(name: str) -> str:
@@ -162,7 +169,7 @@ def add_train_fields(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MODEL.src_vocab_size,
         help="joint vocabulary asked of the tokenizer (default: %(default)s)",
     )
-    add_fields(model, TransformerConfig, DEFAULT_MODEL, skip=TOKENIZER_FIELDS)
+    add_fields(model, TransformerConfig, DEFAULT_MODEL, skip=TOKENIZER_CONFIG_FIELDS)
     parser.add_argument("--resume", action="store_true", help="continue from the saved state beside --out")
     parser.add_argument(
         "--continue-from",

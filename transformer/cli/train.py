@@ -8,7 +8,7 @@ import os
 import torch
 
 from transformer.cli.common import (
-    TOKENIZER_FIELDS,
+    TOKENIZER_CONFIG_FIELDS,
     add_train_fields,
     field_values,
 )
@@ -23,7 +23,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     values = field_values(args, TrainSettings, skip={"model"})
     for name in ("train_src", "train_tgt", "val_src", "val_tgt", "train_weights", "snapshot_epochs"):
         values[name] = tuple(values.get(name, ()))
-    model = field_values(args, TransformerConfig, skip=TOKENIZER_FIELDS)
+    model = field_values(args, TransformerConfig, skip=TOKENIZER_CONFIG_FIELDS)
     values["model"] = TransformerConfig(src_vocab_size=args.vocab_size, tgt_vocab_size=args.vocab_size, **model)
     progress = train(TrainSettings(**values), resume=args.resume, continue_from=args.continue_from)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, only rank 0 validated: its line alone

@@ -17,7 +17,7 @@ import torch
 
 from transformer.hugging_face.files import hf_weights, optional_object, read_config_json
 from transformer.hugging_face.seq2seq import (
-    ACTIVATIONS,
+    ACTIVATION_NAMES,
     FINAL_NORMS,
     check_special_ids,
     checkpoint_from_state,
@@ -64,7 +64,7 @@ def bart_config(hf: dict[str, Any], tokenizer: JsonTokenizer) -> TransformerConf
         positional="learned",
         position_offset=POSITION_OFFSET,
         embedding_norm=True,
-        activation=ACTIVATIONS[hf["activation_function"]],
+        activation=ACTIVATION_NAMES[hf["activation_function"]],
         scale_embedding=bool(hf.get("scale_embedding", False)),
         decoder_start_id=hf.get("decoder_start_token_id") if hf.get("decoder_start_token_id") is not None else eos,
     )

@@ -27,7 +27,7 @@ from transformer.hugging_face.files import (
     regular_file,
 )
 from transformer.hugging_face.seq2seq import (
-    ACTIVATIONS,
+    ACTIVATION_NAMES,
     FINAL_NORMS,
     check_special_ids,
     checkpoint_from_state,
@@ -71,7 +71,7 @@ def m2m100_config(hf: dict[str, Any], vocabulary_size: int, tokenizer: Tokenizer
         bos_id=hf.get("bos_token_id"),
         eos_id=hf.get("eos_token_id"),
         norm_first=True,
-        activation=ACTIVATIONS[hf["activation_function"]],
+        activation=ACTIVATION_NAMES[hf["activation_function"]],
         scale_embedding=bool(hf.get("scale_embedding", True)),
         sinusoid_layout="halves",
         sinusoid_frequencies="tensor2tensor",

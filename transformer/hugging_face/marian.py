@@ -25,7 +25,7 @@ from transformer.hugging_face.files import (
     regular_file,
 )
 from transformer.hugging_face.seq2seq import (
-    ACTIVATIONS,
+    ACTIVATION_NAMES,
     checkpoint_from_state,
     marian_state,
     shape_fields,
@@ -70,7 +70,7 @@ def marian_config(
         # only the id the tokenizer leaves out of text, and the file's tokenizer and config must agree on it.
         bos_id=pad if bos_id is None else bos_id,
         eos_id=hf.get("eos_token_id"),
-        activation=ACTIVATIONS[hf["activation_function"]],
+        activation=ACTIVATION_NAMES[hf["activation_function"]],
         scale_embedding=bool(hf.get("scale_embedding", False)),
         sinusoid_layout="halves",
         decoder_start_id=hf.get("decoder_start_token_id", pad),

@@ -12,8 +12,8 @@ from transformer.io.checkpoint import Checkpoint, CheckpointError, model_from_te
 from transformer.model.config import TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerBase
 
-ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
-EMBEDDINGS = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
+ACTIVATION_NAMES = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
+EMBEDDING_NAMES = ("model.shared.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight",
               "lm_head.weight")  # fmt: skip  # one matrix under any of these names when tied
 LAYER_PARTS = {
     "self_attn_layer_norm": {"encoder": "attn_block.norm", "decoder": "self_block.norm"},
@@ -46,7 +46,7 @@ def shape_problems(hf: dict[str, Any]) -> list[str]:
         problems.append("different head counts in encoder and decoder")
     if hf.get("encoder_ffn_dim") != hf.get("decoder_ffn_dim"):
         problems.append("different feed-forward widths in encoder and decoder")
-    if hf.get("activation_function") not in ACTIVATIONS:
+    if hf.get("activation_function") not in ACTIVATION_NAMES:
         problems.append(f"the activation {shown(hf.get('activation_function'))}")
     return problems
 
@@ -79,7 +79,7 @@ def marian_state(
 ) -> dict[str, torch.Tensor]:
     """Marian's state dict under this project's names (FORMAT.md section 4); `extra` names other tensors a family
     of the same layout has (M2M100's final layer norms) and what they are called here."""
-    state = {"src_embed.lookup.weight": embedding_matrix(tensors, EMBEDDINGS)}
+    state = {"src_embed.lookup.weight": embedding_matrix(tensors, EMBEDDING_NAMES)}
     bias = tensors.get("final_logits_bias")
     state["generator.bias"] = torch.zeros(config.tgt_vocab_size) if bias is None else bias.reshape(-1)
     for name, tensor in tensors.items():

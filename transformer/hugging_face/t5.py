@@ -23,9 +23,9 @@ from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig
 from transformer.text.tokenizer import TokenizerBase
 
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+T5_ACTIVATION_NAMES = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "silu": "swish", "swish": "swish"}  # fmt: skip
-EMBEDDINGS = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
+T5_EMBEDDING_NAMES = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 BLOCK = re.compile(r"(encoder|decoder)\.block\.(\d+)\.layer\.(\d)\.(.+)\.weight")
 # (side, sublayer index, HF name) -> ours, under {side}_layers.{i}
 PARTS = {
@@ -57,7 +57,7 @@ def t5_config(hf: dict[str, Any], tokenizer: TokenizerBase, untied: bool) -> Tra
     gated, activation = kind.startswith("gated-"), kind.removeprefix("gated-")
     activation = "gelu_new" if kind == "gated-gelu" else activation  # transformers' own reading of gated-gelu
     unsupported = []
-    if activation not in ACTIVATIONS:
+    if activation not in T5_ACTIVATION_NAMES:
         unsupported.append(f"the activation {kind[:40]!r}")
     if hf.get("d_kv", 0) * hf.get("num_heads", 0) != hf.get("d_model"):
         unsupported.append("an attention width (num_heads x d_kv) other than d_model")
@@ -85,7 +85,7 @@ def t5_config(hf: dict[str, Any], tokenizer: TokenizerBase, untied: bool) -> Tra
         norm_first=True,
         tie_embeddings=not untied,
         positional="relative",
-        activation=ACTIVATIONS[activation],
+        activation=T5_ACTIVATION_NAMES[activation],
         layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-6)),
         scale_embedding=False,
         decoder_start_id=hf.get("decoder_start_token_id", 0),
@@ -108,7 +108,7 @@ def import_t5(directory: str | Path, device: torch.device | str = "cpu") -> Chec
         raise CheckpointError(f"{directory} is not a Hugging Face T5 or mT5 model directory (model_type t5 or mt5)")
     tokenizer = padded_json_tokenizer(directory, hf_config.get("vocab_size"))
     weights = hf_weights(directory)
-    embedding = embedding_matrix(weights, EMBEDDINGS)
+    embedding = embedding_matrix(weights, T5_EMBEDDING_NAMES)
     head = weights.get("lm_head.weight")
     untied = head is not None and not torch.equal(head, embedding)  # Flan-T5's own output layer
     try:

@@ -22,12 +22,12 @@ from transformer.io.header import CheckpointError, check_tensors, read_header
 from transformer.model.kinds import AttentionKind
 from transformer.text.files import FileRefused, read_regular
 
-FORMAT_NAME = "transformer-explorer-timeline"
-FORMAT_VERSION = "1"
+TIMELINE_FORMAT = "transformer-explorer-timeline"
+TIMELINE_FORMAT_VERSION = "1"
 MAX_FILE_BYTES = 64 * 1024 * 1024
 # The description (every snapshot's output of every probe) and the tensors' names: 12 KB for the shipped timeline's
 # ten snapshots and seven probes, about 300 KB for 100 snapshots of 20 probes.
-MAX_HEADER_BYTES = 4 * 1024 * 1024
+MAX_TIMELINE_HEADER_BYTES = 4 * 1024 * 1024
 LIMITS = {"snapshots": 1000, "probes": 100, "pieces": 1024, "layers": 64, "heads": 64, "text": 2000, "steps": 10**12}
 
 
@@ -70,7 +70,11 @@ def timeline_bytes(timeline: Timeline) -> bytes:
         "aer_method": timeline.aer_method if timeline.aer is not None else None,
         "loss_every": timeline.loss_every,
     }
-    metadata = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "timeline": json.dumps(description)}
+    metadata = {
+        "format": TIMELINE_FORMAT,
+        "format_version": TIMELINE_FORMAT_VERSION,
+        "timeline": json.dumps(description),
+    }
     return save_safetensors(_tensors(timeline), metadata)
 
 
@@ -117,11 +121,11 @@ def _snapshot(value: Any) -> Snapshot:
 
 def _description(header: dict[str, Any]) -> dict[str, Any]:
     metadata = header["__metadata__"]
-    if metadata.get("format") != FORMAT_NAME:
-        raise TimelineError(f"not a timeline file (its format is not {FORMAT_NAME})")
-    if metadata.get("format_version") != FORMAT_VERSION:
+    if metadata.get("format") != TIMELINE_FORMAT:
+        raise TimelineError(f"not a timeline file (its format is not {TIMELINE_FORMAT})")
+    if metadata.get("format_version") != TIMELINE_FORMAT_VERSION:
         raise TimelineError(
-            f"timeline format version {str(metadata.get('format_version'))[:20]!r}; this reads version {FORMAT_VERSION}"
+            f"timeline format version {str(metadata.get('format_version'))[:20]!r}; this reads version {TIMELINE_FORMAT_VERSION}"
         )
     try:
         description = json.loads(metadata.get("timeline"))
@@ -204,7 +208,9 @@ def _checked(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 
 def load_timeline_bytes(data: bytes) -> Timeline:
     try:
-        header = read_header(data, max_header_bytes=MAX_HEADER_BYTES)  # a 60 MB one took 15 s and 350 MB to parse
+        header = read_header(
+            data, max_header_bytes=MAX_TIMELINE_HEADER_BYTES
+        )  # a 60 MB one took 15 s and 350 MB to parse
     except CheckpointError as error:
         raise TimelineError(str(error).replace("checkpoint", "timeline")) from None
     description = _description(header)

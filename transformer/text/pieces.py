@@ -16,12 +16,14 @@ PRODUCES = " → "  # a decoder row's label: the input token, then the token it 
 
 
 # A multilingual model's language codes: NLLB's "fra_Latn", mBART's "fr_XX" (M2M100's "__fr__" starts with no letter)
-LANGUAGE_CODE = re.compile(r"[a-z]{2,3}_(?:[A-Z][a-z]{3}|[A-Z]{2})")
+BARE_LANGUAGE_CODE = re.compile(r"[a-z]{2,3}_(?:[A-Z][a-z]{3}|[A-Z]{2})")
 
 
 def is_special(piece: str) -> bool:
     """<s>, </s>, <pad>, <unk> and the like, and language codes: shown as they are (no word carries on into them)."""
-    return (len(piece) > 2 and piece.startswith("<") and piece.endswith(">")) or bool(LANGUAGE_CODE.fullmatch(piece))
+    return (len(piece) > 2 and piece.startswith("<") and piece.endswith(">")) or bool(
+        BARE_LANGUAGE_CODE.fullmatch(piece)
+    )
 
 
 def readable(piece: str) -> str:

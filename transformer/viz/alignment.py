@@ -13,7 +13,7 @@ from transformer.viz.style import LEGEND_ABOVE, axis_labels
 SURE, POSSIBLE, EXTRACTED = "#e4572e", "#e4572e", "#111111"
 
 
-def word_labels(words: list[str]) -> list[str]:
+def axis_words(words: list[str]) -> list[str]:
     """Words of a text file as the figures' axes show them (each read as a whole word, repeats kept apart)."""
     return axis_labels([WORD_START + word for word in words])
 
@@ -40,7 +40,7 @@ def alignment_heatmap(
 ) -> go.Figure:
     """Target words (rows) x source words, the method's weights as colour; gold sure links as squares, possible
     ones as circles, the extracted links as crosses: a cross inside a square is a hit."""
-    src, tgt = word_labels(src_words), word_labels(tgt_words)
+    src, tgt = axis_words(src_words), axis_words(tgt_words)
     fig = matrix_heatmap(
         matrix,
         title,

@@ -28,7 +28,7 @@ EPOCH_PLAYER = st.components.v2.component(
     css=(HERE / "player.css").read_text() + (HERE / "epoch_player.css").read_text(),
     js=(HERE / "player_common.js").read_text() + (HERE / "epoch_player.js").read_text(),
 )
-PLAY_RATES = (0.5, 1, 2)  # snapshots a second Play offers
+EPOCH_RATES = (0.5, 1, 2)  # snapshots a second Play offers
 LOSS_POINTS = 400  # the loss curve sent, at most
 # What one page's player carries of maps, packed (2 bytes a weight in base64): a probe of the shipped timeline takes
 # under 1 MB; a 30 MB timeline file sent 43.6 MB to every tab that opened the page.
@@ -129,7 +129,7 @@ def epoch_data(
         "aer_method": timeline.aer_method,
         "loss": _loss(timeline),
         "colors": colorscale_stops(),
-        "rates": list(PLAY_RATES),
+        "rates": list(EPOCH_RATES),
         "quantum": QUANTUM,
     }
 

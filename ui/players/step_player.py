@@ -40,7 +40,7 @@ PLAYER = st.components.v2.component(
     css=(HERE / "player.css").read_text() + (HERE / "step_player.css").read_text(),
     js="".join((HERE / name).read_text() for name in ("player_common.js", "beam_tree.js", "step_player.js")),
 )
-PLAY_RATES = (1, 2, 5, 10)  # steps a second Play offers
+STEP_RATES = (1, 2, 5, 10)  # steps a second Play offers
 # Rows of heads the step view draws at most (each layer's heads, then their mean), and cells: a step click redraws both
 # maps cell by cell, and a deeper or wider model, or a long input, is shown a window of its layers at a time, the
 # others sent when chosen. A click on opus-mt's shape with an input of 85 pieces drew 4,715 cells at 49 ms (p50; p95
@@ -168,7 +168,7 @@ def step_data(
         "contributions": None if contributions is None else contributions_data(contributions, result, words),
         "content_only": content,
         "colors": colorscale_stops(),
-        "rates": list(PLAY_RATES),
+        "rates": list(STEP_RATES),
         "quantum": QUANTUM,
     }
 

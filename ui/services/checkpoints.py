@@ -25,7 +25,7 @@ from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.io.tuned_lens_file import file_sha256, load_tuned_lens, tuned_lens_path
 
 
-def device() -> torch.device:
+def serving_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -53,7 +53,7 @@ def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
 
 
 def load(path: Path) -> Checkpoint:
-    return _load_shared(str(path), path.stat().st_mtime_ns, str(device()))
+    return _load_shared(str(path), path.stat().st_mtime_ns, str(serving_device()))
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)

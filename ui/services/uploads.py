@@ -26,7 +26,7 @@ from transformer.io.checkpoint import (
 )
 from transformer.model.config import TransformerConfig
 from transformer.text.files import iter_text_lines, text_lines
-from ui.services.checkpoints import KeyedCheckpoint, device
+from ui.services.checkpoints import KeyedCheckpoint, serving_device
 from ui.services.work import UPLOAD_KEY, return_memory
 
 UPLOAD_LIMIT_MB = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_MB", "200"))  # also server.maxUploadSize
@@ -250,7 +250,7 @@ def add_upload(uploaded: UploadedFile) -> str:
             digest = hashlib.sha256(held_bytes).hexdigest()[:16]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", CheckpointWarning)  # kept as checkpoint.problems, shown with it
-                checkpoint = load_checkpoint_bytes(bytes(held_bytes), device())
+                checkpoint = load_checkpoint_bytes(bytes(held_bytes), serving_device())
         except (MemoryError, torch.OutOfMemoryError):
             SERVER_UPLOADS.release(key)
             raise CheckpointError("the server has no memory to spare for this model now; try a smaller one") from None

@@ -30,7 +30,7 @@ from ui.services.work import TIMINGS, heavy_job
 from ui.state import keys
 from ui.state.url import MAX_PAGE_VALUE, choices_text, url_text
 from ui.widgets.charts import show, table
-from ui.widgets.progress import Progress, pace
+from ui.widgets.progress import ProgressBar, pace
 from ui.widgets.sidebar import Explored
 from ui.widgets.text import literal
 
@@ -84,7 +84,7 @@ def section(explored: Explored) -> None:
         run = st.form_submit_button("Measure the heads")
         st.caption(pace(work_name(measure, prune), explored.checkpoint_key, "sentence", count))
     if run:
-        sample = read_sample(sources, references, count)
+        sample = uploaded_sample(sources, references, count)
         if sample is not None:
             measured = measure_heads(explored, sample, treebank, measure, prune)
             if measured is not None:
@@ -99,7 +99,7 @@ def work_name(measure: str, prune: bool) -> str:
     return f"head importance ({measure}{', pruning' if prune else ''})"
 
 
-def read_sample(sources, references, count: int) -> Sample | None:
+def uploaded_sample(sources, references, count: int) -> Sample | None:
     """The uploaded sentences as a sample, or None with the reason said."""
     if sources is None:
         st.warning("Choose a file of source sentences first.")
@@ -121,7 +121,7 @@ def read_sample(sources, references, count: int) -> Sample | None:
     return Sample(sources.name, [s for s, _ in pairs], None if refs is None else [r for _, r in pairs])
 
 
-def read_treebank(treebank, should_stop: Callable[[], bool]) -> tuple[ParsedSentence, ...]:
+def parsed_upload(treebank, should_stop: Callable[[], bool]) -> tuple[ParsedSentence, ...]:
     """The uploaded treebank's first MAX_TREEBANK_SENTENCES, parsed as a stream in the heavy job's slot, stopping
     (ImportanceStopped) once the visitor leaves: 2,000 sentences of 512 words are a million lines."""
 
@@ -154,7 +154,7 @@ def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, pr
     ablation = measure == "both"
     try:
         with heavy_job("head measurements") as should_stop:
-            parsed = None if treebank is None else read_treebank(treebank, should_stop)
+            parsed = None if treebank is None else parsed_upload(treebank, should_stop)
             survey = models.heads_survey_cached(
                 explored.checkpoint,
                 explored.checkpoint_key,
@@ -187,13 +187,13 @@ class PhasedProgress:
 
     def __init__(self) -> None:
         self.phase: str | None = None
-        self.bar: Progress | None = None
+        self.bar: ProgressBar | None = None
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         if phase != self.phase:
             self.close()
             self.phase = phase
-            self.bar = Progress(PHASE_NAMES[phase], total, PHASES[phase], stop_key=f"matter_stop_{phase}")
+            self.bar = ProgressBar(PHASE_NAMES[phase], total, PHASES[phase], stop_key=f"matter_stop_{phase}")
         self.bar(done, total)
 
     def close(self) -> None:

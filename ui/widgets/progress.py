@@ -27,7 +27,7 @@ def pace(work: str, checkpoint_key: str, unit: str, units: int) -> str:
     )
 
 
-class Progress:
+class ProgressBar:
     """A bar for work of more than a second: what is done, and how long is left at the pace so far.
 
     Items may differ in cost (a long sentence takes longer than a short one): `costs`, in the order the work

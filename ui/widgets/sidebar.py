@@ -125,7 +125,9 @@ def render() -> Explored | None:
         language_slot = st.container()
         submitted = _settings_form()
         st.toggle("Presentation mode", help="Bigger text and figures for a projector.", **keys.shared("presentation"))
-        device = checkpoints.device()  # under the form: the sentence and Translate stay in view on a laptop's screen
+        device = (
+            checkpoints.serving_device()
+        )  # under the form: the sentence and Translate stay in view on a laptop's screen
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
     close_sidebar_if_presenting(submitted)
     if submitted or "applied_text" not in session:

@@ -37,7 +37,7 @@ class ImportanceStopped(Exception):
 
 
 @dataclass(frozen=True)
-class Corpus:
+class TokenizedPairs:
     """Sentences tokenized for the model: sources and their references (eos included), each within max_len."""
 
     sources: list[list[int]]
@@ -46,11 +46,11 @@ class Corpus:
 
 def corpus_of(
     model: Transformer, tokenizer: TokenizerBase, sources: Sequence[str], references: Sequence[str]
-) -> Corpus:
+) -> TokenizedPairs:
     """The sentences' ids; DecodeInputError naming the first sentence the model cannot take (an empty translation,
     where the model's own output is measured, or a text its tokenizer refuses)."""
     limit = model.config.max_len
-    return Corpus(_ids_of(tokenizer, sources, limit, "source"), _ids_of(tokenizer, references, limit, "target"))
+    return TokenizedPairs(_ids_of(tokenizer, sources, limit, "source"), _ids_of(tokenizer, references, limit, "target"))
 
 
 def _ids_of(tokenizer: TokenizerBase, texts: Sequence[str], limit: int, side: str) -> list[list[int]]:
@@ -133,7 +133,7 @@ class _TokenLogProbs(torch.autograd.Function):
 
 def gradient_importance(
     model: Transformer,
-    corpus: Corpus,
+    corpus: TokenizedPairs,
     batch_size: int = 16,
     per_layer_norm: bool = True,
     should_stop: Callable[[], bool] = lambda: False,
@@ -201,7 +201,7 @@ def ablating_gates(model: Transformer, head_sets: Sequence[frozenset[Head]], dev
 def ablated_rows(
     model: Transformer,
     tokenizer: TokenizerBase,
-    corpus: Corpus,
+    corpus: TokenizedPairs,
     head_sets: Sequence[frozenset[Head]],
     rows_per_batch: int,
     progress: Callable[[int, int], None] | None,

@@ -19,7 +19,7 @@ from transformer.model.encoder_decoder import Transformer
 from transformer.model.heads import Head, every_head
 from transformer.text.tokenizer import TokenizerBase
 
-SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)  # of all heads, switched off at each point
+SHARES_OFF = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6)  # of all heads, switched off at each point
 RANDOM_ORDERS = 3
 LEAST_FIRST, RANDOM, MOST_FIRST = "least important first", "random order", "most important first"
 
@@ -37,7 +37,7 @@ class PruningCurve:
 
 def head_counts(model: Transformer) -> list[int]:
     total = len(every_head(model.config))
-    return [round(share * total) for share in SHARES]
+    return [round(share * total) for share in SHARES_OFF]
 
 
 def orders(ranking: Sequence[Head], seed: int = 0) -> dict[str, list[list[Head]]]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from transformer.analysis.heads.importance import Corpus, ImportanceStopped
+from transformer.analysis.heads.importance import ImportanceStopped, TokenizedPairs
 from transformer.analysis.views import is_sink
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
@@ -88,7 +88,10 @@ def rarest_piece(tokenizer: TokenizerBase, ids: Sequence[int]) -> int | None:
 
 
 def head_roles(
-    model: Transformer, tokenizer: TokenizerBase, corpus: Corpus, should_stop: Callable[[], bool] = lambda: False
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    corpus: TokenizedPairs,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> HeadRoles:
     """Each head's roles over the sample: one teacher-forced pass per sentence pair, every map recorded.
     `should_stop`, asked between sentences, ends the work with ImportanceStopped."""

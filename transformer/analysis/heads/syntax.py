@@ -182,7 +182,7 @@ class SyntaxCounts:
         return cls({r: np.zeros((layers, heads)) for r in READINGS}, {r: Counter() for r in READINGS})
 
 
-def add_sentence(counts: SyntaxCounts, word_maps: np.ndarray, arcs: Sequence[tuple[str, int, int]]) -> None:
+def add_parsed_sentence(counts: SyntaxCounts, word_maps: np.ndarray, arcs: Sequence[tuple[str, int, int]]) -> None:
     """One sentence's encoder maps over its words (L, H, W, W) and its arcs, added to the sums."""
     top = word_maps.argmax(axis=-1)  # (L, H, W): each word's most-weighed word, per head
     for relation, dependent, governor in arcs:
@@ -255,7 +255,7 @@ def syntactic_roles(
         maps = torch.stack(model.encode(src, padding_mask(src, config.pad_id), need_weights=True).attentions, 1)
         for row, (sentence, ids, words) in enumerate(batch):  # maps: (B, L, H, S, S)
             pieces = maps[row, :, :, : len(ids), : len(ids)].float().cpu().numpy()
-            add_sentence(counts, word_rows(pieces, words, words, "output"), sentence.arcs)
+            add_parsed_sentence(counts, word_rows(pieces, words, words, "output"), sentence.arcs)
         if progress is not None:
             progress(min(start + BATCH, len(readable)), len(readable))
     return roles_of(counts)
