@@ -117,6 +117,44 @@ def test_uploads_have_a_server_wide_budget_freed_when_their_session_ends(checkpo
     assert not second.error and second.session_state["checkpoint"] == "theirs (uploaded)"
 
 
+def test_a_model_the_collector_frees_inside_the_ledger_gives_its_room_back_without_hanging_it(monkeypatch):
+    """An uploaded model is given back by its finalizer, which the garbage collector runs in whatever thread
+    allocates, the ledger's own included: run while the ledger held its lock, it asked for the same lock and the
+    thread hung, and every later upload with it (a test's mock allocating inside reserve found it)."""
+    import gc
+    import threading
+    import weakref
+
+    import ui.services.uploads as uploads
+
+    ledger = uploads.UploadLedger()
+    mine = uploads.Uploads()
+    key = ledger.reserve(10, 100, uploads.Uploader("browser:a"), mine, "mine")
+
+    class Model:
+        pass
+
+    model = Model()
+    model.itself = model  # a cycle: freed only by the collector
+    weakref.finalize(model, ledger.release, key)
+    del model
+
+    def collecting(uploader):  # called inside reserve's lock; any allocation there may collect
+        gc.collect()
+        return True
+
+    monkeypatch.setattr(uploads, "session_open", collecting)
+    theirs, keys = uploads.Uploads(), []
+    worker = threading.Thread(
+        target=lambda: keys.append(ledger.reserve(10, 100, uploads.Uploader("browser:b"), theirs, "theirs")),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(30)
+    assert keys and keys[0] is not None, "the ledger hung on its own lock"
+    assert ledger.held() == 10 and ledger.held("browser:a") == 0
+
+
 def test_one_visitor_has_one_share_of_the_upload_budget_across_tabs(ledger):
     """Five tabs of one visitor held 123.8M of the server's 128M: a visitor (a browser) now has one share."""
     ledger.room_for_one("VISITOR_UPLOAD_LIMIT_ELEMENTS")

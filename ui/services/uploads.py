@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
 import threading
@@ -9,6 +10,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,16 +102,25 @@ class UploadLedger:
         self._lock = threading.Lock()
         self._held: dict[int, _Held] = {}
         self._next = 0
+        self._freed: collections.deque[int] = collections.deque()  # released keys, taken out under the lock
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The ledger's lock, its entries freed since the last call taken out first."""
+        with self._lock:
+            while self._freed:
+                self._held.pop(self._freed.popleft(), None)
+            yield
 
     def held(self, visitor: str | None = None) -> int:
-        with self._lock:
+        with self._locked():
             return sum(e.elements for e in self._held.values() if visitor in (None, e.uploader.visitor))
 
     def reserve(self, elements: int, limit: int, uploader: Uploader, uploads: Uploads, name: str) -> int | None:
         """A key for `elements` more of this uploader's, or None if they do not fit under `limit` beside what is held
         (idle uploads and those of closed sessions give way first), or beside the uploader's own under its
         browser's (VISITOR_UPLOAD_LIMIT_ELEMENTS) or its address's (ADDRESS_UPLOAD_LIMIT_ELEMENTS) share."""
-        with self._lock:
+        with self._locked():
             gone = [self._held.pop(key) for key, e in list(self._held.items()) if not session_open(e.uploader)]
             idle = None if self._over_a_share(elements, uploader) else self._make_room(elements, limit)
             key = None
@@ -146,18 +157,20 @@ class UploadLedger:
         return [self._held.pop(key) for key in chosen]
 
     def held_from(self, address: str) -> int:
-        with self._lock:
+        with self._locked():
             return sum(e.elements for e in self._held.values() if e.uploader.address == address)
 
     def touch(self, key: int) -> None:
         """The upload was used now (its session chose it, or read it): not idle."""
-        with self._lock:
+        with self._locked():
             if key in self._held:
                 self._held[key].used = time.monotonic()
 
     def release(self, key: int) -> None:
-        with self._lock:
-            self._held.pop(key, None)
+        """The model of `key` was freed. Its finalizer calls this, and the garbage collector runs finalizers in
+        whichever thread allocates, inside this ledger's lock too (taking the lock there hung the thread, and every
+        upload after it): the key waits in a queue, which takes an append without a lock, until the next call."""
+        self._freed.append(key)
 
 
 def _expire(entries: list[_Held]) -> None:
