@@ -38,14 +38,8 @@ FIELD_HELP = {
 }
 
 
-TOKENIZER_CONFIG_FIELDS = {
-    "src_vocab_size",
-    "tgt_vocab_size",
-    "pad_id",
-    "unk_id",
-    "bos_id",
-    "eos_id",
-}  # the tokenizer's
+# The config's fields the tokenizer decides: not options of `train`.
+TOKENIZER_CONFIG_FIELDS = {"src_vocab_size", "tgt_vocab_size", "pad_id", "unk_id", "bos_id", "eos_id"}
 
 
 def device(name: str) -> str:

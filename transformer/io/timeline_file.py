@@ -208,9 +208,8 @@ def _checked(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 
 def load_timeline_bytes(data: bytes) -> Timeline:
     try:
-        header = read_header(
-            data, max_header_bytes=MAX_TIMELINE_HEADER_BYTES
-        )  # a 60 MB one took 15 s and 350 MB to parse
+        # A header of 60 MB took 15 s and 350 MB to parse.
+        header = read_header(data, max_header_bytes=MAX_TIMELINE_HEADER_BYTES)
     except CheckpointError as error:
         raise TimelineError(str(error).replace("checkpoint", "timeline")) from None
     description = _description(header)

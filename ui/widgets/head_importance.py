@@ -257,8 +257,8 @@ def show_pruning(curves: list[PruningCurve], total: int, explored: Explored) -> 
     """The curve, and each point of the ordered curves as a link that opens this page with its heads off."""
     series = {c.order: ([100 * n / total for n in c.counts], list(c.bleu)) for c in curves}
     show(lines(series, "BLEU as heads are switched off together", "% of heads off", "BLEU"), key="matter_pruning")
+    choices = every_head(explored.checkpoint.model.config)
     for curve in (c for c in curves if c.order in (LEAST_FIRST, MOST_FIRST)):
-        choices = every_head(explored.checkpoint.model.config)
         points = [
             (n, bleu, point_link(explored, heads, choices))
             for n, bleu, heads in zip(curve.counts[1:], curve.bleu[1:], curve.heads_off[1:])

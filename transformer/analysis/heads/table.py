@@ -26,22 +26,22 @@ def head_table(
     """Layers and heads 1-based; a measure's columns only where it was run, NaN where a role is not read for that
     kind (syntax: the encoder's heads only)."""
     rows = []
-    for one in every_head(model.config):
-        kind, layer, head = one
-        row = {"kind": kind.value, "layer": layer + 1, "head": head + 1}
-        if ablation is not None and one in ablation.deltas:
-            bleu, chrf, log_prob = ablation.deltas[one]
+    for head in every_head(model.config):
+        kind, layer, index = head
+        row = {"kind": kind.value, "layer": layer + 1, "head": index + 1}
+        if ablation is not None and head in ablation.deltas:
+            bleu, chrf, log_prob = ablation.deltas[head]
             row |= {"ablation_bleu_delta": bleu, "ablation_chrf_delta": chrf, "ablation_logprob_delta": log_prob}
         if gradient is not None:
-            row["gradient_importance"] = float(gradient[kind][layer, head])
+            row["gradient_importance"] = float(gradient[kind][layer, index])
         if roles is not None:
             for name in ROLE_COLUMNS:
                 found = getattr(roles, name).get(kind)
-                row[name] = np.nan if found is None else found[layer, head].item()
+                row[name] = np.nan if found is None else found[layer, index].item()
         if syntax is not None:
             encoder = kind is AttentionKind.ENCODER
             for reading in READINGS:
-                row[f"syntactic_{reading}"] = syntax.accuracy[reading][layer, head].item() if encoder else np.nan
+                row[f"syntactic_{reading}"] = syntax.accuracy[reading][layer, index].item() if encoder else np.nan
                 row[f"syntactic_baseline_{reading}"] = syntax.baseline[reading] if encoder else np.nan
         rows.append(row)
     return pd.DataFrame(rows)
