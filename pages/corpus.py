@@ -4,39 +4,49 @@ import pandas as pd
 import sacrebleu
 import streamlit as st
 from sacrebleu.metrics import BLEU
+from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from transformer.analysis.attribution.measures import corpus_agreement
 from transformer.decoding.settings import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.export import csv_text
 from ui.services import uploads
+from ui.services.explorer import Explored
 from ui.services.work import TRANSLATE_BATCH, heavy_job
 from ui.state import keys, url
+from ui.widgets import frame
 from ui.widgets.progress import ProgressBar
-from ui.widgets.sidebar import page_frame
 from ui.widgets.text import literal
 
 MAX_SENTENCES = 2000
 MAX_AGREEMENT_SENTENCES = 200  # integrated gradients cost about two seconds a sentence
 
-explored = page_frame("Corpus")
-session = st.session_state
-checkpoint = explored.checkpoint
-st.markdown(
+INTRO = (
     "Translate a file (a test set, say), with its references to score each sentence; pick a row to "
     "open that sentence in the decode explorer."
 )
-with st.form("corpus"):
-    # Any name (test.en, val.fr.gz, ...): the content is checked, as text or gzipped text, when it is read.
-    source_file = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="corpus_src")
-    reference_file = st.file_uploader("References, line by line (optional)", key="corpus_ref")
-    limit = st.number_input("Sentences (from the top)", 1, MAX_SENTENCES, 200, key="corpus_limit")
-    beam = st.slider("Beam width (1 = greedy)", 1, 8, 1, key="corpus_beam")
-    run = st.form_submit_button("Translate the file")
 
-if run:
+
+def the_form() -> tuple[bool, UploadedFile | None, UploadedFile | None, int, int]:
+    """The file, its references, how many sentences and the beam; whether Translate was pressed."""
+    with st.form("corpus"):
+        # Any name (test.en, val.fr.gz, ...): the content is checked, as text or gzipped text, when it is read.
+        source_file = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="corpus_src")
+        reference_file = st.file_uploader("References, line by line (optional)", key="corpus_ref")
+        limit = st.number_input("Sentences (from the top)", 1, MAX_SENTENCES, 200, key="corpus_limit")
+        beam = st.slider("Beam width (1 = greedy)", 1, 8, 1, key="corpus_beam")
+        run = st.form_submit_button("Translate the file")
+    return run, source_file, reference_file, int(limit), beam
+
+
+def translate_file(
+    explored: Explored, source_file: UploadedFile | None, reference_file: UploadedFile | None, limit: int, beam: int
+) -> None:
+    """The file translated, each sentence scored where references are given, kept in the session (said where the
+    files cannot be used)."""
+    session, checkpoint = st.session_state, explored.checkpoint
     try:
-        sources = uploads.uploaded_lines(source_file, int(limit)) if source_file else None
+        sources = uploads.uploaded_lines(source_file, limit) if source_file else None
         references = uploads.uploaded_lines(reference_file, len(sources)) if reference_file and sources else None
     except ValueError as error:
         st.error(literal(str(error)))
@@ -80,8 +90,10 @@ if run:
             score = None
         session.corpus_run = keys.CorpusRun(explored.checkpoint_key, table, score)
 
-stored = session.get("corpus_run")
-if stored and stored.checkpoint_key == explored.checkpoint_key:
+
+def results(stored: keys.CorpusRun) -> None:
+    """The translated file's table, its download, and a row to open in the decode explorer."""
+    session = st.session_state
     table = stored.table
     if stored.score:
         st.markdown(stored.score)
@@ -122,6 +134,10 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
         session.step = 0
         st.switch_page("pages/explorer.py")
 
+
+def agreement(explored: Explored, table: pd.DataFrame) -> None:
+    """Each head's agreement with integrated gradients over the file's first sentences, computed on request."""
+    session, checkpoint = st.session_state, explored.checkpoint
     st.subheader("Which heads agree with the gradients, over the file")
     st.caption(
         "For each sentence (decoded greedily): Spearman's rank correlation of each head's cross-attention row "
@@ -155,4 +171,18 @@ if stored and stored.checkpoint_key == explored.checkpoint_key:
         ).sort_values("agreement (Spearman)", ascending=False)
         st.caption(f"Over {found.sentences} sentences; click the column to sort.")
         st.dataframe(ranked.style.format("{:.2f}", na_rep="—"), width="stretch", height=320, key="agreement_ranked")
-url.write_url()
+
+
+def page(explored: Explored) -> None:
+    st.markdown(INTRO)
+    run, source_file, reference_file, limit, beam = the_form()
+    if run:
+        translate_file(explored, source_file, reference_file, limit, beam)
+    stored = st.session_state.get("corpus_run")
+    if stored and stored.checkpoint_key == explored.checkpoint_key:
+        results(stored)
+        agreement(explored, stored.table)
+    url.write_url()
+
+
+page(frame.draw(__file__))

@@ -8,18 +8,21 @@ from transformer.analysis.tuned_lens import TunedLens, TunedLensError
 from transformer.analysis.views import attention_view
 from transformer.decoding.candidate_words import worked_out_at_open
 from transformer.decoding.lens import LogitLens
-from transformer.decoding.result import DecodeInputError
+from transformer.decoding.result import DecodeInputError, DecodeResult
 from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
-from ui.players.step_player import layer_windows, step_player, window_name
+from ui.players.step_player import StepAction, layer_windows, step_player, window_name
 from ui.services import checkpoints, models
+from ui.services.explorer import Explored, take_branch, take_prefix
 from ui.state import keys, url
+from ui.widgets import frame
 from ui.widgets.charts import show
 from ui.widgets.controls import content_toggle, words_toggle
-from ui.widgets.sidebar import Explored, page_frame, take_branch, take_prefix
 from ui.widgets.text import literal
 from ui.widgets.welcome import MEAN_OVER_HEADS, first_steps
+
+CandidateWords = list[list[str | None]]  # for each step, the word each candidate would make (None: no word yet)
 
 
 def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
@@ -35,131 +38,181 @@ def tuned_lens(explored: Explored) -> tuple[LogitLens, TunedLens] | None:
     return rows, lens
 
 
-explored = page_frame("Decode explorer")
-session = st.session_state
-config = explored.checkpoint.model.config
-# Computed before anything of the result is written, so that the new output and its step view appear together.
-candidate_words = (
-    models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
-    if worked_out_at_open(config)
-    else None
-)
-contributions = models.contributions_cached(explored.checkpoint, explored.identity, _result=explored.result)
-first_steps(explored.checkpoint_name)
-for note in explored.notes:
-    st.warning(literal(note))
-st.markdown(f"**Source** · {literal(explored.text)}")
-if session.get("branch") is not None:
-    shown = {False: "original: " + explored.original.text, True: "what-if branch: " + session.branch.text}
-    st.radio("Showing", [False, True], format_func=shown.get, **keys.shared("show_branch"))
-st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explored.result.text)}")
+def header(explored: Explored) -> None:
+    """The newcomer's first steps, what to know of the input, the source, and the output shown."""
+    session = st.session_state
+    first_steps(explored.checkpoint_name)
+    for note in explored.notes:
+        st.warning(literal(note))
+    st.markdown(f"**Source** · {literal(explored.text)}")
+    if session.get("branch") is not None:
+        shown = {False: "original: " + explored.original.text, True: "what-if branch: " + session.branch.text}
+        st.radio("Showing", [False, True], format_func=shown.get, **keys.shared("show_branch"))
+    st.markdown(f"**Output** ({literal(explored.result.strategy)}) · {literal(explored.result.text)}")
 
 
-words_column, content_column = st.columns(2)
-words = words_toggle(words_column)
-content = content_toggle(content_column, note=" Here: the step view's two maps.")
-layers, heads = explored.result.cross.shape[:2]
-row_cells = len(explored.result.src_ids) + explored.result.steps  # a row's cells at the last step, both maps
-windows = {window_name(window): window for window in layer_windows(layers, heads, row_cells)}
-shown_layers = list(windows)[-1]  # the output's end of the model, until the visitor or a link picks others
-if len(windows) > 1:
-    url.from_link("step_layers", "layers", list(windows))
-    if session.get("step_layers") not in windows:  # first here, or another model's windows
-        session.step_layers = shown_layers
-    shown_layers = st.radio(
-        f"The step view's layers ({heads} heads each; a step shows {len(next(iter(windows.values())))} layers at once)",
-        list(windows),
-        format_func=lambda name: f"layers {name}" if "-" in name else f"layer {name}",
-        horizontal=True,
-        key="step_layers",
-    )
-step = keys.clamp_index("step", explored.result.steps)
-shown = explored.result
-lens_column, words_asked_column = st.columns(2) if not shown.lens.read or candidate_words is None else (st, st)
-# A large vocabulary: every layer's guesses, and the candidates' words, cost more than the decode and wait to be asked.
-if not shown.lens.read and lens_column.toggle(
-    "Each layer's guesses",
-    key="read_lens",
-    help=f"The logit lens, read when asked: every decoder layer read over the {config.tgt_vocab_size:,} pieces costs "
-    "more than the decode itself at this size.",
-):
-    with st.spinner("Reading what each decoder layer would predict at every step ..."):
-        shown = replace(
-            shown, lens=models.lens_read_cached(explored.checkpoint, explored.identity, _result=explored.result)
+def layer_window(explored: Explored) -> tuple[list[int], str | None]:
+    """The layers the step view shows (all of them where a step fits the page), and the name of their window where
+    the link must carry it (not the last one, the default)."""
+    session = st.session_state
+    layers, heads = explored.result.cross.shape[:2]
+    row_cells = len(explored.result.src_ids) + explored.result.steps  # a row's cells at the last step, both maps
+    windows = {window_name(window): window for window in layer_windows(layers, heads, row_cells)}
+    shown_layers = list(windows)[-1]  # the output's end of the model, until the visitor or a link picks others
+    if len(windows) > 1:
+        url.from_link("step_layers", "layers", list(windows))
+        if session.get("step_layers") not in windows:  # first here, or another model's windows
+            session.step_layers = shown_layers
+        shown_layers = st.radio(
+            f"The step view's layers ({heads} heads each; a step shows {len(next(iter(windows.values())))} layers at once)",
+            list(windows),
+            format_func=lambda name: f"layers {name}" if "-" in name else f"layer {name}",
+            horizontal=True,
+            key="step_layers",
         )
-if candidate_words is None and words_asked_column.toggle(
-    "Candidates' words",
-    key="candidate_words",
-    help=f"The word each step's candidates would make, worked out when asked: each continued over the "
-    f"{config.tgt_vocab_size:,} pieces costs more than the decode itself at this size.",
-):
-    with st.spinner("Continuing each step's candidates into the words they would make ..."):
-        candidate_words = models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
-action = step_player(
-    shown,
-    explored.checkpoint.tokenizer,
-    explored.identity,
-    step,
-    words,
-    bool(session.get("presentation")),
-    tuned_lens(explored),
-    candidate_words,
-    contributions,
-    content,
-    windows[shown_layers],
-)
-candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
-if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
-    st.caption(
-        f"{SPACE}: the start of a word alone, its letters to come as the next pieces (the vocabulary has "
-        f"no piece that starts the word with them). {CONTINUES_WORD}: a piece that carries on the word "
-        "before it."
-    )
-if action is not None:
+    last = list(windows)[-1]
+    return windows[shown_layers], shown_layers if len(windows) > 1 and shown_layers != last else None
+
+
+def asked_for(explored: Explored, candidate_words: CandidateWords | None) -> tuple[DecodeResult, CandidateWords | None]:
+    """The result with each layer's guesses and the candidates' words where the visitor asked for them."""
+    config = explored.checkpoint.model.config
+    shown = explored.result
+    lens_column, words_asked_column = st.columns(2) if not shown.lens.read or candidate_words is None else (st, st)
+    # A large vocabulary: every layer's guesses, and the candidates' words, cost more than the decode and wait to be asked.
+    if not shown.lens.read and lens_column.toggle(
+        "Each layer's guesses",
+        key="read_lens",
+        help=f"The logit lens, read when asked: every decoder layer read over the {config.tgt_vocab_size:,} pieces costs "
+        "more than the decode itself at this size.",
+    ):
+        with st.spinner("Reading what each decoder layer would predict at every step ..."):
+            shown = replace(
+                shown, lens=models.lens_read_cached(explored.checkpoint, explored.identity, _result=explored.result)
+            )
+    if candidate_words is None and words_asked_column.toggle(
+        "Candidates' words",
+        key="candidate_words",
+        help=f"The word each step's candidates would make, worked out when asked: each continued over the "
+        f"{config.tgt_vocab_size:,} pieces costs more than the decode itself at this size.",
+    ):
+        with st.spinner("Continuing each step's candidates into the words they would make ..."):
+            candidate_words = models.candidate_words_cached(
+                explored.checkpoint, explored.identity, _result=explored.result
+            )
+    return shown, candidate_words
+
+
+def word_start_note(explored: Explored) -> None:
+    """What the lone word start and the continuing piece mean, where either shows."""
+    candidates = {explored.checkpoint.tokenizer.id_to_piece(i) for i in explored.result.topk_ids.flatten().tolist()}
+    if WORD_START in {*explored.result.src_pieces, *explored.result.tgt_pieces, *candidates}:
+        st.caption(
+            f"{SPACE}: the start of a word alone, its letters to come as the next pieces (the vocabulary has "
+            f"no piece that starts the word with them). {CONTINUES_WORD}: a piece that carries on the word "
+            "before it."
+        )
+
+
+def answer(explored: Explored, action: StepAction) -> None:
+    """What the visitor asked of the step view: another page at this step, a what-if branch, a beam hypothesis."""
+    session = st.session_state
     session.step, session.stepped = action.step, True
     if action.page is not None:
         st.switch_page(action.page)
     if action.name == "what_if":
         taken = session.get("branch_from", ()) if explored.result is not explored.original else ()
-        take_branch(explored.checkpoint, (*taken, (action.step, action.token)))
+        with st.spinner("Decoding the branch ..."):
+            take_branch(explored.checkpoint, (*taken, (action.step, action.token)))
         st.rerun()
     if action.name == "beam_node":  # the tree is the original beam search's: its branches start from it
-        take_prefix(explored.checkpoint, explored.result.beam_tree.prefix(action.node))
+        with st.spinner("Decoding the branch ..."):
+            take_prefix(explored.checkpoint, explored.result.beam_tree.prefix(action.node))
         session.scroll_to_output = True  # the tree, far down the page, is gone: the branch's output and "Showing"
         st.rerun()
     st.switch_page("pages/attention.py")
-url.write_url({"layers": shown_layers} if len(windows) > 1 and shown_layers != list(windows)[-1] else None)
 
-with st.expander("Teacher forcing: run the model on a translation you give", expanded=bool(session.get("target"))):
-    with st.form("teacher_forcing", border=False):
-        st.text_input("Target translation (a reference, or a wrong one)", key="target", max_chars=keys.MAX_CHARACTERS)
-        st.form_submit_button("Run on this target")
-    target = session.get("target", "")
-    if target.strip():
-        try:
-            forced = models.teacher_force_cached(explored.checkpoint, explored.checkpoint_key, explored.text, target)
-        except DecodeInputError as error:
-            st.warning(literal(str(error)))
-        else:
-            layer_column, head_column = st.columns(2)
-            layers, heads = forced.cross.shape[:2]
-            layer = layer_column.slider("Layer", 1, layers, layers, key="tf_layer") - 1
-            head_names = [MEAN_OVER_HEADS, *(f"head {h + 1}" for h in range(heads))]
-            head_name = head_column.selectbox("Head", head_names, key="tf_head")
-            head = None if head_name == MEAN_OVER_HEADS else head_names.index(head_name) - 1
-            free_column, forced_column = st.columns(2)
-            runs = ((free_column, explored.result, "free decoding"), (forced_column, forced, "teacher forcing"))
-            for column, result, name in runs:
-                with column:
-                    st.markdown(f"**{name}** · {literal(result.text)}")
-                    probabilities = result.token_probs.numpy()
-                    show(
-                        token_probabilities(
-                            result.tgt_pieces, probabilities, f"{name}: probability of each token", result.forced
-                        ),
-                        key=f"tf_probs_{name}",
-                    )
-                    view = attention_view(result, "cross", words=session.get("words", False))
-                    title = f"{name}: cross-attention, layer {layer + 1}, {head_name}"
-                    weights = view.mean_over_heads()[layer] if head is None else view.maps[layer, head]
-                    show(attention_heatmap(weights, view.query_pieces, view.key_pieces, title), key=f"tf_cross_{name}")
+
+def teacher_forcing(explored: Explored) -> None:
+    """The model run on a translation the visitor gives, beside its own: probabilities and cross-attention."""
+    session = st.session_state
+    with st.expander("Teacher forcing: run the model on a translation you give", expanded=bool(session.get("target"))):
+        with st.form("teacher_forcing", border=False):
+            st.text_input(
+                "Target translation (a reference, or a wrong one)", key="target", max_chars=keys.MAX_CHARACTERS
+            )
+            st.form_submit_button("Run on this target")
+        target = session.get("target", "")
+        if target.strip():
+            try:
+                forced = models.teacher_force_cached(
+                    explored.checkpoint, explored.checkpoint_key, explored.text, target
+                )
+            except DecodeInputError as error:
+                st.warning(literal(str(error)))
+            else:
+                layer_column, head_column = st.columns(2)
+                layers, heads = forced.cross.shape[:2]
+                layer = layer_column.slider("Layer", 1, layers, layers, key="tf_layer") - 1
+                head_names = [MEAN_OVER_HEADS, *(f"head {h + 1}" for h in range(heads))]
+                head_name = head_column.selectbox("Head", head_names, key="tf_head")
+                head = None if head_name == MEAN_OVER_HEADS else head_names.index(head_name) - 1
+                free_column, forced_column = st.columns(2)
+                runs = ((free_column, explored.result, "free decoding"), (forced_column, forced, "teacher forcing"))
+                for column, result, name in runs:
+                    with column:
+                        st.markdown(f"**{name}** · {literal(result.text)}")
+                        probabilities = result.token_probs.numpy()
+                        show(
+                            token_probabilities(
+                                result.tgt_pieces, probabilities, f"{name}: probability of each token", result.forced
+                            ),
+                            key=f"tf_probs_{name}",
+                        )
+                        view = attention_view(result, "cross", words=session.get("words", False))
+                        title = f"{name}: cross-attention, layer {layer + 1}, {head_name}"
+                        weights = view.mean_over_heads()[layer] if head is None else view.maps[layer, head]
+                        show(
+                            attention_heatmap(weights, view.query_pieces, view.key_pieces, title),
+                            key=f"tf_cross_{name}",
+                        )
+
+
+def page(explored: Explored) -> None:
+    config = explored.checkpoint.model.config
+    # Computed before anything of the result is written, so that the new output and its step view appear together.
+    candidate_words = (
+        models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
+        if worked_out_at_open(config)
+        else None
+    )
+    contributions = models.contributions_cached(explored.checkpoint, explored.identity, _result=explored.result)
+    header(explored)
+    words_column, content_column = st.columns(2)
+    words = words_toggle(words_column)
+    content = content_toggle(content_column, note=" Here: the step view's two maps.")
+    layers, linked_layers = layer_window(explored)
+    step = keys.clamp_index("step", explored.result.steps)
+    shown, candidate_words = asked_for(explored, candidate_words)
+    presenting, lens = bool(st.session_state.get("presentation")), tuned_lens(explored)
+    action = step_player(
+        shown,
+        explored.checkpoint.tokenizer,
+        explored.identity,
+        step,
+        words,
+        presenting,
+        lens,
+        candidate_words,
+        contributions,
+        content,
+        layers,
+    )
+    word_start_note(explored)
+    if action is not None:
+        answer(explored, action)
+    url.write_url({"layers": linked_layers} if linked_layers else None)
+    teacher_forcing(explored)
+
+
+page(frame.draw(__file__))

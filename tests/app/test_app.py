@@ -580,10 +580,16 @@ def test_each_page_is_headed_with_its_name_in_the_sidebar():
         tree = ast.parse((REPO / path).read_text())
         return [node for node in ast.walk(tree) if isinstance(node, ast.Call) and ast.unparse(node.func) == name]
 
-    for page in calls("app.py", "st.Page"):
-        path, title = page.args[0].value, next(k.value.value for k in page.keywords if k.arg == "title")
-        assert [ast.literal_eval(call.args[0]) for call in calls(path, "page_frame")] == [title], path  # its title
-        assert not calls(path, "st.title"), path
+    from ui.widgets.frame import PAGES
+
+    pages = {script: title for section in PAGES.values() for script, title in section}
+    assert set(pages) == {str(path.relative_to(REPO)) for path in (REPO / "pages").glob("*.py")}  # each in the menu
+    for path in pages:  # the frame heads each page with its title in the menu: no page heads itself
+        assert [ast.unparse(call.args[0]) for call in calls(path, "frame.draw")] == ["__file__"], path
+        assert not calls(path, "st.title") and not calls(path, "st.set_page_config"), path
+    for path in ("pages/masks.py", "pages/corpus.py"):
+        at = start().switch_page(path).run()
+        assert [title.value for title in at.title] == [pages[path]], path
 
 
 def test_a_lone_word_start_is_explained_where_it_shows():

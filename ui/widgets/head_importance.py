@@ -26,12 +26,12 @@ from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
+from ui.services.explorer import Explored
 from ui.services.work import TIMINGS, heavy_job
 from ui.state import keys
 from ui.state.url import MAX_PAGE_VALUE, choices_text, url_text
 from ui.widgets.charts import show, table
 from ui.widgets.progress import ProgressBar, pace
-from ui.widgets.sidebar import Explored
 from ui.widgets.text import literal
 
 MAX_SENTENCES = 200  # the sample's cap: every head off over 200 sentences is 16,000 greedy decodes for the default
