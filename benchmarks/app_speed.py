@@ -29,7 +29,7 @@ from tests.fixtures.browser import (
 )
 from transformer.analysis.views import attention_view
 from transformer.decoding.candidate_words import candidate_words
-from transformer.decoding.greedy import decode, decode_ids
+from transformer.decoding.greedy import decode_ids, decode_with_chooser
 from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import Checkpoint
@@ -61,7 +61,7 @@ def attention_page_figures(result: DecodeResult) -> int:
 
 
 def step_view_row(checkpoint: Checkpoint, repeats: int) -> Row:
-    result = decode(checkpoint.model, checkpoint.tokenizer, SENTENCE)
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, SENTENCE)
     ms = median_ms(lambda: step_view_payload(result, checkpoint.tokenizer), repeats * 3)
     size = step_view_payload(result, checkpoint.tokenizer)
     note = f"{size / 1024:.0f} KiB of JSON for all {result.steps} steps; a step click then costs the server nothing"

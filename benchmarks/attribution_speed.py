@@ -18,7 +18,7 @@ from transformer.analysis.contributions import contributions
 from transformer.analysis.heads.importance import ablation_importance, corpus_of, gradient_importance
 from transformer.analysis.heads.syntax import read_treebank, syntactic_roles
 from transformer.analysis.rollout import attention_flow, rollout
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
 from transformer.model.attention import EXPLICIT_KEYS, attention
@@ -34,8 +34,8 @@ COMPLETENESS_SENTENCES = ["Two dogs play.", "A man is riding a bicycle.",
 
 def attribution_row(checkpoint: Checkpoint, repeats: int) -> Row:
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    result = decode(model, tokenizer, SENTENCE)
-    plain = median_ms(lambda: decode(model, tokenizer, SENTENCE), repeats)
+    result = decode_with_chooser(model, tokenizer, SENTENCE)
+    plain = median_ms(lambda: decode_with_chooser(model, tokenizer, SENTENCE), repeats)
     ours = median_ms(lambda: measures.attribute(model, result), max(1, repeats // 3))
     return Row(
         f"attribution, {result.steps}-token output, {gradients.DEFAULT_STEPS}-step integrated gradients",
@@ -75,8 +75,8 @@ def attention_path_rows(repeats: int) -> list[Row]:
 
 def contributions_row(checkpoint: Checkpoint, repeats: int) -> Row:
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    result = decode(model, tokenizer, SENTENCE)
-    plain = median_ms(lambda: decode(model, tokenizer, SENTENCE), repeats)
+    result = decode_with_chooser(model, tokenizer, SENTENCE)
+    plain = median_ms(lambda: decode_with_chooser(model, tokenizer, SENTENCE), repeats)
     ours = median_ms(lambda: contributions(model, result.src_ids, result.tgt_ids), repeats)
     return Row(
         f"ALTI+ contributions, {result.steps}-token output", "greedy decode of the same sentence", plain, ours, "≤ 2x"
@@ -88,7 +88,7 @@ FLOW_SENTENCE = "A man in a blue shirt is riding a bicycle down the street next 
 
 def flow_row(checkpoint: Checkpoint, repeats: int) -> Row:
     """Attention flow of a 30-token input (its S x S maximum flows) against rollout of the same maps."""
-    result = decode(checkpoint.model, checkpoint.tokenizer, FLOW_SENTENCE)
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, FLOW_SENTENCE)
     maps = result.encoder_self.numpy()
     plain = median_ms(lambda: rollout(maps), repeats)
     ours = median_ms(lambda: attention_flow(maps), repeats)
@@ -152,7 +152,7 @@ def completeness_by_method(checkpoint: Checkpoint, n_steps: int = gradients.DEFA
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
     worst: dict[str, float] = {}
     for sentence in COMPLETENESS_SENTENCES:
-        result = decode(model, tokenizer, sentence)
+        result = decode_with_chooser(model, tokenizer, sentence)
         steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
         src, decoder_input, embedded = gradients.embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
         score = gradients.scorer(model, src, decoder_input)
@@ -177,14 +177,14 @@ def fewer_steps(checkpoint: Checkpoint, choices: tuple[int, ...] = (32, 16, 8)) 
     """What fewer interpolation steps would trade: for each count, the attribution of SENTENCE as a multiple of its
     decode, and the worst |convergence delta| / |f(input) - f(baseline)| over COMPLETENESS_SENTENCES' steps."""
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    result = decode(model, tokenizer, SENTENCE)
-    decoded = median_ms(lambda: decode(model, tokenizer, SENTENCE), 7)
+    result = decode_with_chooser(model, tokenizer, SENTENCE)
+    decoded = median_ms(lambda: decode_with_chooser(model, tokenizer, SENTENCE), 7)
     traded = {}
     for n_steps in choices:
         attributed = median_ms(lambda: measures.attribute(model, result, n_steps), 3)
         worst = 0.0
         for sentence in COMPLETENESS_SENTENCES:
-            found = measures.attribute(model, decode(model, tokenizer, sentence), n_steps)
+            found = measures.attribute(model, decode_with_chooser(model, tokenizer, sentence), n_steps)
             gap = np.abs(found.log_probs - found.baseline_log_probs)
             worst = max(worst, float((np.abs(found.convergence_delta) / gap).max()))
         traded[n_steps] = (attributed / decoded, worst)

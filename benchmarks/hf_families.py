@@ -146,7 +146,7 @@ IMPORT_SCRIPT = """
 import json, re, sys, time
 import torch
 from transformer.hugging_face.directory import load_checkpoint_or_hf
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 torch.set_grad_enabled(False)
 def memory_mb(field):  # this process's own figures (ru_maxrss would carry the parent's over exec)
     return int(re.search(field + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) / 1024

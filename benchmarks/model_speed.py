@@ -13,9 +13,9 @@ from torch import nn
 
 from tests.fixtures.baselines import recompute_greedy
 from transformer.decoding.beam import beam_search, beam_search_ids
-from transformer.decoding.greedy import decode, generate
+from transformer.decoding.greedy import decode_with_chooser, generate
 from transformer.decoding.result import source_ids
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.attention import side_by_side
@@ -84,7 +84,7 @@ def decode_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
     cached = median_ms(lambda: generate(model, src, steps, choose, need_weights=True), repeats)
     recompute = median_ms(lambda: recompute_greedy(model, ids, steps, choose), repeats)
     silent = median_ms(lambda: generate(model, src, steps, choose, need_weights=False), repeats)
-    greedy = median_ms(lambda: decode(model, tokenizer, SENTENCE), repeats)
+    greedy = median_ms(lambda: decode_with_chooser(model, tokenizer, SENTENCE), repeats)
     beam = median_ms(lambda: beam_search(model, tokenizer, SENTENCE, width=5), repeats)
     return [
         Row("greedy decode, 60 tokens, attention recorded", "full recompute per step", recompute, cached, "≤ 1/3"),

@@ -12,7 +12,7 @@ from pathlib import Path
 from plotly.offline import get_plotlyjs
 
 from tests.fixtures.browser import REPORT_SCREEN_DRAWN, chromium
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import Checkpoint
 from transformer.viz.report import html_report, plotly_js, report_figures
@@ -46,7 +46,7 @@ def report_rows(checkpoint: Checkpoint, repeats: int = REPEATS, sizes: int = len
     rows = []
     with chromium() as browser, tempfile.TemporaryDirectory() as folder:
         for tokens, sentence in list(SENTENCES.items())[:sizes]:
-            result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+            result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, sentence)
             report = html_report(result, sentence, "benchmark")
             pages = {
                 "at once": (drawn_at_once(result, sentence), EVERY_PLOT_DRAWN),

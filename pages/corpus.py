@@ -7,7 +7,7 @@ from sacrebleu.metrics import BLEU
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from transformer.analysis.attribution.measures import corpus_agreement
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.export import csv_text
 from ui.services import uploads

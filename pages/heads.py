@@ -12,7 +12,7 @@ from transformer.analysis.heads.statistics import (
     statistics_frame,
 )
 from transformer.analysis.views import attention_view
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from transformer.io.export import csv_text
 from transformer.model.heads import Head, every_head
 from transformer.model.kinds import AttentionKind

@@ -7,7 +7,7 @@ import torch
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import attention_stages
 from transformer.decoding.result import DecodeInputError
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from transformer.model.kinds import AttentionKind
 from transformer.model.masks import padding_mask, subsequent_mask, target_mask
 from transformer.training.batches import collate

@@ -231,12 +231,12 @@ def assert_follows_the_format(path, checkpoint, sentences: list[str]) -> None:
     import numpy as np
     from numpy_reference import ReferenceModel
 
-    from transformer.decoding.greedy import decode
+    from transformer.decoding.greedy import decode_with_chooser
 
     reference_model = ReferenceModel(str(path))
     for sentence in sentences:
         reference = reference_model.greedy(sentence)
-        result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+        result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, sentence)
         assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
         for kind in ("encoder_self", "decoder_self", "cross"):
             np.testing.assert_allclose(reference[kind], getattr(result, kind).numpy(), atol=1e-5)

@@ -31,7 +31,7 @@ from transformer.decoding.degenerate import (
     mean_log_prob,
     noted,
 )
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 
@@ -45,7 +45,7 @@ def measure(checkpoint_path: Path, pairs: list[tuple[Path, Path]], per_set: int)
     for source, reference in pairs:
         rows = []
         for text, wanted in zip(read_lines(source)[:per_set], read_lines(reference)[:per_set], strict=True):
-            result = decode(checkpoint.model, checkpoint.tokenizer, text)
+            result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, text)
             notes = decode_notes(result, eos, below)
             rows.append((sacrebleu.sentence_chrf(result.text, [wanted]).score, mean_log_prob(result), len(notes)))
         found[source.name.removesuffix(".gz").removesuffix(".en")] = np.array(rows)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from transformer.analysis.contributions import contributions
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 
@@ -25,7 +25,7 @@ def source_shares(checkpoint_path: str, sources: list[str]) -> tuple[np.ndarray,
     checkpoint = load_checkpoint(checkpoint_path)
     shares, places = [], []
     for source in sources:
-        result = decode(checkpoint.model, checkpoint.tokenizer, source)
+        result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, source)
         found = contributions(checkpoint.model, result.src_ids, result.tgt_ids)
         shares.append(found.source_share)
         places.append(np.arange(result.steps) / max(result.steps - 1, 1))

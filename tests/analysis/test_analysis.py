@@ -5,7 +5,7 @@ import torch
 from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
 from transformer.analysis.words import merge_words, over_words, word_labels, word_spans
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
 
@@ -40,7 +40,7 @@ def test_merge_words_sums_keys_and_averages_queries():
 
 
 def test_attention_view_cuts_decoder_rows_at_the_step(model, tokenizer):
-    result = decode(model, tokenizer, "the dog runs in the park")
+    result = decode_with_chooser(model, tokenizer, "the dog runs in the park")
     view = attention_view(result, "cross", step=2)
     assert view.maps.shape == (3, 2, 3, len(result.src_pieces))
     # each row labelled by its input and the token it produces
@@ -52,7 +52,7 @@ def test_attention_view_cuts_decoder_rows_at_the_step(model, tokenizer):
 
 
 def test_word_view_keeps_rows_summing_to_one(model, tokenizer):
-    result = decode(model, tokenizer, "the children jumps in the water")
+    result = decode_with_chooser(model, tokenizer, "the children jumps in the water")
     view = attention_view(result, "encoder", words=True)
     assert view.key_pieces[-1] == "</s>" and len(view.key_pieces) == len(word_spans(result.src_pieces))
     assert np.allclose(view.maps.sum(-1), 1, atol=1e-5)
@@ -62,11 +62,11 @@ def test_word_view_keeps_rows_summing_to_one(model, tokenizer):
 
 def test_unknown_kind_is_refused(model, tokenizer):
     with pytest.raises(ValueError, match="unknown attention kind"):
-        attention_view(decode(model, tokenizer, "a dog"), "sideways")
+        attention_view(decode_with_chooser(model, tokenizer, "a dog"), "sideways")
 
 
 def test_views_read_the_result_without_changing_it(model, tokenizer):
-    result = decode(model, tokenizer, "a red ball")
+    result = decode_with_chooser(model, tokenizer, "a red ball")
     before = result.cross.clone()
     attention_view(result, "cross", words=True).maps[...] = 7
     with pytest.raises(ValueError, match="read-only"):
@@ -75,7 +75,7 @@ def test_views_read_the_result_without_changing_it(model, tokenizer):
 
 
 def test_each_attention_kind_names_its_maps_pieces_and_module(model, tokenizer):
-    result = decode(model, tokenizer, "a big dog runs in the park")
+    result = decode_with_chooser(model, tokenizer, "a big dog runs in the park")
     S, T = len(result.src_ids), result.steps
     expected = {
         AttentionKind.ENCODER: (result.encoder_self, (S, S), model.encoder_layers[1].self_attn),
@@ -116,7 +116,7 @@ def test_merged_decoder_rows_are_the_words_produced_each_read_from_its_first_inp
     from transformer.text.pieces import readable_label
 
     shipped = load_checkpoint(DEFAULT_CHECKPOINT)
-    result = decode(shipped.model, shipped.tokenizer, "A man in a red T-shirt is walking down the street.")
+    result = decode_with_chooser(shipped.model, shipped.tokenizer, "A man in a red T-shirt is walking down the street.")
     for kind in ("cross", "decoder"):
         view = attention_view(result, kind, words=True)
         labels = [readable_label(label) for label in view.query_pieces]
@@ -133,7 +133,7 @@ def test_a_merged_row_is_labelled_by_the_whole_words_it_reads_and_writes():
 
     shipped = load_checkpoint(DEFAULT_CHECKPOINT)
     sentence = "The agreement on the European Economic Area was signed in August 1992."
-    result = decode(shipped.model, shipped.tokenizer, sentence)
+    result = decode_with_chooser(shipped.model, shipped.tokenizer, sentence)
     labels = [readable_label(label) for label in attention_view(result, "cross", words=True).query_pieces]
     assert "août → 1992." in labels and "l'Europe → est" in labels, labels
     assert not [label for label in labels if label.startswith("·")], labels  # no row named by a piece

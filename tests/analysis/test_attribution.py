@@ -14,7 +14,7 @@ from helpers import REPO
 from transformer.analysis.attribution.gradients import embedded_inputs, scorer
 from transformer.analysis.attribution.measures import agreement, attribute, contrastive
 from transformer.analysis.contributions import contributions
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.kinds import AttentionKind
 
@@ -26,7 +26,7 @@ def shipped():
 
 @pytest.mark.parametrize("sentence", ["Two dogs play.", "A little girl in a pink dress climbs the stairs."])
 def test_integrated_gradients_are_complete_within_a_tenth_of_the_difference(shipped, sentence):
-    result = decode(shipped.model, shipped.tokenizer, sentence)
+    result = decode_with_chooser(shipped.model, shipped.tokenizer, sentence)
     found = attribute(shipped.model, result)
     np.testing.assert_allclose(found.log_probs, result.token_probs.log().numpy(), atol=1e-4)  # the decode's own
     total = found.integrated_gradients.sum(1) + found.integrated_gradients_target.sum(1)
@@ -52,7 +52,7 @@ def test_integrated_gradients_equal_captums_whose_forward_passes_are_each_steps_
     import transformer.analysis.attribution.gradients as gradients
 
     monkeypatch.setattr(gradients, "ROWS_PER_PASS", rows_per_pass)
-    result = decode(model, tokenizer, "the red dog runs in the blue park")
+    result = decode_with_chooser(model, tokenizer, "the red dog runs in the blue park")
     src, decoder_input, embedded = embedded_inputs(model, result.src_ids, result.tgt_ids, result.steps)
     steps, tokens = torch.arange(result.steps), torch.tensor(result.tgt_ids)
     foils = torch.tensor([int(result.topk_ids[step, 1]) for step in range(result.steps)])
@@ -91,20 +91,20 @@ def test_value_weighted_attention_equals_the_weights_when_values_have_equal_norm
         for kind in AttentionKind:
             for layer in range(len(equal.encoder_layers if kind.queries_from_source else equal.decoder_layers)):
                 kind.module(equal, layer).v_proj.weight.zero_()  # every value is the bias: one norm per head
-    result = decode(equal, tokenizer, "the dog runs in the park")
+    result = decode_with_chooser(equal, tokenizer, "the dog runs in the park")
     found = attribute(equal, result, n_steps=4)
     for kind in AttentionKind:
         np.testing.assert_allclose(found.value_weighted[kind], result.maps(kind).numpy(), atol=1e-5, err_msg=kind)
-    ordinary = attribute(model, decode(model, tokenizer, "the dog runs in the park"), n_steps=4)
+    ordinary = attribute(model, decode_with_chooser(model, tokenizer, "the dog runs in the park"), n_steps=4)
     assert not np.allclose(
         ordinary.value_weighted[AttentionKind.CROSS],
-        decode(model, tokenizer, "the dog runs in the park").cross.numpy(),
+        decode_with_chooser(model, tokenizer, "the dog runs in the park").cross.numpy(),
         atol=1e-3,
     )
 
 
 def test_gradient_x_input_equals_finite_differences(model, tokenizer):
-    result = decode(model, tokenizer, "a red ball in the water")
+    result = decode_with_chooser(model, tokenizer, "a red ball in the water")
     exact = copy.deepcopy(model).double()  # in float32, the differences would be mostly rounding noise
     found = attribute(exact, result, n_steps=4)
     src, decoder_input, (src_embedded, tgt_embedded) = embedded_inputs(exact, result.src_ids, result.tgt_ids, 1)
@@ -123,7 +123,7 @@ def test_gradient_x_input_equals_finite_differences(model, tokenizer):
 
 
 def test_contrastive_attribution_of_a_token_against_itself_is_zero(model, tokenizer):
-    result = decode(model, tokenizer, "the cat sits")
+    result = decode_with_chooser(model, tokenizer, "the cat sits")
     source, prefix, delta = contrastive(model, result, 1, result.tgt_ids[1])
     assert np.all(source == 0) and np.all(prefix == 0) and delta == 0
     other = int(result.topk_ids[1, 1])
@@ -238,8 +238,8 @@ def test_corpus_mode_ranks_the_heads_by_their_agreement_over_the_file(model, tok
     sentences = ["the dog runs", "", "a red ball in the water"]
     values, used = corpus_agreement(model, tokenizer, sentences, n_steps=4)
     assert used == 2 and values.shape == (3, 2)
-    first = attribute(model, decode(model, tokenizer, "the dog runs"), n_steps=4).agreement
-    second = attribute(model, decode(model, tokenizer, "a red ball in the water"), n_steps=4).agreement
+    first = attribute(model, decode_with_chooser(model, tokenizer, "the dog runs"), n_steps=4).agreement
+    second = attribute(model, decode_with_chooser(model, tokenizer, "a red ball in the water"), n_steps=4).agreement
     np.testing.assert_allclose(values, np.nanmean(np.stack([first, second]), axis=0), atol=1e-6)
 
     at = start().switch_page("pages/corpus.py").run()
@@ -262,7 +262,7 @@ def test_the_work_of_a_request_is_capped_by_fewer_steps_then_by_refusal():
 def test_an_attribution_stops_between_output_steps_when_asked(shipped):
     from transformer.analysis.attribution.gradients import AttributionStopped
 
-    result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
+    result = decode_with_chooser(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
     asked = []
 
     def stop_after_first_step() -> bool:
@@ -406,7 +406,7 @@ def test_model_calls_on_an_uploaded_model_wait_for_a_heavy_slot_and_shipped_ones
 
     import ui.services.models
     import ui.services.work
-    from transformer.decoding.settings import DecodeSettings
+    from transformer.decoding.strategies import DecodeSettings
     from transformer.io.checkpoint import load_checkpoint
     from ui.server.wiring import wire
 
@@ -477,7 +477,7 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
     import ui.services.work
     import ui.widgets.progress
 
-    result = decode(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
+    result = decode_with_chooser(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
     heard = []
     attribute(shipped.model, result, n_steps=4, progress=lambda done, total: heard.append((done, total)))
     assert heard[-1] == (result.steps, result.steps) and [d for d, _ in heard] == sorted({d for d, _ in heard})

@@ -15,7 +15,7 @@ import torch
 from helpers import run_cli, tiny_config
 
 from transformer.analysis.contributions import block_vectors, contributions, residual_block
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -177,7 +177,7 @@ def test_each_blocks_vectors_add_up_to_its_real_output(tokenizer, norm, bias):
 
 def test_the_reversal_models_outputs_draw_most_on_the_reversed_words():
     checkpoint = load_checkpoint(REVERSE)
-    result = decode(checkpoint.model, checkpoint.tokenizer, "one two three four five six seven")
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, "one two three four five six seven")
     found = contributions(checkpoint.model, result.src_ids, result.tgt_ids)
     words = len(result.src_ids) - 1  # and </s>
     assert found.alti_plus[:words, : words + 1].argmax(1).tolist() == list(range(words - 1, -1, -1))

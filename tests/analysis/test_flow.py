@@ -9,7 +9,7 @@ import pytest
 
 from transformer.analysis.decoder_flow import decoder_flow
 from transformer.analysis.rollout import FlowTooLong, attention_flow, flow_capacities, rollout
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 
@@ -37,7 +37,7 @@ def test_flow_equals_networkx_maximum_flow_on_the_same_network(seed):
 
 def test_flow_of_the_default_model_equals_networkx_and_each_row_is_a_share():
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    result = decode(checkpoint.model, checkpoint.tokenizer, "The black cat is sleeping on the red chair.")
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, "The black cat is sleeping on the red chair.")
     maps = result.encoder_self.numpy().astype(np.float64)
     found = attention_flow(maps)
     np.testing.assert_allclose(found, networkx_flow(maps), atol=1e-6)
@@ -126,7 +126,7 @@ def test_with_every_token_attending_to_itself_a_step_draws_half_on_what_it_reads
 
 def test_the_default_models_flow_through_the_decoder_equals_networkx():
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    result = decode(checkpoint.model, checkpoint.tokenizer, "The black cat sleeps.")
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, "The black cat sleeps.")
     maps = [result.encoder_self.numpy(), result.decoder_self.numpy(), result.cross.numpy()]
     found = decoder_flow(*maps)
     np.testing.assert_allclose(found, networkx_decoder_flow(*(m.astype(np.float64) for m in maps)), atol=1e-5)

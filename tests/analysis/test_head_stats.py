@@ -11,7 +11,7 @@ from transformer.analysis.heads.statistics import (
     parameter_counts,
     statistics_frame,
 )
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
@@ -74,13 +74,15 @@ def test_a_probe_reaches_only_its_own_forward_pass(model, tokenizer):
     sentences = [" ".join(["the", "dog", "cat", "red", "park"][i % 5 :] + ["ball"] * (i % 3)) for i in range(16)]
     probe = Probe.ablating([Head(AttentionKind.CROSS, layer, head) for layer in range(3) for head in range(2)])
     probes = [probe if i % 2 else None for i in range(16)]
-    expected = [decode(model, tokenizer, s, max_new_tokens=6, probe=p).cross for s, p in zip(sentences, probes)]
+    expected = [
+        decode_with_chooser(model, tokenizer, s, max_new_tokens=6, probe=p).cross for s, p in zip(sentences, probes)
+    ]
     results: dict[int, torch.Tensor] = {}
     barrier = threading.Barrier(16)
 
     def work(i: int) -> None:
         barrier.wait()
-        results[i] = decode(model, tokenizer, sentences[i], max_new_tokens=6, probe=probes[i]).cross
+        results[i] = decode_with_chooser(model, tokenizer, sentences[i], max_new_tokens=6, probe=probes[i]).cross
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
     for thread in threads:
@@ -89,12 +91,14 @@ def test_a_probe_reaches_only_its_own_forward_pass(model, tokenizer):
         thread.join()
     for i in range(16):
         torch.testing.assert_close(results[i], expected[i])
-    assert not torch.equal(expected[0], decode(model, tokenizer, sentences[0], max_new_tokens=6, probe=probe).cross)
+    assert not torch.equal(
+        expected[0], decode_with_chooser(model, tokenizer, sentences[0], max_new_tokens=6, probe=probe).cross
+    )
 
 
 def test_corpus_statistics_average_the_sentences(model, tokenizer):
     one = corpus_statistics(model, tokenizer, ["a red ball"], "encoder")
-    result = decode(model, tokenizer, "a red ball")
+    result = decode_with_chooser(model, tokenizer, "a red ball")
     view_stats = head_statistics(result.encoder_self.numpy(), result.src_pieces)
     assert np.allclose(one["entropy"], view_stats["entropy"])
     seen = []

@@ -22,7 +22,7 @@ from transformer.analysis.heads.syntax import (
     syntactic_roles,
 )
 from transformer.analysis.words import merge_words, word_spans
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 COLUMNS = "ID FORM LEMMA UPOS XPOS FEATS HEAD DEPREL DEPS MISC".split()
@@ -149,7 +149,7 @@ def test_the_batched_word_maps_give_the_accuracy_of_the_explorers_own_maps_merge
     config = checkpoint.model.config
     hits = {reading: np.zeros((config.n_encoder_layers, config.n_heads)) for reading in READINGS}
     for text, sentence_arcs in zip(texts, arcs):
-        result = decode(checkpoint.model, checkpoint.tokenizer, text, max_new_tokens=1)
+        result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, text, max_new_tokens=1)
         spans = word_spans(result.src_pieces)[:-1]  # the words, without </s>
         words = merge_words(result.encoder_self.numpy(), spans, spans)  # (L, H, W, W), over the words only
         for relation, dependent, governor in sentence_arcs:

@@ -9,7 +9,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from transformer.analysis.tuned_lens import TunedLens, TunedLensError, fit_tuned_lens, read_with
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.tuned_lens_file import file_sha256, load_tuned_lens, save_tuned_lens, tuned_lens_path
 
 
@@ -19,7 +19,7 @@ def zero_lens(model) -> TunedLens:
 
 
 def test_maps_at_zero_read_as_the_logit_lens(model, tokenizer):
-    result = decode(model, tokenizer, "the red ball")
+    result = decode_with_chooser(model, tokenizer, "the red ball")
     read = read_with(model, zero_lens(model), result.lens, result.tgt_ids)
     assert torch.equal(read.top_ids, result.lens.top_ids)
     assert torch.allclose(read.top_probs, result.lens.top_probs, atol=1e-6)

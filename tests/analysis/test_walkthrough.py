@@ -4,7 +4,7 @@ import torch
 from helpers import tiny_config
 
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.model.encoder_decoder import Transformer
 from transformer.viz.charts import curves, grouped_bars
 from transformer.viz.matrices import mask_heatmap, matrix_heatmap
@@ -14,7 +14,7 @@ from transformer.viz.matrices import mask_heatmap, matrix_heatmap
 def test_every_stage_reproduces_the_models_own_attention(tokenizer, norm_first):
     torch.manual_seed(1)
     model = Transformer(tiny_config(tokenizer, norm_first=norm_first)).eval()
-    result = decode(model, tokenizer, "the big dog runs in the park")
+    result = decode_with_chooser(model, tokenizer, "the big dog runs in the park")
     recorded = {"encoder": result.encoder_self, "decoder": result.decoder_self, "cross": result.cross}
     for kind, maps in recorded.items():
         for layer in range(maps.shape[0]):
@@ -28,7 +28,7 @@ def test_every_stage_reproduces_the_models_own_attention(tokenizer, norm_first):
 
 
 def test_masked_scores_are_minus_infinity_and_get_zero_weight(model, tokenizer):
-    result = decode(model, tokenizer, "a cat sits")
+    result = decode_with_chooser(model, tokenizer, "a cat sits")
     stages = attention_stages(sublayer_inputs(model, result.src_ids, result.tgt_ids, "decoder", 0), 1)
     hidden = torch.ones_like(stages.masked, dtype=torch.bool).triu(1)
     assert torch.isneginf(stages.masked[hidden]).all() and (stages.p_attn[hidden] == 0).all()

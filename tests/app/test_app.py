@@ -14,7 +14,7 @@ from transformer.analysis.rollout import attention_flow
 from transformer.analysis.views import attention_view, content_only
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable_label
@@ -28,7 +28,7 @@ CAPTIONS = {"ckpt": "en-fr-captions"}  # the model of image captions, for what i
 @pytest.fixture(scope="module")
 def reference():
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    return decode(checkpoint.model, checkpoint.tokenizer, SENTENCE)
+    return decode_with_chooser(checkpoint.model, checkpoint.tokenizer, SENTENCE)
 
 
 @pytest.fixture
@@ -670,7 +670,7 @@ def test_a_lens_left_unread_at_decode_is_read_when_the_visitor_asks(monkeypatch)
     assert not at.exception
     monkeypatch.undo()
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    eager = decode(checkpoint.model, checkpoint.tokenizer, sentence).lens
+    eager = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, sentence).lens
     view = step_view(at)["lens"]
     assert view["top_ids"] == eager.top_ids.transpose(0, 1).tolist() and view["rank"] == eager.chosen_rank.T.tolist()
     np.testing.assert_allclose(view["chosen_prob"], eager.chosen_probs.T.numpy(), atol=1e-4)
@@ -688,7 +688,7 @@ def test_a_large_vocabularys_candidate_words_are_worked_out_when_the_visitor_ask
     at.toggle(key="candidate_words").set_value(True).run()
     assert not at.exception
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, sentence)
     assert step_view(at)["topk_words"] == candidate_words(checkpoint.model, checkpoint.tokenizer, result)
     assert any(word for row in step_view(at)["topk_words"] for word in row)
 

@@ -12,7 +12,7 @@ from helpers import errors, gzip_bomb, markdown, measured, start, step_view, tra
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.result import DecodeInputError
 from transformer.io.checkpoint import describe
 from transformer.text.files import text_lines
@@ -144,7 +144,7 @@ def test_compare_with_a_checkpoint_whose_tokenizer_refuses_the_sentence_says_so(
 @given(text=st.text(max_size=80))
 def test_any_unicode_decodes_to_a_well_formed_result_or_a_clear_refusal(model, tokenizer, text):
     try:
-        result = decode(model, tokenizer, text)
+        result = decode_with_chooser(model, tokenizer, text)
     except DecodeInputError:
         assert not text.strip()
         return

@@ -8,7 +8,7 @@ import time
 
 from helpers import REPO, make_sentences, start, translate
 
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.io.checkpoint import Checkpoint, load_checkpoint
 from ui.services.cache import RESULTS, ResultCache, nbytes
 from ui.state.identity import ResultIdentity

@@ -77,7 +77,7 @@ def test_a_typed_sentence_is_read_through_every_epoch_whose_checkpoint_is_here()
     untrained start (rebuilt from the run's seed), epoch 1 and the default's epoch, and names the epochs it could not
     read; the link keeps the sentence."""
     from transformer.decoding.forcing import teacher_force
-    from transformer.decoding.greedy import decode
+    from transformer.decoding.greedy import decode_with_chooser
     from transformer.io.checkpoint import load_checkpoint
 
     sentence = "The small dog is sleeping."
@@ -89,7 +89,7 @@ def test_a_typed_sentence_is_read_through_every_epoch_whose_checkpoint_is_here()
     missing = ", ".join(labels[2:-1])
     assert f"Not here: {missing} (" in at.caption[0].value.replace("\\", "") and at.query_params["sentence"] == sentence
     final = load_checkpoint(DEFAULT_CHECKPOINT)
-    own = decode(final.model, final.tokenizer, sentence).text
+    own = decode_with_chooser(final.model, final.tokenizer, sentence).text
     assert data["reference"] == own and data["outputs"][-1] == own
     forced = teacher_force(final.model, final.tokenizer, sentence, own)
     layers, heads = forced.cross.shape[:2]

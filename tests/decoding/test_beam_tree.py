@@ -68,9 +68,9 @@ def test_dropped_nodes_lead_nowhere_and_the_unpenalised_winner_is_the_most_proba
 
 
 def test_greedy_and_teacher_forcing_have_no_tree(shipped):
-    from transformer.decoding.greedy import decode
+    from transformer.decoding.greedy import decode_with_chooser
 
-    assert decode(shipped.model, shipped.tokenizer, SENTENCE).beam_tree is None
+    assert decode_with_chooser(shipped.model, shipped.tokenizer, SENTENCE).beam_tree is None
 
 
 @pytest.mark.parametrize("width", [2, 8])

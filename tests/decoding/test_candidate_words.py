@@ -17,7 +17,7 @@ from transformer.decoding.candidate_words import (
     current_word,
     worked_out_at_open,
 )
-from transformer.decoding.greedy import decode, decode_ids
+from transformer.decoding.greedy import decode_ids, decode_with_chooser
 from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.encoder_decoder import Transformer
@@ -58,7 +58,9 @@ def assert_words_alone(model, tokenizer, result: DecodeResult) -> int:
 
 def test_the_shipped_models_candidates_make_the_words_decoding_each_alone_makes():
     shipped = load_checkpoint(DEFAULT_CHECKPOINT)
-    result = decode(shipped.model, shipped.tokenizer, "Two young, White males are outside near many bushes.")
+    result = decode_with_chooser(
+        shipped.model, shipped.tokenizer, "Two young, White males are outside near many bushes."
+    )
     assert assert_words_alone(shipped.model, shipped.tokenizer, result) > 0  # some pieces do grow into words
 
 
@@ -81,7 +83,7 @@ def test_a_random_models_candidates_for_greedy_and_beam_results(tokenizer, optio
         torch.nn.init.normal_(model.tgt_position.relative_bias, std=2.0)
     text = "the cat sat on the mat"
     for result in (
-        decode(model, tokenizer, text, max_new_tokens=12),
+        decode_with_chooser(model, tokenizer, text, max_new_tokens=12),
         beam_search(model, tokenizer, text, width=3, max_new_tokens=12),
     ):
         assert assert_words_alone(model, tokenizer, result) > 0
@@ -90,7 +92,7 @@ def test_a_random_models_candidates_for_greedy_and_beam_results(tokenizer, optio
 def test_an_output_as_long_as_the_model_allows_continues_no_candidate_past_it(tokenizer):
     torch.manual_seed(3)
     model = Transformer(tiny_config(tokenizer, max_len=9)).eval()
-    result = decode(model, tokenizer, "the cat")
+    result = decode_with_chooser(model, tokenizer, "the cat")
     assert result.steps == model.config.max_len  # ran to the end without </s>
     assert_words_alone(model, tokenizer, result)
 
@@ -98,7 +100,7 @@ def test_an_output_as_long_as_the_model_allows_continues_no_candidate_past_it(to
 def test_a_word_that_goes_on_is_cut_with_a_mark(tokenizer):
     torch.manual_seed(3)
     model = Transformer(tiny_config(tokenizer)).eval()
-    result = decode(model, tokenizer, "the cat sat on the mat", max_new_tokens=12)
+    result = decode_with_chooser(model, tokenizer, "the cat sat on the mat", max_new_tokens=12)
     words = [word for row in candidate_words(model, tokenizer, result) for word in row if word]
     assert any(word.endswith(CUT) for word in words)  # an untrained model rarely starts a new word
 

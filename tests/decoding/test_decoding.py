@@ -8,9 +8,9 @@ from helpers import make_sentences
 
 from transformer.decoding.beam import beam_search, beam_search_batch, beam_search_ids
 from transformer.decoding.forcing import branch, teacher_force_ids
-from transformer.decoding.greedy import decode, decode_ids, sampling_chooser
+from transformer.decoding.greedy import decode_ids, decode_with_chooser, sampling_chooser
 from transformer.decoding.result import DecodeInputError, source_ids
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
@@ -18,7 +18,7 @@ SENTENCE = "the big dog runs in the park"
 
 
 def test_cached_decode_equals_full_recompute(model, tokenizer):
-    result = decode(model, tokenizer, SENTENCE, max_new_tokens=12)
+    result = decode_with_chooser(model, tokenizer, SENTENCE, max_new_tokens=12)
     tokens, maps = recompute_greedy(model, result.src_ids, 12)
     assert result.tgt_ids == tokens
     for t, step_maps in enumerate(maps):  # the row the full pass computes for its last position
@@ -32,7 +32,7 @@ def test_cached_decode_equals_full_recompute(model, tokenizer):
 
 
 def test_recorded_step_equals_teacher_forced_row(model, tokenizer):
-    result = decode(model, tokenizer, SENTENCE, max_new_tokens=12)
+    result = decode_with_chooser(model, tokenizer, SENTENCE, max_new_tokens=12)
     forced = teacher_force_ids(model, tokenizer, result.src_ids, result.tgt_ids)
     torch.testing.assert_close(result.cross, forced.cross, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(result.decoder_self, forced.decoder_self, atol=1e-5, rtol=1e-4)
@@ -41,7 +41,7 @@ def test_recorded_step_equals_teacher_forced_row(model, tokenizer):
 
 
 def test_result_shapes_and_candidates(model, tokenizer, config):
-    result = decode(model, tokenizer, SENTENCE, max_new_tokens=8)
+    result = decode_with_chooser(model, tokenizer, SENTENCE, max_new_tokens=8)
     steps, src_len = result.steps, len(result.src_ids)
     assert result.src_ids[-1] == config.eos_id
     assert result.encoder_self.shape == (config.n_encoder_layers, config.n_heads, src_len, src_len)
@@ -54,7 +54,7 @@ def test_result_shapes_and_candidates(model, tokenizer, config):
 
 
 def test_beam_width_one_is_greedy_and_its_record_matches_a_forward_pass(model, tokenizer):
-    greedy = decode(model, tokenizer, SENTENCE)
+    greedy = decode_with_chooser(model, tokenizer, SENTENCE)
     assert beam_search(model, tokenizer, SENTENCE, width=1).tgt_ids == greedy.tgt_ids
     beam = beam_search(model, tokenizer, SENTENCE, width=4)
     forced = teacher_force_ids(model, tokenizer, beam.src_ids, beam.tgt_ids)
@@ -64,15 +64,15 @@ def test_beam_width_one_is_greedy_and_its_record_matches_a_forward_pass(model, t
 
 
 def test_beam_finds_a_sequence_at_least_as_probable_as_greedy(model, tokenizer):
-    greedy = decode(model, tokenizer, SENTENCE)
+    greedy = decode_with_chooser(model, tokenizer, SENTENCE)
     beam = beam_search(model, tokenizer, SENTENCE, width=5, alpha=0.0)
     if beam.tgt_ids[-1] == greedy.tgt_ids[-1] == model.config.eos_id:
         assert beam.token_probs.log().sum() >= greedy.token_probs.log().sum() - 1e-4
 
 
 def test_sampling_is_reproducible_and_respects_top_k(model, tokenizer):
-    first = decode(model, tokenizer, SENTENCE, sampling_chooser(1.0, 3, seed=7), "sample")
-    again = decode(model, tokenizer, SENTENCE, sampling_chooser(1.0, 3, seed=7), "sample")
+    first = decode_with_chooser(model, tokenizer, SENTENCE, sampling_chooser(1.0, 3, seed=7), "sample")
+    again = decode_with_chooser(model, tokenizer, SENTENCE, sampling_chooser(1.0, 3, seed=7), "sample")
     assert first.tgt_ids == again.tgt_ids
     for t, token in enumerate(first.tgt_ids):
         assert token in first.topk_ids[t, :3].tolist()
@@ -81,7 +81,7 @@ def test_sampling_is_reproducible_and_respects_top_k(model, tokenizer):
 
 
 def test_branch_forces_the_chosen_token_and_keeps_the_prefix(model, tokenizer):
-    result = decode(model, tokenizer, SENTENCE)
+    result = decode_with_chooser(model, tokenizer, SENTENCE)
     alternative = result.topk_ids[1, 1].item()
     branched = branch(model, tokenizer, result, 1, alternative)
     assert branched.tgt_ids[:2] == [result.tgt_ids[0], alternative]
@@ -105,7 +105,7 @@ def test_long_sentences_are_cut_to_max_len_and_say_so(model, tokenizer, config):
 def test_batched_translation_equals_one_at_a_time(model, tokenizer):
     texts = ["the dog", "", "a small cat sits on the red ball in the water", "man"]
     batched = translate_texts(model, tokenizer, texts, batch_size=3)
-    single = [decode(model, tokenizer, t).text if t else "" for t in texts]
+    single = [decode_with_chooser(model, tokenizer, t).text if t else "" for t in texts]
     assert batched == single
 
 
@@ -140,13 +140,13 @@ def test_batched_beam_on_the_shipped_model_matches_and_translate_uses_it(shipped
 
 def test_threads_sharing_one_model_get_their_sequential_results(model, tokenizer):
     sentences = [" ".join(["the", "dog", "cat", "red", "park"][i % 5 :] + ["ball"] * (i % 4)) for i in range(32)]
-    expected = [decode(model, tokenizer, s, max_new_tokens=6) for s in sentences]
+    expected = [decode_with_chooser(model, tokenizer, s, max_new_tokens=6) for s in sentences]
     results: dict[int, object] = {}
     barrier = threading.Barrier(32)
 
     def work(i: int) -> None:
         barrier.wait()
-        results[i] = decode(model, tokenizer, sentences[i], max_new_tokens=6)
+        results[i] = decode_with_chooser(model, tokenizer, sentences[i], max_new_tokens=6)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(32)]
     for thread in threads:
@@ -161,14 +161,14 @@ def test_threads_sharing_one_model_get_their_sequential_results(model, tokenizer
 
 def test_one_decode_entry_applies_each_strategy(model, tokenizer):
     greedy = decode_text(model, tokenizer, SENTENCE)
-    assert greedy.tgt_ids == decode(model, tokenizer, SENTENCE).tgt_ids and greedy.strategy == "greedy"
+    assert greedy.tgt_ids == decode_with_chooser(model, tokenizer, SENTENCE).tgt_ids and greedy.strategy == "greedy"
     beam = decode_text(model, tokenizer, SENTENCE, DecodeSettings(strategy="beam", beam_width=3, length_penalty=0.0))
     assert beam.tgt_ids == beam_search(model, tokenizer, SENTENCE, width=3, alpha=0.0).tgt_ids
     assert beam.strategy == "beam 3"
     sampled = DecodeSettings(strategy="sampling", temperature=1.5, top_k=5, seed=11)
     first, again = decode_text(model, tokenizer, SENTENCE, sampled), decode_text(model, tokenizer, SENTENCE, sampled)
     assert first.tgt_ids == again.tgt_ids
-    assert first.tgt_ids == decode(model, tokenizer, SENTENCE, sampling_chooser(1.5, 5, seed=11)).tgt_ids
+    assert first.tgt_ids == decode_with_chooser(model, tokenizer, SENTENCE, sampling_chooser(1.5, 5, seed=11)).tgt_ids
     assert first.strategy == "sampling (temperature 1.5, top-k 5, seed 11)"
     short = decode_text(model, tokenizer, SENTENCE, DecodeSettings(strategy="beam", max_new_tokens=2))
     assert short.steps <= 2
@@ -216,7 +216,7 @@ def test_a_model_that_emits_padding_attends_alike_step_by_step_and_in_one_pass(m
     with torch.no_grad():
         padding.generator.bias[padding.config.pad_id] += 30.0  # the pad token wins every step
     for result in (
-        decode(padding, tokenizer, SENTENCE, max_new_tokens=6),
+        decode_with_chooser(padding, tokenizer, SENTENCE, max_new_tokens=6),
         beam_search(padding, tokenizer, SENTENCE, width=3),
     ):
         assert padding.config.pad_id in result.tgt_ids[:-1]  # pad mid-output, fed back as decoder input

@@ -10,7 +10,7 @@ from helpers import measured, tiny_config
 
 from transformer.decoding.beam import beam_search
 from transformer.decoding.forcing import teacher_force_ids
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.lens import LENS_TOP, LogitLens, read_lens
 from transformer.decoding.result import source_ids
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
@@ -45,7 +45,7 @@ def cut_after(model: Transformer, layer: int) -> Transformer:
 
 def decodes(model, tokenizer, text):
     ids, _ = source_ids(tokenizer, text, model.config.max_len)
-    greedy = decode(model, tokenizer, text)
+    greedy = decode_with_chooser(model, tokenizer, text)
     return {
         "greedy": greedy,
         "beam": beam_search(model, tokenizer, text, width=3),
@@ -83,7 +83,7 @@ def test_a_middle_layers_lens_is_the_model_cut_after_that_layer(random_model, to
 
 def test_the_shipped_models_first_layer_reads_as_the_model_cut_there(shipped):
     model, tokenizer = shipped.model, shipped.tokenizer
-    result = decode(model, tokenizer, SENTENCE)
+    result = decode_with_chooser(model, tokenizer, SENTENCE)
     alone = teacher_force_ids(cut_after(model, 0), tokenizer, result.src_ids, result.tgt_ids)
     assert torch.equal(result.lens.top_ids[0], alone.topk_ids[:, :LENS_TOP])
     assert torch.allclose(result.lens.chosen_probs[0], alone.token_probs, atol=1e-5)
@@ -92,7 +92,7 @@ def test_the_shipped_models_first_layer_reads_as_the_model_cut_there(shipped):
 
 
 def test_entropy_is_measured_in_bits_of_each_steps_distribution(random_model, tokenizer):
-    result = decode(random_model, tokenizer, "the red ball")
+    result = decode_with_chooser(random_model, tokenizer, "the red ball")
     ids = torch.tensor([result.src_ids])
     output = random_model(ids, torch.tensor([[random_model.config.start_id, *result.tgt_ids[:-1]]]))
     probs = output.log_probs[0].exp()

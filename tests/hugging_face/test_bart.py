@@ -19,8 +19,8 @@ from transformers import (
     MBartForConditionalGeneration,
 )
 
-from transformer.decoding.greedy import decode
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.greedy import decode_with_chooser
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 from transformer.hugging_face.bart import import_bart
 from transformer.hugging_face.directory import import_hf
@@ -65,7 +65,7 @@ def test_logits_and_every_attention_map_equal_transformers(family, sentence):
     _, directory, hf_model, hf_tokenizer, forced = family
     ours = import_hf(directory)
     src_ids = hf_tokenizer(sentence)["input_ids"]
-    result = decode(ours.model, ours.tokenizer, sentence)
+    result = decode_with_chooser(ours.model, ours.tokenizer, sentence)
     assert result.src_ids == src_ids  # <s> or en_XX, the same pieces and ids, </s>
     decoder_input = [ours.config.start_id, forced, 12, 5, 9]
     assert_same_as_transformers(ours.model, hf_model, src_ids, decoder_input, layers=2)

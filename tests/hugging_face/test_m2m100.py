@@ -12,8 +12,8 @@ from fixtures.hf_models import TINY, EditedCopy, hf_greedy, save_m2m100, save_nl
 from helpers import assert_same_as_transformers, make_sentences, step_view, weights_megabytes
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
-from transformer.decoding.greedy import decode
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.greedy import decode_with_chooser
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 from transformer.hugging_face.directory import describe_hf, import_hf
 from transformer.hugging_face.m2m100 import import_m2m100
@@ -42,7 +42,7 @@ def test_logits_and_every_attention_map_equal_transformers(m2m_dir, hugging_face
     hf_model, hf_tokenizer = hugging_face
     ours = import_m2m100(m2m_dir)
     src_ids = hf_tokenizer(sentence)["input_ids"]
-    result = decode(ours.model, ours.tokenizer, sentence)
+    result = decode_with_chooser(ours.model, ours.tokenizer, sentence)
     assert result.src_ids == src_ids  # __en__, the same pieces and ids, </s>
     decoder_input = [ours.config.start_id, hf_tokenizer.get_lang_id("fr"), 12, 5, 9]
     assert_same_as_transformers(ours.model, hf_model, src_ids, decoder_input, layers=2)
@@ -88,7 +88,7 @@ def test_the_imported_file_round_trips_and_follows_the_format(m2m_dir, tmp_path)
     assert loaded.tokenizer.same_as(imported.tokenizer) and loaded.tokenizer.target_prefix == "__fr__"
     for sentence in SENTENCES:
         reference = ReferenceModel(str(tmp_path / "m2m.safetensors")).greedy(sentence)
-        result = decode(loaded.model, loaded.tokenizer, sentence)
+        result = decode_with_chooser(loaded.model, loaded.tokenizer, sentence)
         assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
         np.testing.assert_allclose(reference["encoder_self"], result.encoder_self.numpy(), atol=1e-5)
         np.testing.assert_allclose(reference["cross"], result.cross.numpy(), atol=1e-5)
@@ -119,7 +119,7 @@ def test_the_command_line_converts_and_translates(m2m_dir, tmp_path, capsys):
     assert main(["import-hf", str(m2m_dir), "--out", str(out)]) == 0
     assert "wrote" in capsys.readouterr().out
     (tmp_path / "in.txt").write_text("the red dog runs\n")
-    expected = decode(load_checkpoint(out).model, load_checkpoint(out).tokenizer, "the red dog runs").text
+    expected = decode_with_chooser(load_checkpoint(out).model, load_checkpoint(out).tokenizer, "the red dog runs").text
     for checkpoint in (str(out), str(m2m_dir)):
         assert main(["translate", "--checkpoint", checkpoint, "--input", str(tmp_path / "in.txt")]) == 0
         assert capsys.readouterr().out.strip() == expected
@@ -160,7 +160,9 @@ def test_nllb_equals_transformers_in_logits_maps_and_greedy_output(nllb_dir, tar
     forced = hf_tokenizer.convert_tokens_to_ids(target)
     for sentence in ("the red dog runs.", "a woman jumps in the blue park."):
         src_ids = hf_tokenizer(sentence)["input_ids"]
-        assert decode(ours.model, ours.tokenizer, sentence).src_ids == src_ids  # eng_Latn, the pieces, </s>
+        assert (
+            decode_with_chooser(ours.model, ours.tokenizer, sentence).src_ids == src_ids
+        )  # eng_Latn, the pieces, </s>
         assert_same_as_transformers(ours.model, hf_model, src_ids, [2, forced, 12, 5, 9], layers=2)
         result = decode_text(ours.model, ours.tokenizer, sentence, DecodeSettings(max_new_tokens=12))
         generated = hf_greedy(hf_model, src_ids, 12, forced_bos_token_id=forced)
@@ -177,7 +179,7 @@ def test_nllb_round_trips_through_the_format(nllb_dir, tmp_path):
     assert loaded.tokenizer.same_as(imported.tokenizer) and loaded.tokenizer.target_prefix == "fra_Latn"
     assert loaded.tokenizer.id_to_piece(loaded.tokenizer.vocab_size - 1) == "<unused1>"  # the rows past the tokens
     reference = ReferenceModel(str(tmp_path / "nllb.safetensors")).greedy("the red dog runs.")
-    result = decode(loaded.model, loaded.tokenizer, "the red dog runs.")
+    result = decode_with_chooser(loaded.model, loaded.tokenizer, "the red dog runs.")
     assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
     np.testing.assert_allclose(reference["cross"], result.cross.numpy(), atol=1e-5)
 

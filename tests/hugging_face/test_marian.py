@@ -16,8 +16,8 @@ from fixtures.hf_models import EditedCopy, hf_greedy, save_marian, weights_as_a_
 from helpers import assert_same_as_transformers, make_sentences, weights_megabytes
 from transformers import MarianMTModel, MarianTokenizer
 
-from transformer.decoding.greedy import decode
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.greedy import decode_with_chooser
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.hugging_face.marian import import_marian
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from transformer.model.masks import padding_mask
@@ -56,7 +56,7 @@ def test_logits_and_every_attention_map_equal_transformers(marian_dir, hugging_f
     hf_model, hf_tokenizer = hugging_face
     ours = import_marian(marian_dir)
     src_ids = hf_tokenizer(sentence)["input_ids"]
-    result = decode(ours.model, ours.tokenizer, sentence)
+    result = decode_with_chooser(ours.model, ours.tokenizer, sentence)
     assert result.src_ids == src_ids  # the same pieces, ids, language code and </s>
     decoder_input = [ours.config.pad_id, 7, 12, 5]
     assert_same_as_transformers(ours.model, hf_model, src_ids, decoder_input)
@@ -85,7 +85,7 @@ def test_the_imported_file_round_trips_and_follows_the_format(marian_dir, tmp_pa
     assert loaded.tokenizer.same_as(import_marian(marian_dir).tokenizer)
     for sentence in SENTENCES:
         reference = ReferenceModel(str(tmp_path / "marian.safetensors")).greedy(sentence)
-        result = decode(loaded.model, loaded.tokenizer, sentence)
+        result = decode_with_chooser(loaded.model, loaded.tokenizer, sentence)
         assert reference["tgt_ids"] == result.tgt_ids
         np.testing.assert_allclose(reference["cross"], result.cross.numpy(), atol=1e-5)
     assert padding_mask(torch.tensor([[1, 2]]), 0).all()

@@ -14,8 +14,8 @@ from helpers import assert_follows_the_format, assert_same_as_transformers, make
 from transformers import MT5ForConditionalGeneration, T5ForConditionalGeneration, T5Tokenizer
 
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
-from transformer.decoding.greedy import decode
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.greedy import decode_with_chooser
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 from transformer.hugging_face.directory import describe_hf, import_hf
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -42,7 +42,7 @@ def test_logits_and_every_attention_map_equal_transformers(t5, sentence):
     directory, hf_model, hf_tokenizer = t5
     ours = import_hf(directory)
     src_ids = hf_tokenizer(sentence)["input_ids"]
-    assert decode(ours.model, ours.tokenizer, sentence).src_ids == src_ids  # the pieces and </s>
+    assert decode_with_chooser(ours.model, ours.tokenizer, sentence).src_ids == src_ids  # the pieces and </s>
     decoder_input = [ours.config.start_id, 12, 5, 9, 12, 5, 9, 12, 5, 9, 12]  # past the exact relative buckets
     assert_same_as_transformers(ours.model, hf_model, src_ids, decoder_input, layers=2)
 
@@ -90,7 +90,7 @@ def test_the_imported_file_round_trips_and_follows_the_format(t5, tmp_path):
 def test_the_step_by_step_page_recomputes_the_model_own_attention(t5, kind):
     directory, *_ = t5
     ours = import_hf(directory)
-    result = decode(ours.model, ours.tokenizer, SENTENCES[0])
+    result = decode_with_chooser(ours.model, ours.tokenizer, SENTENCES[0])
     inputs = sublayer_inputs(ours.model, result.src_ids, result.tgt_ids, kind, 1)
     assert (inputs.position_bias is None) == (kind is AttentionKind.CROSS)  # self-attention only
     for head in range(ours.config.n_heads):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save as save_safetensors
 
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import (
     CheckpointError,
     CheckpointTooLarge,
@@ -37,8 +37,8 @@ def test_round_trip_gives_identical_outputs(checkpoint_path, model, tokenizer):
     assert loaded.tokenizer.model_proto == tokenizer.model_proto
     twin = copy.deepcopy(model)
     hold_transposed(twin)  # as a loaded model's weights are laid out: the same products, to the last bit
-    original = decode(twin, tokenizer, "the dog runs", max_new_tokens=6)
-    again = decode(loaded.model, loaded.tokenizer, "the dog runs", max_new_tokens=6)
+    original = decode_with_chooser(twin, tokenizer, "the dog runs", max_new_tokens=6)
+    again = decode_with_chooser(loaded.model, loaded.tokenizer, "the dog runs", max_new_tokens=6)
     assert again.tgt_ids == original.tgt_ids
     torch.testing.assert_close(again.cross, original.cross, atol=0, rtol=0)
 
@@ -84,8 +84,8 @@ def test_float16_storage_halves_the_file_and_keeps_the_output(model, tokenizer):
     loaded = load_checkpoint_bytes(half)
     assert next(loaded.model.parameters()).dtype == torch.float32
     assert (
-        decode(loaded.model, loaded.tokenizer, "a cat", max_new_tokens=4).tgt_ids
-        == decode(model, tokenizer, "a cat", max_new_tokens=4).tgt_ids
+        decode_with_chooser(loaded.model, loaded.tokenizer, "a cat", max_new_tokens=4).tgt_ids
+        == decode_with_chooser(model, tokenizer, "a cat", max_new_tokens=4).tgt_ids
     )
 
 

@@ -10,7 +10,7 @@ import torch
 from helpers import REPO, make_sentences, tiny_config
 from numpy_reference import ReferenceModel
 
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import load_checkpoint, save_checkpoint
 from transformer.model.encoder_decoder import Transformer
 
@@ -26,7 +26,7 @@ SHIPPED = {
 def _assert_same(path, sentence: str) -> None:
     reference = ReferenceModel(str(path)).greedy(sentence)
     checkpoint = load_checkpoint(path)
-    result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, sentence)
     assert reference["src_ids"] == result.src_ids and reference["tgt_ids"] == result.tgt_ids
     for kind in ("encoder_self", "decoder_self", "cross"):
         np.testing.assert_allclose(reference[kind], getattr(result, kind).numpy(), atol=1e-5, err_msg=kind)

@@ -10,7 +10,7 @@ import sacrebleu
 from helpers import REPO
 
 from transformer.decoding.forcing import teacher_force
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.io.timeline_file import load_timeline, timeline_path
@@ -81,7 +81,7 @@ def test_caption_model_bleu_floor_on_a_validation_sample(captions):
 
 def test_reversal_model_cross_attention_is_anti_diagonal():
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT.with_name("reverse.safetensors"))
-    result = decode(checkpoint.model, checkpoint.tokenizer, "one two three four five six seven")
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, "one two three four five six seven")
     assert result.text == "seven six five four three two one"
     steps, src_len = result.cross.shape[2:]
     assert steps == src_len  # seven words and eos, in and out
@@ -101,4 +101,4 @@ def test_the_defaults_timeline_ends_with_the_defaults_own_maps(default):
         for kind in AttentionKind:
             np.testing.assert_allclose(probe.maps[kind][-1], forced.maps(kind).numpy(), atol=2e-3)
         np.testing.assert_allclose(probe.token_probs[-1], forced.token_probs.numpy(), atol=1e-4)
-        assert probe.outputs[-1] == decode(default.model, default.tokenizer, probe.source).text
+        assert probe.outputs[-1] == decode_with_chooser(default.model, default.tokenizer, probe.source).text

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import checkpoint_bytes, load_checkpoint_bytes
 from transformer.model.attention import MultiHeadAttention
 from transformer.model.linear import DerivedWeights, hold_transposed
@@ -49,7 +49,7 @@ def test_a_decode_copies_no_weight_but_the_self_attentions_fused_ones(model, tok
     """A decode made a transposed copy of every linear weight (a 600M model then held 5.3 GB for 2.9 GB of
     weights); now only self-attention's query, key and value weights side by side are made (one product a step)."""
     loaded = load_checkpoint_bytes(checkpoint_bytes(model, tokenizer)).model
-    decode(loaded, tokenizer, "the red dog runs")
+    decode_with_chooser(loaded, tokenizer, "the red dog runs")
     derived = sum(
         tensor.nbytes
         for module in loaded.modules()

@@ -246,12 +246,15 @@ def test_the_family_conventions_are_config_fields_defaulting_to_the_papers(token
 def test_decoding_starts_from_the_configs_start_token(model, tokenizer):
     from dataclasses import replace
 
-    from transformer.decoding.greedy import decode
+    from transformer.decoding.greedy import decode_with_chooser
 
     starting_from_pad = Transformer(replace(model.config, decoder_start_id=model.config.pad_id)).eval()
     starting_from_pad.load_state_dict(model.state_dict())
-    result = decode(starting_from_pad, tokenizer, "the dog runs")
-    assert result.decoder_input_pieces[0] == "<pad>" and decode(model, tokenizer, "the dog runs").start_piece == "<s>"
+    result = decode_with_chooser(starting_from_pad, tokenizer, "the dog runs")
+    assert (
+        result.decoder_input_pieces[0] == "<pad>"
+        and decode_with_chooser(model, tokenizer, "the dog runs").start_piece == "<s>"
+    )
     src = torch.tensor([result.src_ids])
     forced = starting_from_pad(src, torch.tensor([[model.config.pad_id, *result.tgt_ids[:-1]]]), need_weights=True)
     assert torch.isfinite(forced.log_probs).all()  # the start token is attended to, though it is the pad id
@@ -297,7 +300,7 @@ def test_a_config_claiming_a_million_positions_costs_what_a_short_one_does(token
 def test_the_shipped_model_with_a_huge_max_len_loads_small_and_translates_the_same(checkpoint_path):
     from helpers import REPO, measured, with_config
 
-    from transformer.decoding.settings import decode_text
+    from transformer.decoding.strategies import decode_text
     from transformer.io.checkpoint import load_checkpoint_bytes
 
     shipped = (REPO / "checkpoints" / "en-fr-captions.safetensors").read_bytes()

@@ -17,7 +17,7 @@ import torch
 from transformer.analysis.attribution.measures import attribute
 from transformer.analysis.contributions import contributions
 from transformer.decoding.forcing import teacher_force
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.heads import Head

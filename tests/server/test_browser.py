@@ -69,13 +69,13 @@ def test_a_stepped_map_shows_the_weights_of_the_step_on_screen(server, browser):
     every cell holds the weight of the step on screen, as the model computed it."""
     import numpy as np
 
-    from transformer.decoding.greedy import decode
+    from transformer.decoding.greedy import decode_with_chooser
     from transformer.io.checkpoint import load_checkpoint
     from transformer.viz.attention import with_layer_means
 
     sentence = "The black cat sleeps on the red chair."
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
-    result = decode(checkpoint.model, checkpoint.tokenizer, sentence)
+    result = decode_with_chooser(checkpoint.model, checkpoint.tokenizer, sentence)
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.goto(f"{server}/?text={sentence.replace(' ', '%20')}")
     wait_for_step_view(page, 1)
@@ -119,14 +119,14 @@ def test_addresses_in_the_sentence_are_shown_as_text_not_links(server, browser):
 def test_the_html_report_draws_its_first_screen_then_the_rest_as_they_near_it_offline(browser, tmp_path):
     from helpers import REPO
 
-    from transformer.decoding.greedy import decode
+    from transformer.decoding.greedy import decode_with_chooser
     from transformer.io.checkpoint import load_checkpoint
     from transformer.viz.report import html_report
 
     shipped = load_checkpoint(REPO / "checkpoints" / "en-fr-captions.safetensors")
     sentence = "Two dogs are playing in the snow."
     (tmp_path / "report.html").write_text(
-        html_report(decode(shipped.model, shipped.tokenizer, sentence), sentence, "en-fr-captions")
+        html_report(decode_with_chooser(shipped.model, shipped.tokenizer, sentence), sentence, "en-fr-captions")
     )
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     outside = []

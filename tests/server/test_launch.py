@@ -65,7 +65,7 @@ def test_the_package_is_imported_before_the_warm_up_thread_starts():
         "launch.sys.argv = ['launch'];"
         "\ntry: launch.main()\nexcept SystemExit: pass\n"
         "print(all(name in seen[0] for name in ('ui.services.models', 'transformer.model.encoder_decoder', "
-        "'transformer.decoding.settings', 'pandas', 'conllu', 'captum', 'ui.widgets.head_importance')))"
+        "'transformer.decoding.strategies', 'pandas', 'conllu', 'captum', 'ui.widgets.head_importance')))"
     )
     run = subprocess.run([sys.executable, "-c", launch], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

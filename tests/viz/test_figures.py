@@ -4,7 +4,7 @@ import re
 import numpy as np
 import pytest
 
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.export import attention_csv
 from transformer.viz.attention import attention_grid, attention_heatmap, fit_colour_scale, step_attention
 from transformer.viz.report import html_report
@@ -84,7 +84,7 @@ def test_csv_has_a_row_per_query_and_a_column_per_key():
 
 def test_report_is_self_contained_and_escapes_user_text(model, tokenizer):
     text = "<script>alert(1)</script> the dog"
-    result = decode(model, tokenizer, text)
+    result = decode_with_chooser(model, tokenizer, text)
     page = html_report(result, text, "tiny <b>")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert(1)" not in page
     assert "tiny &lt;b&gt;" in page
@@ -106,10 +106,14 @@ def test_the_reports_plotly_js_is_the_cartesian_bundle_of_the_packages_version_a
     assert "(cartesian - minified)" in bundle[:200]
     assert version.search(bundle[:200]).group(1) == version.search(full[:200]).group(1)  # the JSON's own plotly.js
     drawn = set(re.findall(r'moduleType:"trace",name:"(\w+)"', bundle))
-    used = {trace.type for _, figure in report_figures(decode(model, tokenizer, "the dog")) for trace in figure.data}
+    used = {
+        trace.type
+        for _, figure in report_figures(decode_with_chooser(model, tokenizer, "the dog"))
+        for trace in figure.data
+    }
     assert used and used <= drawn
     assert len(bundle) < len(full) / 3
-    assert bundle in html_report(decode(model, tokenizer, "the dog"), "the dog", "tiny")
+    assert bundle in html_report(decode_with_chooser(model, tokenizer, "the dog"), "the dog", "tiny")
 
 
 def test_legends_sit_above_the_plot_clear_of_the_axis_titles():
@@ -230,7 +234,7 @@ def test_the_report_merges_pieces_into_words_when_the_page_did():
 
     shipped = load_checkpoint(DEFAULT_CHECKPOINT)
     text = "The animal didn't cross the street."
-    result = decode(shipped.model, shipped.tokenizer, text)
+    result = decode_with_chooser(shipped.model, shipped.tokenizer, text)
 
     def axes(page: str) -> list[list[str]]:
         specs = re.findall(r'<script type="application/json">(.*?)</script>', page, re.S)

@@ -19,7 +19,7 @@ import numpy as np
 from transformer.analysis.alignment import GoldAlignment, aer_grid, align_corpus
 from transformer.analysis.heads.statistics import js_divergence, row_entropy
 from transformer.decoding.forcing import teacher_force_ids
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.lens import read_lens
 from transformer.decoding.result import source_ids
 from transformer.model.config import shown
@@ -140,7 +140,7 @@ def _probe_reading(model: Transformer, tokenizer: TokenizerBase, source: str, re
     forced = replace(forced, lens=read_lens(model, forced.lens, tgt_ids))  # its ranks, whatever the vocabulary
     maps = {kind: forced.maps(kind).numpy().astype(np.float16) for kind in KINDS}
     babble = 2 * len(tgt_ids) + 4  # an untrained model's output runs to max_len: a few words past the reference show it
-    return forced, maps, decode(model, tokenizer, source, max_new_tokens=babble).text
+    return forced, maps, decode_with_chooser(model, tokenizer, source, max_new_tokens=babble).text
 
 
 def build_timeline(

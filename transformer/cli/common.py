@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from transformer.decoding.result import DecodeResult, truncation_note
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint
 from transformer.model.config import TransformerConfig

@@ -2,9 +2,9 @@
 
 from transformer.decoding.beam import beam_search
 from transformer.decoding.forcing import branch, teacher_force
-from transformer.decoding.greedy import decode, greedy_chooser, sampling_chooser
+from transformer.decoding.greedy import decode_with_chooser, greedy_chooser, sampling_chooser
 from transformer.decoding.result import DecodeInputError, DecodeResult
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 
 __all__ = [
@@ -13,7 +13,7 @@ __all__ = [
     "DecodeSettings",
     "beam_search",
     "branch",
-    "decode",
+    "decode_with_chooser",
     "decode_text",
     "greedy_chooser",
     "sampling_chooser",

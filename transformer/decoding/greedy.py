@@ -165,7 +165,7 @@ def default_max_new_tokens(model: Transformer, src_len: int) -> int:
     return min(model.config.max_len, 2 * src_len + 10)
 
 
-def decode(
+def decode_with_chooser(
     model: Transformer,
     tokenizer: TokenizerBase,
     text: str,
@@ -192,8 +192,8 @@ def decode_ids(
     truncated: bool = False,
     probe: Probe | None = None,
 ) -> DecodeResult:
-    """decode() for source ids already tokenized (eos included); the output starts with the tokenizer's target
-    language code, where it has one, whatever the prefix (as Hugging Face's forced_bos_token_id)."""
+    """decode_with_chooser() for source ids already tokenized (eos included); the output starts with the tokenizer's
+    target language code, where it has one, whatever the prefix (as Hugging Face's forced_bos_token_id)."""
     src = torch.tensor([ids], device=model_device(model))
     prefix = forced_prefix(tokenizer, prefix)
     limit = max_new_tokens or max(default_max_new_tokens(model, len(ids)), len(prefix))

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from transformer.decoding.beam import beam_search_batch
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser, sampling_chooser
 from transformer.decoding.result import model_device, padded, source_ids
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.probes import Probe
 from transformer.text.tokenizer import TokenizerBase

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import Checkpoint, update_metadata
 from transformer.model.encoder_decoder import Transformer

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from transformer.analysis.timeline import GoldPairs, Snapshot, Timeline, build_timeline
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.io.checkpoint import Checkpoint, file_model, load_checkpoint
 from transformer.io.header import read_file_header
 from transformer.io.metadata import read_metadata
@@ -130,7 +130,7 @@ def sentence_timeline(
     last = load(files[-1])
     settings = last.metadata.get("settings")
     seed = settings.get("seed") if isinstance(settings, dict) else None
-    reference = reference or decode(last.model, last.tokenizer, source).text
+    reference = reference or decode_with_chooser(last.model, last.tokenizer, source).text
 
     def run() -> Iterator[tuple]:
         for snapshot, path in zip(timeline.snapshots, files):

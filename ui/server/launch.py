@@ -45,7 +45,7 @@ def warm_up() -> None:
     caches, while the first visitor's browser is still loading the page."""
     while not serving():
         time.sleep(0.05)
-    from transformer.decoding.settings import DecodeSettings
+    from transformer.decoding.strategies import DecodeSettings
     from ui.services import checkpoints, models
     from ui.state.keys import DEFAULT_SENTENCE
 

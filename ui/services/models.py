@@ -23,10 +23,10 @@ from transformer.analysis.tuned_lens import TunedLens, read_with
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
 from transformer.decoding.candidate_words import candidate_words
 from transformer.decoding.forcing import teacher_force, teacher_force_ids
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.lens import LogitLens, read_lens
 from transformer.decoding.result import DecodeResult
-from transformer.decoding.settings import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.heads import Head
 from transformer.model.probes import Probe
@@ -147,7 +147,7 @@ def sublayer_inputs_cached(_checkpoint: Checkpoint, identity: ResultIdentity, ki
 @RESULTS
 def ablation_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, heads: tuple[Head, ...]) -> DecodeResult:
     """A greedy decode with the given heads switched off."""
-    return decode(_checkpoint.model, _checkpoint.tokenizer, text, probe=Probe.ablating(heads))
+    return decode_with_chooser(_checkpoint.model, _checkpoint.tokenizer, text, probe=Probe.ablating(heads))
 
 
 @RESULTS

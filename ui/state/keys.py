@@ -14,7 +14,7 @@ import streamlit as st
 
 from transformer.analysis.alignment import AlignmentReport, GoldAlignment
 from transformer.decoding.result import DecodeResult
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from ui.state.identity import ResultIdentity
 
 if TYPE_CHECKING:  # pandas takes 0.4 s to import, and only the Corpus and Head statistics pages need it

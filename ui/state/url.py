@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import streamlit as st
 
-from transformer.decoding.settings import STRATEGIES, DecodeSettings
+from transformer.decoding.strategies import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import RENAMED_CHECKPOINTS
 from transformer.model.kinds import AttentionKind
 from ui.state.keys import ATTENTION_VIEWS, MAX_CHARACTERS, SETTING_RANGES, SETTINGS

@@ -8,7 +8,7 @@ import torch
 from streamlit.delta_generator import DeltaGenerator
 
 from transformer.decoding.result import DecodeInputError
-from transformer.decoding.settings import STRATEGIES, DecodeSettings
+from transformer.decoding.strategies import STRATEGIES, DecodeSettings
 from transformer.io.checkpoint import Checkpoint
 from transformer.io.metadata import read_metadata
 from ui.services import checkpoints, explorer

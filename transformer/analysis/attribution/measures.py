@@ -18,7 +18,7 @@ from transformer.analysis.attribution.gradients import (
     model_inputs,
     source_integrated_gradients,
 )
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.result import DecodeResult
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -124,7 +124,7 @@ def corpus_agreement(
     per_sentence = []
     for index, sentence in enumerate(sentences):
         if sentence.strip():
-            result = decode(model, tokenizer, sentence)
+            result = decode_with_chooser(model, tokenizer, sentence)
             source = source_integrated_gradients(model, result.src_ids, result.tgt_ids, n_steps)
             per_sentence.append(nan_mean(agreement(result.cross.numpy(), source), axis=-1))
         if progress:

@@ -23,7 +23,7 @@ import torch
 
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser
 from transformer.decoding.result import DecodeInputError, model_device, padded, source_ids
-from transformer.decoding.settings import DecodeSettings
+from transformer.decoding.strategies import DecodeSettings
 from transformer.decoding.translate import batch_rows, translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.heads import Head, every_head

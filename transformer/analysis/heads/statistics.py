@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from transformer.analysis.views import attention_view
-from transformer.decoding.greedy import decode
+from transformer.decoding.greedy import decode_with_chooser
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
 
@@ -102,7 +102,7 @@ def corpus_statistics(
     for index, sentence in enumerate(sentences):
         if not sentence.strip():
             continue
-        view = attention_view(decode(model, tokenizer, sentence), kind)
+        view = attention_view(decode_with_chooser(model, tokenizer, sentence), kind)
         for name, values in head_statistics(view.maps, view.key_pieces).items():
             totals[name] = totals.get(name, 0) + values
         count += 1

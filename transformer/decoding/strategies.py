@@ -1,4 +1,5 @@
-"""How to decode, as one value, and the one entry that applies it (in the spirit of Hugging Face's GenerationConfig).
+"""The decoding strategies (greedy, beam, sampling) as one value, and the one entry that applies them (in the spirit
+of Hugging Face's GenerationConfig).
 
 The app, the command line and the statistics all decode through `decode_text`, so a setting means the
 same everywhere and a result is named by (checkpoint, text, settings).
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from transformer.decoding.beam import beam_search
-from transformer.decoding.greedy import decode, greedy_chooser, sampling_chooser
+from transformer.decoding.greedy import decode_with_chooser, greedy_chooser, sampling_chooser
 from transformer.decoding.result import DecodeResult
 from transformer.model.config import shown
 from transformer.model.encoder_decoder import Transformer
@@ -65,5 +66,5 @@ def decode_text(
         return beam_search(model, tokenizer, text, settings.beam_width, settings.length_penalty, limit)
     if settings.strategy == "sampling":
         chooser = sampling_chooser(settings.temperature, settings.top_k, settings.seed)
-        return decode(model, tokenizer, text, chooser, settings.label, limit)
-    return decode(model, tokenizer, text, greedy_chooser, settings.label, limit)
+        return decode_with_chooser(model, tokenizer, text, chooser, settings.label, limit)
+    return decode_with_chooser(model, tokenizer, text, greedy_chooser, settings.label, limit)
