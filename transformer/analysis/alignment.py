@@ -37,7 +37,7 @@ from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import TokenizerBase
 
-if TYPE_CHECKING:  # pandas takes 0.4 s to import: only the tables need it
+if TYPE_CHECKING:  # pandas is slow to import (docs/performance.md): only the tables need it
     import pandas as pd
 
 Link = tuple[int, int]  # (source word, target word), 0-based

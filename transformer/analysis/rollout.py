@@ -41,7 +41,7 @@ def rollout(encoder_self: np.ndarray) -> np.ndarray:
 
 
 SCALE = 2**29  # capacities (at most 1) as integers: below int32's limit, and any flow too (a row sums to 1)
-MAX_FLOW_TOKENS = 48  # S x S flows over a network of L x S x S edges: 30 tokens take 0.2-0.4 s, 48 about 1.5 s
+MAX_FLOW_TOKENS = 48  # S x S flows over a network of L x S x S edges: past it, seconds a page (docs/performance.md)
 
 
 class FlowTooLong(ValueError):

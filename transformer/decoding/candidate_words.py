@@ -29,9 +29,8 @@ CACHE_BUDGET = 1 << 23  # floats of key/value cache continued together (32 MB), 
 CUT = "…"
 JOINERS = "'’-"  # pieces inside a word that are not letters: "l" "'" "eau" is one word, "parc" "." is not
 # The multiply-adds of reading one continued piece over the vocabulary (d_model x vocabulary) above which the words
-# are worked out when asked. 40 steps of 10 candidates on 2 cores: d_model 512 x 256,206 pieces took 3.1 s against
-# the decode's 2.9; NLLB-600M's 1,024 x 256,206 13.2 s against 4.6. opus-mt's 512 x 59,514 and the default's
-# 256 x 8,000 are worked out with the decode.
+# are worked out when asked: past it they cost more than the decode itself (measured: docs/performance.md). opus-mt's
+# 512 x 59,514 and the default's 256 x 8,000 are worked out with the decode.
 EAGER_WORD_PRODUCTS = 2**26
 
 

@@ -61,7 +61,7 @@ def stacked_guesses(
 ) -> tuple[torch.Tensor, ...]:
     """Each layer's guesses, stacked (L, T, ...) on the CPU, written into tensors made at the first layer: small
     results kept between the layers' large (T, V) scores split the memory those freed, and the process grew by a
-    layer's scores at every layer (+580 MB over a 40-layer model's 120k vocabulary)."""
+    layer's scores at every layer (measured: docs/performance.md)."""
     stacked: list[torch.Tensor] = []
     for layer, log_probs in enumerate(layer_log_probs):
         found = guesses(log_probs, chosen)

@@ -13,7 +13,8 @@ from transformer.model.probes import Probe
 from transformer.text.tokenizer import TokenizerBase
 
 # What one batch's decoding state may hold (each sentence's keys and values in every decoder layer, for every beam):
-# a deep model (128+128 layers) in batches of 64 held gigabytes; the shipped default holds 1.5 MB a sentence.
+# a deep model's batch of 64 held gigabytes where the shipped default's holds megabytes (measured:
+# docs/performance.md).
 BATCH_STATE_BYTES = 1 << 30
 
 

@@ -177,9 +177,9 @@ def read_tensors(path: Path, header: dict[str, Any]) -> dict[str, torch.Tensor]:
     (check_tensors), each memory-mapped on its own (copy on write: the file is never written).
 
     A mapping of the whole file (safetensors' load_file) stays in the process until every tensor taken from it is
-    gone, so NLLB-600M's 2.5 GB file stayed resident beside the weights laid out from it (a 5.2 GB peak); a mapping
+    gone, so the file stayed resident beside the weights laid out from it (measured: docs/performance.md); a mapping
     per tensor goes with its tensor, as the model lays each weight out. Read into memory instead, the originals
-    freed among the laid-out copies left the heap holding 0.8 GB it did not give back."""
+    freed among the laid-out copies left the heap holding memory it did not give back."""
     stored = {name: entry for name, entry in header.items() if name != "__metadata__"}
     shapes = {name: tuple(entry["shape"]) if is_int_list(entry.get("shape")) else () for name, entry in stored.items()}
     with open_regular(path) as file:

@@ -299,8 +299,8 @@ def load_checkpoint_bytes(data: bytes, device: torch.device | str = "cpu") -> Ch
 def tensors_of(data: bytes, header: dict[str, Any]) -> dict[str, torch.Tensor]:
     """Each tensor of a safetensors buffer whose header check_tensors passed, as a view of its bytes: nothing is
     copied until the model lays each weight out in memory of its own (Transformer.holding, which keeps no view),
-    and the buffer goes with the last view. Copied out (safetensors' load), NLLB-600M's 2.3 GiB file was held three
-    times over at once: its bytes, their tensors and the weight being laid out."""
+    and the buffer goes with the last view. Copied out (safetensors' load), a file was held three times over at
+    once: its bytes, their tensors and the weight being laid out (measured: docs/performance.md)."""
     body = 8 + struct.unpack("<Q", data[:8])[0]
     with warnings.catch_warnings():  # read, never written: every tensor the model keeps is a copy
         warnings.filterwarnings("ignore", message="The given buffer is not writable")
@@ -328,8 +328,8 @@ def model_from_tensors(
 
 
 def all_finite(tensor: torch.Tensor, rows: int = 4096) -> bool:
-    """Whether a tensor holds no NaN or infinity, read a few rows at a time: isfinite of a whole 1 GB embedding made
-    2 GB of temporaries (its absolute values among them)."""
+    """Whether a tensor holds no NaN or infinity, read a few rows at a time: isfinite of a whole tensor makes
+    temporaries twice its size (its absolute values among them; measured: docs/performance.md)."""
     return all(bool(torch.isfinite(part).all()) for part in tensor.detach().reshape(-1, *tensor.shape[-1:]).split(rows))
 
 

@@ -2,8 +2,8 @@
 file is written tensor by tensor.
 
 safetensors' own `save` builds the whole file's bytes after a contiguous copy of every tensor: with the model beside
-them, four times a model's weights (`import-hf` of NLLB-1.3B's shape, 5.5 GB of weights, was killed for memory at
-21 GB on a 24 GB machine). Written here, a save holds one tensor's copy beside the model.
+them, four times a model's weights (measured: docs/performance.md). Written here, a save holds one tensor's copy
+beside the model.
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from transformer.text.files import FileRefused, read_regular
 TIMELINE_FORMAT = "transformer-explorer-timeline"
 TIMELINE_FORMAT_VERSION = "1"
 MAX_FILE_BYTES = 64 * 1024 * 1024
-# The description (every snapshot's output of every probe) and the tensors' names: 12 KB for the shipped timeline's
-# ten snapshots and seven probes, about 300 KB for 100 snapshots of 20 probes.
+# The description (every snapshot's output of every probe) and the tensors' names: a long run's is a small part of
+# this (measured: docs/performance.md).
 MAX_TIMELINE_HEADER_BYTES = 4 * 1024 * 1024
 LIMITS = {"snapshots": 1000, "probes": 100, "pieces": 1024, "layers": 64, "heads": 64, "text": 2000, "steps": 10**12}
 
@@ -208,7 +208,7 @@ def _checked(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 
 def load_timeline_bytes(data: bytes) -> Timeline:
     try:
-        # A header of 60 MB took 15 s and 350 MB to parse.
+        # Bounded before it is parsed: a header's parse costs many times its size (measured: docs/performance.md).
         header = read_header(data, max_header_bytes=MAX_TIMELINE_HEADER_BYTES)
     except CheckpointError as error:
         raise TimelineError(str(error).replace("checkpoint", "timeline")) from None

@@ -86,8 +86,8 @@ class Transformer(nn.Module):
         """The model built around these float tensors (state-dict names, tied ones once) without weights of its
         own: a 600M-parameter import is held once in memory, not twice, and nothing is initialised only to be
         overwritten. Its linear weights are laid out for decoding (`hold_transposed`), and every tensor owns its
-        memory: a Hugging Face file's mapping or a checkpoint's bytes are let go (an NLLB-600M directory held its
-        2.5 GB file mapped beside the laid-out weights)."""
+        memory: a Hugging Face file's mapping or a checkpoint's bytes are let go, never held beside the
+        laid-out weights (measured: docs/performance.md)."""
         with torch.device("meta"):
             model = cls(config)
         model.load_state_dict(tensors, strict=False, assign=True)

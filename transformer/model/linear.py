@@ -44,8 +44,8 @@ def hold_transposed(model: nn.Module) -> None:
     transposed view of W_t, with the same shape, values and state dict, and x @ W.T reads W_t row by row.
 
     A decode step multiplies one row by each weight matrix, so it is bound by reading the weights from memory; on a
-    CPU, x @ W.T reads a row-major W (out, in) at half to a quarter of the speed it reads W_t (8000 x 256: 0.37 ms
-    against 0.16 ms, one thread), and F.linear on the transposed layout runs the same product as x @ W_t, bit for
+    CPU, x @ W.T reads a row-major W (out, in) at half to a quarter of the speed it reads W_t
+    (measured: docs/performance.md), and F.linear on the transposed layout runs the same product as x @ W_t, bit for
     bit. The layout replaces a transposed copy of each weight, which doubled a loaded model's memory. Tied weights
     (the output layer and the target embedding) are laid out once; the embedding then reads its rows strided,
     a few rows a step. The largest go first: while a weight is laid out its original and its copy are both held, so

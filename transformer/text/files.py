@@ -15,8 +15,8 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-# A line longer than a paragraph is no sentence: a 20 MB one took 18 s and 2.6 GB to encode before it was skipped,
-# and a 1 GB one-line file held a command for over a minute.
+# A line longer than a paragraph is no sentence, and one is encoded at a cost of seconds and gigabytes before it can
+# be skipped (measured: docs/performance.md).
 MAX_LINE_BYTES = 20_000
 
 
@@ -92,7 +92,7 @@ def text_lines(
     never decompressed), each at most max_line_bytes, max_bytes in all after decompression. ValueError naming the
     first line that is not text or is too long.
 
-    What an upload costs is then what is kept: a 200 KB gzip of 70 million short lines held 5.5 GB as a list.
+    What an upload costs is then what is kept, however small the file (measured: docs/performance.md).
     """
     with closing(iter_text_lines(data, max_bytes, max_line_bytes)) as lines:
         return list(itertools.islice(lines, max_lines))

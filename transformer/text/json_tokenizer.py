@@ -33,8 +33,8 @@ KNOWN_STEPS = frozenset({
     "BPEDecoder", "WordPiece", "TemplateProcessing", "RobertaProcessing", "BertProcessing",
 })  # fmt: skip
 KNOWN_REGEXES = {" {2,}": 2}  # each known regex and its shortest match
-# A step may multiply the text (a Replace of "a" by 100,000 "a" took 3.2 GB for 2,000 characters and aborted the
-# process, which no `except` catches), so how much each step can make of one character is bounded before the
+# A step may multiply the text, and a step past memory aborts the process, which no `except` catches (measured:
+# docs/performance.md), so how much each step can make of one character is bounded before the
 # library runs. The families' own pipelines stay under 100 (an NFKC charsmap's longest replacement is 33 bytes,
 # Metaspace at most doubles); a pipeline that can make more of one character than MAX_GROWTH is refused at load.
 MAX_GROWTH = 1024

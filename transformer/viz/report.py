@@ -1,11 +1,12 @@
 """One self-contained HTML file of a decoded sentence: every figure, plotly.js inlined, works offline.
 
 A sentence's report holds over a hundred heatmaps (three kinds x layers x heads); drawn all at once on
-opening, a 10-token sentence took 10-17 s before anything could be read. Each figure travels as JSON
-and is drawn when it comes near the screen (an IntersectionObserver), so the first screen is drawn at once.
-The plotly.js inlined is its cartesian bundle (heatmaps and bars, all the report draws: 1.5 MB, against 4.8 MB
-for the whole library, whose parsing alone took a second of the first screen). It is plotly.js's own build,
-from npm's plotly.js-cartesian-dist-min, of the version the Python package draws for (a test holds them equal).
+opening, even a short sentence's took seconds before anything could be read (measured:
+docs/performance.md). Each figure travels as JSON and is drawn when it comes near the screen (an
+IntersectionObserver), so the first screen is drawn at once. The plotly.js inlined is its cartesian bundle
+(heatmaps and bars, all the report draws: a third of the whole library, whose parsing alone held up the first
+screen). It is plotly.js's own build, from npm's plotly.js-cartesian-dist-min, of the version the Python package
+draws for (a test holds them equal).
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ EPOCH_PLAYER = st.components.v2.component(
 )
 EPOCH_RATES = (0.5, 1, 2)  # snapshots a second Play offers
 LOSS_POINTS = 400  # the loss curve sent, at most
-# What one page's player carries of maps, packed (2 bytes a weight in base64): a probe of the shipped timeline takes
-# under 1 MB; a 30 MB timeline file sent 43.6 MB to every tab that opened the page.
+# What one page's player carries of maps, packed (2 bytes a weight in base64): the shipped timeline's probes take far
+# less; a large timeline sent tens of MB to every tab that opened the page (measured: docs/performance.md).
 MAX_PLAYER_MAP_BYTES = int(float(os.environ.get("TRANSFORMER_EXPLORER_PLAYER_MAP_MB", "4")) * 2**20)
 
 
@@ -67,8 +67,7 @@ def _with_means(maps: np.ndarray) -> np.ndarray:
 def within_budget(timeline: Timeline, probe: int) -> tuple[Timeline, bool]:
     """The timeline with as many snapshots as the player may carry for this probe (MAX_PLAYER_MAP_BYTES), evenly
     spaced over the run, the first and the last always among them; and whether every head's maps go with their
-    layer's mean. Where two snapshots of every head would pass the budget, the means go alone: a 30 MB timeline of
-    two snapshots sent 43.6 MB to every tab."""
+    layer's mean. Where two snapshots of every head would pass the budget, the means go alone (docs/performance.md)."""
     cells = sum(maps[0].size // maps.shape[2] for maps in timeline.probes[probe].maps.values())  # one map a layer
     heads = timeline.probes[probe].maps[AttentionKind.CROSS].shape[2]
     every_head = 2 * cells * (heads + 1) * PACKED_BYTES <= MAX_PLAYER_MAP_BYTES

@@ -43,8 +43,8 @@ PLAYER = st.components.v2.component(
 STEP_RATES = (1, 2, 5, 10)  # steps a second Play offers
 # Rows of heads the step view draws at most (each layer's heads, then their mean), and cells: a step click redraws both
 # maps cell by cell, and a deeper or wider model, or a long input, is shown a window of its layers at a time, the
-# others sent when chosen. A click on opus-mt's shape with an input of 85 pieces drew 4,715 cells at 49 ms (p50; p95
-# 60), past the 50 ms a click may take; NLLB-600M's window of 68 rows, 2,662 cells, 31-34 ms.
+# others sent when chosen. Past these, a click takes longer than the 50 ms it may (measured:
+# docs/performance.md).
 MAX_STEP_ROWS = 72
 MAX_STEP_CELLS = 4096
 
@@ -241,7 +241,7 @@ def step_player(
         "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit",
     }
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
-    # imports pandas and pyarrow on a process's first page (0.5 s of its cold start); a list goes to JSON as it is.
+    # imports pandas and pyarrow on a process's first page (docs/performance.md); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action
     if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention", "leave", "beam_node"):
         return None

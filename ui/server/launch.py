@@ -2,7 +2,7 @@
 
 Under a plain `streamlit run app.py` nothing of the model exists until the first visitor's page
 runs: then it imports PyTorch, reads the default checkpoint and decodes the default sentence
-(about 1.5 s on a 2-core CPU), after the browser has loaded the page's code. Here a thread
+(seconds on a 2-core CPU: docs/performance.md), after the browser has loaded the page's code. Here a thread
 does that work as soon as the server takes connections, while the browser loads, and the first
 page finds the checkpoint and its result in the process's caches (the same ones every page uses). It serves
 ui/server/asgi.py: app.py, with pages that name the app's root.

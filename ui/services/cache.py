@@ -1,7 +1,7 @@
 """One cache for the model calls of every page, bounded by bytes and by age.
 
 Visitors asking the same question share one result (a classroom decodes the teacher's sentence once), but
-a result's attention maps grow with the square of the sentence: 60 long sentences held 196 MB. Entries are
+a result's attention maps grow with the square of the sentence (measured: docs/performance.md). Entries are
 therefore counted by the bytes they hold and dropped after a while, whoever made them.
 """
 

@@ -47,8 +47,8 @@ def _sentence_timeline(
     name: str, stamps: tuple[str, ...], source: str, _timeline: Timeline, _files: list[Path | None]
 ) -> Timeline:
     """One visitor's sentence through the run: the same for every visitor who types it (stamps name file versions),
-    read in one of the heavy-job slots with the server's one copy of each epoch's checkpoint (8 tabs typing at once
-    each loaded every epoch from disk: +1.4 GB that stayed)."""
+    read in one of the heavy-job slots with the server's one copy of each epoch's checkpoint (tabs typing at once each
+    loaded every epoch from disk otherwise; measured: docs/performance.md)."""
     with heavy_job("sentences read through the run"):
         return sentence_timeline(_timeline, _files, source, None, load=load)
 
@@ -126,7 +126,7 @@ def report_cached(
     _result: DecodeResult,
     _progress: Callable[[int], None] | None = None,
 ) -> str:
-    """The HTML report of a result (5 MB, most of it plotly.js), shared by the visitors who ask for the same one."""
+    """The HTML report of a result (most of it plotly.js), shared by the visitors who ask for the same one."""
     return html_report(_result, text, name, _progress, words)
 
 

@@ -44,7 +44,8 @@ UPLOAD_LIMIT_ELEMENTS = int(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_PARAMETE
 # above, so without this a room of tabs could fill the memory. About 0.5 GB of float32 weights by default.
 SERVER_UPLOAD_LIMIT_ELEMENTS = int(os.environ.get("TRANSFORMER_EXPLORER_SERVER_UPLOAD_PARAMETERS", "128000000"))
 # Attention maps an uploaded model draws per step (encoder self, decoder self and cross, every head): a step view
-# holds each for every step. NLLB-600M draws 576; 128+128 layers of 64 heads drew 24,576, a 358 MB step view.
+# holds each for every step. NLLB-600M draws 576; a very deep, wide model's step view held hundreds of MB (measured:
+# docs/performance.md).
 UPLOAD_MAX_ATTENTION_MAPS = 1024
 
 
@@ -212,7 +213,7 @@ SERVER_UPLOADS = UploadLedger()
 
 
 # Of an uploaded text file, the pages read at most the lines they use (no page uses more than 2,000) and refuse a
-# line longer than a paragraph: a 20 MB "sentence" took 18 s and 2.6 GB to encode before it was skipped.
+# line longer than a paragraph, which costs seconds and gigabytes to encode (measured: docs/performance.md).
 UPLOAD_MAX_LINES = 100_000
 UPLOAD_MAX_LINE_BYTES = 20_000
 
@@ -241,9 +242,9 @@ def add_upload(uploaded: UploadedFile) -> str:
     """Validates an uploaded checkpoint and keeps it in this visitor's session only; returns its name.
 
     What the upload will hold is read from the header and reserved in this session's, this visitor's and the
-    server's budgets before the file is copied, hashed or built (a file's parameters alone undercount it: a 27 MB
-    file with a 1M-token tokenizer held 0.4 GB). Raises CheckpointError (with the reason) for anything that is not
-    a usable checkpoint.
+    server's budgets before the file is copied, hashed or built (a file's parameters alone undercount it: a large
+    tokenizer holds many times its bytes; measured: docs/performance.md). Raises CheckpointError (with the reason)
+    for anything that is not a usable checkpoint.
     """
     filename, limit = uploaded.name, UPLOAD_LIMIT_MB * 1024 * 1024
     if uploaded.size > limit:

@@ -2,7 +2,7 @@
 queued, and abandoned when the visitor leaves.
 
 A request for attribution of a long decode computed for minutes, and kept computing after its visitor had
-gone (13 minutes, 4.1 GB); a room of visitors asking at once would each take a core's worth. Here each job
+gone (measured: docs/performance.md); a room of visitors asking at once would each take a core's worth. Here each job
 waits for a slot, shows that it waits, and stops between steps once Streamlit asks the script run
 to stop or rerun (a closed tab, another page).
 """
@@ -25,7 +25,7 @@ from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_r
 
 from transformer.analysis.attribution.gradients import AttributionStopped
 
-TRANSLATE_BATCH = 16  # sentences a batch under a progress bar: 64 held it still for 50 s on the last, longest
+TRANSLATE_BATCH = 16  # sentences a batch under a progress bar: a larger one holds the bar still (docs/performance.md)
 
 
 HEAVY_JOBS = int(os.environ.get("TRANSFORMER_EXPLORER_HEAVY_JOBS", "1"))  # at once per process (one per core)
@@ -166,7 +166,7 @@ def page_slot_given_up() -> Iterator[None]:
 
 
 # Token-steps of integrated gradients one request may ask (output steps x interpolation steps x tokens):
-# about 25 s on a 2-core CPU. A 20-token output of a 25-token sentence takes 32 steps, 29,000.
+# its time on a 2-core CPU is in docs/performance.md. A 20-token output of a 25-token sentence takes 32 steps, 29,000.
 ATTRIBUTION_BUDGET = int(os.environ.get("TRANSFORMER_EXPLORER_ATTRIBUTION_BUDGET", "100000"))
 
 
@@ -291,7 +291,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def return_memory() -> None:
-    """Gives freed memory back to the system (glibc keeps freed arenas otherwise: 3 GB stayed after gradients)."""
+    """Gives freed memory back to the system (glibc keeps freed arenas otherwise; measured: docs/performance.md)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)

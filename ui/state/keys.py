@@ -17,7 +17,9 @@ from transformer.decoding.result import DecodeResult
 from transformer.decoding.strategies import DecodeSettings
 from ui.state.identity import ResultIdentity
 
-if TYPE_CHECKING:  # pandas takes 0.4 s to import, and only the Corpus and Head statistics pages need it
+if (
+    TYPE_CHECKING
+):  # pandas is slow to import (docs/performance.md), and only the Corpus and Head statistics pages need it
     import pandas as pd
 
     from transformer.analysis.heads.survey import Survey

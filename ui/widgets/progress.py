@@ -32,8 +32,9 @@ class ProgressBar:
 
     Items may differ in cost (a long sentence takes longer than a short one): `costs`, in the order the work
     does them, weigh each item's share of the estimate. The pace counts computing time only: time spent in line
-    for a heavy-job slot (another visitor's turn) made the estimate jump after each turn (21 s to 2 min).
-    Each update is a Streamlit call, so a visitor who presses Stop, or leaves, ends the work there.
+    for a heavy-job slot (another visitor's turn) made the estimate jump after each turn (measured:
+    docs/performance.md). Each update is a Streamlit call, so a visitor who presses Stop, or leaves, ends the work
+    there.
     """
 
     def __init__(

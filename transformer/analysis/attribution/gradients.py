@@ -133,7 +133,7 @@ def _score_gradient(model, states: torch.Tensor, index: int, tokens, foils) -> t
 
 def gradient_x_input(model, src_ids, tgt_ids, steps, tokens):
     src, decoder_input, embedded = embedded_inputs(model, src_ids, tgt_ids, len(steps))
-    from captum.attr import InputXGradient  # imported when used: with matplotlib, 0.6 s of every start
+    from captum.attr import InputXGradient  # imported when used: with matplotlib, slow (docs/performance.md)
 
     method = InputXGradient(scorer(model, src, decoder_input))
     with torch.enable_grad():

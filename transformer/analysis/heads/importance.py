@@ -83,7 +83,8 @@ def reference_log_probs(
 
 
 # The scores over the vocabulary that a part of reference_token_log_probs holds, its log-softmax and (in the backward
-# pass) their gradient included: the whole (B, T, V) at once was 8 GB for a 200k vocabulary and long sentences.
+# pass) their gradient included: the whole (B, T, V) at once is gigabytes for a large vocabulary (measured:
+# docs/performance.md).
 SCORES_BUDGET_BYTES = 256 << 20
 SCORE_COPIES = 3  # the logits, their log-softmax, and a gradient of that size in the backward pass
 
@@ -100,7 +101,7 @@ def reference_token_log_probs(model: Transformer, hidden: torch.Tensor, target: 
 
 def _token_log_probs(model: Transformer, hidden: torch.Tensor, target: torch.Tensor, positions: int) -> torch.Tensor:
     """Written part by part into one tensor made first: small results kept between the parts' large scores split
-    the memory they freed, and the process grew by a part's scores at every part (2.4 MB each, 1.5 GB in all)."""
+    the memory they freed, and the process grew by a part's scores at every part (measured: docs/performance.md)."""
     found = hidden.new_empty(len(target), dtype=torch.promote_types(hidden.dtype, torch.float32))
     for start in range(0, len(target), positions):
         part = slice(start, start + positions)

@@ -16,7 +16,7 @@ from transformer.decoding.greedy import decode_with_chooser
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
 
-if TYPE_CHECKING:  # pandas takes 0.4 s to import: only the tables below need it, not the first page
+if TYPE_CHECKING:  # pandas is slow to import (docs/performance.md): only the tables below need it, not the first page
     import pandas as pd
 
 STATISTICS = {

@@ -117,7 +117,8 @@ def read_treebank(path: str | Path, limit: int | None = None) -> list[ParsedSent
 def parse_treebank(lines: Iterable[str], limit: int | None = None) -> list[ParsedSentence]:
     """The first `limit` sentences of CoNLL-U lines, taken one sentence at a time; TreebankError saying where for
     lines that are not CoNLL-U or a sentence past the bounds above. Each sentence's lines are bounded before
-    conllu parses them: its words (a FEATS or MISC of 9 KB a word held 4 GB over 9,000 words) and its size."""
+    conllu parses them: its words (a long FEATS or MISC a word held gigabytes; measured: docs/performance.md)
+    and its size."""
     import conllu
 
     found: list[ParsedSentence] = []
