@@ -67,8 +67,13 @@ def visit(checkpoint: str | None, first: str, second: str) -> dict:
     drawn.append(not at.exception and len(at.get("bidi_component")) > 0)
     device = next((c.value for c in at.caption if c.value.startswith("Running on")), "no device line")
     errors = [e.value for e in at.exception]
-    return {"first_ms": (opened - started) * 1000, "translate_ms": (translated - opened) * 1000, "device": device,
-            "drawn": all(drawn), "errors": errors}  # fmt: skip
+    return {
+        "first_ms": (opened - started) * 1000,
+        "translate_ms": (translated - opened) * 1000,
+        "device": device,
+        "drawn": all(drawn),
+        "errors": errors,
+    }
 
 
 def visit_in_fresh_process(checkpoint: str | None, first: str, second: str, device: str, threads: int) -> dict:
@@ -80,8 +85,11 @@ def visit_in_fresh_process(checkpoint: str | None, first: str, second: str, devi
     visit = json.dumps([checkpoint, first, second, threads if device == "cpu" else None])
     out = subprocess.run(
         [sys.executable, "-m", "benchmarks.app_on_device", "--visit", visit],
-        capture_output=True, text=True, env=environment, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=REPO,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"the visit on {device} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -105,11 +113,23 @@ def device_rows(label: str, checkpoint: str | None, first: str, second: str, thr
     notes = "; ".join(f"{device}: the sidebar says “{figures['device']}”" for device, figures in found.items())
     baseline = f"the same on the CPU, {threads} cores" if len(devices) == 2 else ""
     return [
-        Row(f"{label}: a link to the step view's data (the model opened, cold), on {devices[-1]}", baseline,
-            found["cpu"]["first_ms"] if len(devices) == 2 else None, ours["first_ms"], "report", notes),
-        Row(f"{label}: a Translate of 20 words to the step view's data, on {devices[-1]}", baseline,
-            found["cpu"]["translate_ms"] if len(devices) == 2 else None, ours["translate_ms"], "report", "server side"),
-    ]  # fmt: skip
+        Row(
+            f"{label}: a link to the step view's data (the model opened, cold), on {devices[-1]}",
+            baseline,
+            found["cpu"]["first_ms"] if len(devices) == 2 else None,
+            ours["first_ms"],
+            "report",
+            notes,
+        ),
+        Row(
+            f"{label}: a Translate of 20 words to the step view's data, on {devices[-1]}",
+            baseline,
+            found["cpu"]["translate_ms"] if len(devices) == 2 else None,
+            ours["translate_ms"],
+            "report",
+            "server side",
+        ),
+    ]
 
 
 def main() -> None:

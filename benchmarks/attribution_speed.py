@@ -118,11 +118,23 @@ def head_importance_rows(checkpoint: Checkpoint, sentences: list[str]) -> list[R
     gradient = (time.perf_counter() - started) * 1000
     baseline = f"one greedy decode of the {len(sentences)} sentences"
     return [
-        Row(f"head importance by ablation, {heads} heads x {len(sentences)} sentences", baseline, decoded, ablated,
-            "≤ 2 min", f"{ablated / 1000:.0f} s"),
-        Row(f"head importance by gradient, {len(sentences)} sentences", baseline, decoded, gradient, "≤ 10 s",
-            f"{gradient / 1000:.1f} s"),
-    ]  # fmt: skip
+        Row(
+            f"head importance by ablation, {heads} heads x {len(sentences)} sentences",
+            baseline,
+            decoded,
+            ablated,
+            "≤ 2 min",
+            f"{ablated / 1000:.0f} s",
+        ),
+        Row(
+            f"head importance by gradient, {len(sentences)} sentences",
+            baseline,
+            decoded,
+            gradient,
+            "≤ 10 s",
+            f"{gradient / 1000:.1f} s",
+        ),
+    ]
 
 
 def syntax_row(checkpoint: Checkpoint, treebank: Path, sentences: int) -> Row:

@@ -26,8 +26,9 @@ from transformer.training.step import training_step
 
 from .model_speed import Row, table
 
-GENERAL = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, n_encoder_layers=4, n_decoder_layers=3,
-                            dropout=0.0, max_len=128)  # fmt: skip
+GENERAL = TransformerConfig(
+    src_vocab_size=8000, tgt_vocab_size=8000, n_encoder_layers=4, n_decoder_layers=3, dropout=0.0, max_len=128
+)
 BATCH, LENGTH = 128, 31  # 3,968 target tokens, what a 4,000-token batch of equal-length sentences holds
 
 

@@ -127,7 +127,8 @@ def test_no_import_cycle_between_benchmarks():
 
 
 def test_the_formatter_formats_nearly_everything():
-    """`ruff format` formats; `# fmt: skip` is for aligned tables of data only (372 hand-wrapped lines bypassed it)."""
+    """`ruff format` formats; `# fmt: skip` is for aligned tables of data only, never a call or an assertion (372
+    hand-wrapped lines bypassed it, and 14 more on calls and asserts)."""
     sources = [
         REPO / "app.py",
         *(p for top in ("pages", "ui", "transformer", "tests", "benchmarks") for p in (REPO / top).rglob("*.py")),
@@ -138,7 +139,7 @@ def test_the_formatter_formats_nearly_everything():
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if "# fmt: skip" in line
     ]
-    assert len(skips) < 30, skips
+    assert len(skips) < 20, skips
 
 
 def source_files(*tops: str) -> list[Path]:
@@ -172,6 +173,34 @@ def js_function_lengths(text: str) -> list[tuple[int, int]]:
             end = next(i for i in range(number + 1, len(lines)) if lines[i] == f"{match[1]}}}")
             found.append((number + 1, end - number))
     return found
+
+
+def test_each_page_is_named_sections_and_one_call():
+    """A page's script holds imports, constants and named functions, and runs one line: `page(frame.draw(__file__))`
+    (attribution.py ran 265 lines at top level, where the 60-line rule never saw it)."""
+    for path in (REPO / "pages").glob("*.py"):
+        body = ast.parse(path.read_text()).body
+        calls = [
+            ast.unparse(node)
+            for node in body
+            if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant)
+        ]
+        others = [
+            node.lineno
+            for node in body
+            if not isinstance(
+                node,
+                ast.Import
+                | ast.ImportFrom
+                | ast.Assign
+                | ast.AugAssign
+                | ast.AnnAssign
+                | ast.FunctionDef
+                | ast.ClassDef
+                | ast.Expr,
+            )
+        ]
+        assert calls == ["page(frame.draw(__file__))"] and not others, (path.name, calls, others)
 
 
 def test_the_browser_scripts_hold_to_the_same_limits():

@@ -235,8 +235,12 @@ def test_the_memory_of_contributions_stays_bounded_on_a_long_input():
     reuse varies)."""
     tests = Path(__file__).parents[1]
     done = subprocess.run(
-        [sys.executable, "-c", MEMORY_SCRIPT], capture_output=True, text=True, cwd=tests.parent,
-        env={"PYTHONPATH": f"{tests}:{tests.parent}", "PATH": "/usr/bin:/bin"}, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", MEMORY_SCRIPT],
+        capture_output=True,
+        text=True,
+        cwd=tests.parent,
+        env={"PYTHONPATH": f"{tests}:{tests.parent}", "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.strip()) < 1000, f"contributions grew the memory by {done.stdout.strip()} MB"

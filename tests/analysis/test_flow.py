@@ -19,9 +19,11 @@ def networkx_flow(encoder_self: np.ndarray) -> np.ndarray:
     graph = nx.from_numpy_array(flow_capacities(encoder_self), create_using=nx.DiGraph, edge_attr="capacity")
     top = layers * size
     flows = np.array(
-        [[nx.maximum_flow_value(graph, top + i, j, flow_func=nx.algorithms.flow.edmonds_karp) for j in range(size)]
-         for i in range(size)]
-    )  # fmt: skip
+        [
+            [nx.maximum_flow_value(graph, top + i, j, flow_func=nx.algorithms.flow.edmonds_karp) for j in range(size)]
+            for i in range(size)
+        ]
+    )
     return flows / flows.sum(axis=-1, keepdims=True)
 
 

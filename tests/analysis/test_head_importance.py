@@ -144,8 +144,14 @@ def test_heads_on_the_command_line_writes_every_heads_row_and_translate_switches
     done = run_cli("heads", "--src", str(src), "--ref", str(ref), "--checkpoint", str(REVERSE), "--out", str(out))
     assert done.returncode == 0, done.stderr
     table = pd.read_csv(out)
-    assert len(table) == 24 and {"kind", "layer", "head", "ablation_bleu_delta", "ablation_logprob_delta",
-                                 "gradient_importance"} <= set(table.columns)  # fmt: skip
+    assert len(table) == 24 and {
+        "kind",
+        "layer",
+        "head",
+        "ablation_bleu_delta",
+        "ablation_logprob_delta",
+        "gradient_importance",
+    } <= set(table.columns)
     assert table[["layer", "head"]].min().tolist() == [1, 1]  # 1-based, as the app shows them
     top = table.sort_values("ablation_logprob_delta").iloc[0]
     assert f"most important by ablation_logprob_delta: {top['kind']} {top['layer']}.{top['head']}" in done.stdout

@@ -704,8 +704,10 @@ def test_which_heads_matter_measures_every_head_draws_its_roles_and_links_each_p
     assert "roles" in at.dataframe[-1].value.columns
     pruning = next(index for index, title in titles.items() if title.startswith("BLEU as heads"))
     assert [trace["name"] for trace in figure(at, pruning)["data"]] == [
-        "least important first", "random order", "most important first"
-    ]  # fmt: skip
+        "least important first",
+        "random order",
+        "most important first",
+    ]
     links = re.findall(r"\]\((heads\?[^)]+)\)", markdown(at))
     assert len(links) == 12  # six points of each ordered curve
     query = dict(urllib.parse.parse_qsl(links[0].split("?", 1)[1]))

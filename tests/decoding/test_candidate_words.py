@@ -64,9 +64,18 @@ def test_the_shipped_models_candidates_make_the_words_decoding_each_alone_makes(
     assert assert_words_alone(shipped.model, shipped.tokenizer, result) > 0  # some pieces do grow into words
 
 
-T5_LIKE = dict(norm_first=True, positional="relative", norm="rms", bias=False, attention_scale=False,
-               feed_forward="gated", activation="gelu_tanh", scale_output=True, relative_buckets=8,
-               relative_max_distance=20)  # fmt: skip
+T5_LIKE = dict(
+    norm_first=True,
+    positional="relative",
+    norm="rms",
+    bias=False,
+    attention_scale=False,
+    feed_forward="gated",
+    activation="gelu_tanh",
+    scale_output=True,
+    relative_buckets=8,
+    relative_max_distance=20,
+)
 
 
 @pytest.mark.parametrize(
