@@ -18,6 +18,7 @@ from transformer.analysis.alignment import (
 )
 from transformer.analysis.decoder_flow import MAX_DECODER_FLOW_TOKENS
 from transformer.io.export import csv_text
+from transformer.model.heads import head_names, layer_names
 from transformer.viz.alignment import alignment_heatmap
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
@@ -189,8 +190,8 @@ def grids(report: AlignmentReport) -> None:
                 matrix_heatmap(
                     grid,
                     f"AER, {convention} convention (lower aligns better)",
-                    [f"layer {i + 1}" for i in range(layers)],
-                    [*(f"head {h + 1}" for h in range(heads)), "heads' mean"],
+                    layer_names(layers),
+                    [*head_names(heads), "heads' mean"],
                     value_range=(0.0, 1.0),
                 ),
                 key=f"align_grid_{convention}",

@@ -10,6 +10,7 @@ from streamlit.delta_generator import DeltaGenerator
 from transformer.analysis.rollout import FlowTooLong, attention_flow, rollout
 from transformer.analysis.views import AttentionView, attention_view, content_only
 from transformer.io.export import attention_csv, to_npz
+from transformer.model.heads import head_name, layer_name, layer_names
 from transformer.model.kinds import AttentionKind
 from transformer.viz.attention import attention_grid, attention_heatmap, fit_colour_scale, heads_or_means
 from transformer.viz.report import REPORT_FIGURES
@@ -75,25 +76,25 @@ def drawn(chosen: Chosen, view: AttentionView) -> Drawn:
     kind_title = kind.title
     if chosen.content:
         kind_title = f"{kind.title}, content only (</s>, <s> and punctuation dropped, rows renormalised)"
-    title = f"{kind_title}, layer {layer + 1}"
-    layer_names = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
-    mean_of_layer = f"layer {layer + 1}, mean over heads"
+    title = f"{kind_title}, {layer_name(layer)}"
+    layers_named = layer_names(view.maps.shape[0])
+    mean_of_layer = f"{layer_name(layer)}, mean over heads"
     if view_name == "head":
         figure = attention_heatmap(
-            view.maps[layer, head], view.query_pieces, view.key_pieces, f"{title}, head {head + 1}", view.mask
+            view.maps[layer, head], view.query_pieces, view.key_pieces, f"{title}, {head_name(head)}", view.mask
         )
-        return Drawn(figure, view.maps[layer, head], f"layer {layer + 1}, head {head + 1}")
+        return Drawn(figure, view.maps[layer, head], f"{layer_name(layer)}, {head_name(head)}")
     if view_name == "mean":
         means = view.mean_over_heads()
-        labels = (view.query_pieces, view.key_pieces, layer_names, ["mean over heads"])
+        labels = (view.query_pieces, view.key_pieces, layers_named, ["mean over heads"])
         return Drawn(attention_grid(means[:, None], *labels, kind_title, view.mask), means[layer], mean_of_layer)
     if view_name in ("layer", "model"):
         maps, rows, name = (
-            (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layer_names, kind_title)
+            (view.maps[layer][None], [""], title) if view_name == "layer" else (view.maps, layers_named, kind_title)
         )
         figure, fell_back = heads_or_means(maps, view.query_pieces, view.key_pieces, rows, name, view.mask)
         if not fell_back:
-            return Drawn(figure, view.maps[layer, head], f"layer {layer + 1}, head {head + 1}")
+            return Drawn(figure, view.maps[layer, head], f"{layer_name(layer)}, {head_name(head)}")
         st.info(
             f"This input gives {view.maps[0, 0].size:,} cells per map, too many to draw every head at once without "
             "slowing the page; showing the mean over heads instead. Pick one head to see it alone."

@@ -12,6 +12,7 @@ from transformer.analysis.attribution.measures import Attribution, agreement, na
 from transformer.analysis.contributions import Contributions
 from transformer.analysis.words import over_words
 from transformer.io.export import csv_text, npz_bytes, position_labels
+from transformer.model.heads import head_name, layer_name
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
 from transformer.viz.attribution import measures_over_tokens
@@ -47,8 +48,15 @@ INTRO = (
     "on the same source tokens. Follows the decode explorer's step."
 )
 SIGNED = "(red raises the token's probability)"
-EVERY_STEP_TABS = ["cross-attention", "value-weighted", "gradient × input", "integrated gradients", "ALTI+"]
-EVERY_STEP_TABS += ["output so far", "source share"]
+EVERY_STEP_TABS = (
+    "cross-attention",
+    "value-weighted",
+    "gradient × input",
+    "integrated gradients",
+    "ALTI+",
+    "output so far",
+    "source share",
+)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class Reading:
 
     @property
     def which(self) -> str:
-        return f"layer {self.layer + 1}, {'mean over heads' if self.mean else f'head {self.head + 1}'}"
+        return f"{layer_name(self.layer)}, {'mean over heads' if self.mean else f'{head_name(self.head)}'}"
 
     def attention_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """The chosen head's (or the heads' mean) cross-attention and value-weighted rows, each output step a row."""
@@ -206,17 +214,18 @@ def step_summary(reading: Reading) -> None:
     alti_rho = float(nan_mean(alti_agreement))
     best_head = np.nanmax(found.agreement) if np.isfinite(found.agreement).any() else float("nan")
     st.markdown(
-        f"ALTI+ puts **{alti_found.source_share[step]:.0%}** of this step on the source. It ranks the source tokens as integrated "
-        f"gradients do with Spearman's ρ = **{alti_rho:.2f}** on average over the steps (the "
+        f"ALTI+ puts **{alti_found.source_share[step]:.0%}** of this step on the source. It ranks the source "
+        f"tokens as integrated gradients do with Spearman's ρ = **{alti_rho:.2f}** on average over the steps (the "
         f"best single head's cross-attention: {best_head:.2f})."
     )
     share = float(found.source_share[step])
     difference = float(found.log_probs[step] - found.baseline_log_probs[step])
     delta = float(found.convergence_delta[step])
     st.markdown(
-        f"Integrated gradients put **{share:.0%}** of their weight on the source and **{1 - share:.0%}** on the output "
-        f"so far. They explain a change of log-probability of {difference:.2f} (from {found.baseline_log_probs[step]:.2f} "
-        f"with zero embeddings to {found.log_probs[step]:.2f}), to within {abs(delta):.3f} (captum's convergence delta)."
+        f"Integrated gradients put **{share:.0%}** of their weight on the source and **{1 - share:.0%}** on the "
+        f"output so far. They explain a change of log-probability of {difference:.2f} (from "
+        f"{found.baseline_log_probs[step]:.2f} with zero embeddings to {found.log_probs[step]:.2f}), to within "
+        f"{abs(delta):.3f} (captum's convergence delta)."
     )
     if abs(delta) > 0.1 * max(abs(difference), 1e-6):
         st.warning(
@@ -280,7 +289,7 @@ def agreeing_heads(reading: Reading) -> None:
         "Spearman's rank correlation between each head's cross-attention row and |integrated gradients| over the "
         "source: 1 ranks the tokens alike, 0 unrelated, −1 reversed. Click a column to sort."
     )
-    names = [f"layer {i + 1} · head {h + 1}" for i in range(layers) for h in range(heads)]
+    names = [f"{layer_name(i)} · {head_name(h)}" for i in range(layers) for h in range(heads)]
     agreement = pd.DataFrame(
         {
             "mean over steps": found.agreement.reshape(-1),

@@ -6,6 +6,7 @@ import streamlit as st
 from transformer.analysis.heads.statistics import js_divergence
 from transformer.analysis.views import AttentionView, attention_view, matching_rows
 from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.model.heads import head_name, head_names, layer_name, layer_names
 from transformer.text.pieces import readable_label
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.matrices import matrix_heatmap
@@ -107,7 +108,7 @@ def compared_maps(explored: Explored, other_name: str, second: DecodeResult, sam
         columns, ((view_a, explored.checkpoint_name, "cmp_a"), (view_b, other_name, "cmp_b"))
     ):
         with column:
-            title = f"{name}: layer {layer + 1}, head {head + 1}"
+            title = f"{name}: {layer_name(layer)}, {head_name(head)}"
             maps = attention_heatmap(view.maps[layer, head], view.query_pieces, view.key_pieces, title, view.mask)
             show(maps, key=key)
     if rows is None:
@@ -143,14 +144,14 @@ def differences(
     figure = matrix_heatmap(
         divergence,
         f"JS divergence per head (0 same, {np.log(2):.2f} disjoint)",
-        [f"layer {i + 1}" for i in range(layers)],
-        [f"head {h + 1}" for h in range(heads)],
+        layer_names(layers),
+        head_names(heads),
         value_range=(0.0, float(np.log(2))),
     )
     with columns[1]:
         show(figure, key="cmp_js")
     top = np.unravel_index(np.argmax(divergence), divergence.shape)
-    st.markdown(f"They differ most at layer {top[0] + 1}, head {top[1] + 1} (divergence {divergence[top]:.3f}).")
+    st.markdown(f"They differ most at {layer_name(top[0])}, {head_name(top[1])} (divergence {divergence[top]:.3f}).")
 
 
 def page(explored: Explored) -> None:

@@ -8,6 +8,7 @@ import torch
 from transformer.analysis.views import attention_view
 from transformer.analysis.walkthrough import AttentionStages, SublayerInputs, attention_stages
 from transformer.model.attention import MultiHeadAttention
+from transformer.model.heads import head_name
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable_label
 from transformer.viz.matrices import matrix_heatmap
@@ -129,7 +130,7 @@ def projections(walk: Walk, d_model: int) -> bool:
         with column:
             whole = (weight, " (d_model × d_k)")  # a slice's title says its rows, short enough for a third of the width
             shown, part = whole if whole_weights else (weight[:WEIGHT_ROWS_SHOWN], f", rows 0–{WEIGHT_ROWS_SHOWN - 1}")
-            walk.draw(shown, f"{name} of head {walk.head + 1}{part}", None, highlight=False)
+            walk.draw(shown, f"{name} of {head_name(walk.head)}{part}", None, highlight=False)
     columns = st.columns(3)
     with columns[0]:
         walk.draw(stages.query, "Q = X W_Q", queries)
@@ -168,7 +169,7 @@ def output(walk: Walk, explored: Explored) -> None:
     st.subheader("3 · Weighted values, all heads, output projection")
     columns = st.columns(3)
     with columns[0]:
-        walk.draw(stages.head_output, f"head {walk.head + 1}: p_attn V", queries)
+        walk.draw(stages.head_output, f"{head_name(walk.head)}: p_attn V", queries)
     with columns[1]:
         walk.draw(stages.concat, f"Concat of all {explored.checkpoint.config.n_heads} heads", queries)
     with columns[2]:

@@ -10,6 +10,7 @@ from transformer.analysis.attribution.measures import corpus_agreement
 from transformer.decoding.strategies import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.export import csv_text
+from transformer.model.heads import head_name, layer_name
 from ui.services import uploads
 from ui.services.explorer import Explored
 from ui.services.work import TRANSLATE_BATCH, heavy_job
@@ -167,7 +168,9 @@ def agreement(explored: Explored, table: pd.DataFrame) -> None:
         layers, heads = found.agreement.shape
         ranked = pd.DataFrame(
             {"agreement (Spearman)": found.agreement.reshape(-1)},
-            index=pd.Index([f"layer {i + 1} · head {h + 1}" for i in range(layers) for h in range(heads)], name="head"),
+            index=pd.Index(
+                [f"{layer_name(i)} · {head_name(h)}" for i in range(layers) for h in range(heads)], name="head"
+            ),
         ).sort_values("agreement (Spearman)", ascending=False)
         st.caption(f"Over {found.sentences} sentences; click the column to sort.")
         st.dataframe(ranked.style.format("{:.2f}", na_rep="—"), width="stretch", height=320, key="agreement_ranked")

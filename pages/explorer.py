@@ -9,6 +9,7 @@ from transformer.analysis.views import attention_view
 from transformer.decoding.candidate_words import worked_out_at_open
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeInputError, DecodeResult
+from transformer.model.heads import head_names, layer_name
 from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
@@ -154,9 +155,9 @@ def teacher_forcing(explored: Explored) -> None:
                 layer_column, head_column = st.columns(2)
                 layers, heads = forced.cross.shape[:2]
                 layer = layer_column.slider("Layer", 1, layers, layers, key="tf_layer") - 1
-                head_names = [MEAN_OVER_HEADS, *(f"head {h + 1}" for h in range(heads))]
-                head_name = head_column.selectbox("Head", head_names, key="tf_head")
-                head = None if head_name == MEAN_OVER_HEADS else head_names.index(head_name) - 1
+                choices = [MEAN_OVER_HEADS, *head_names(heads)]
+                chosen = head_column.selectbox("Head", choices, key="tf_head")
+                head = None if chosen == MEAN_OVER_HEADS else choices.index(chosen) - 1
                 free_column, forced_column = st.columns(2)
                 runs = ((free_column, explored.result, "free decoding"), (forced_column, forced, "teacher forcing"))
                 for column, result, name in runs:
@@ -170,7 +171,7 @@ def teacher_forcing(explored: Explored) -> None:
                             key=f"tf_probs_{name}",
                         )
                         view = attention_view(result, "cross", words=session.get("words", False))
-                        title = f"{name}: cross-attention, layer {layer + 1}, {head_name}"
+                        title = f"{name}: cross-attention, {layer_name(layer)}, {chosen}"
                         weights = view.mean_over_heads()[layer] if head is None else view.maps[layer, head]
                         show(
                             attention_heatmap(weights, view.query_pieces, view.key_pieces, title),

@@ -14,7 +14,7 @@ from transformer.analysis.heads.statistics import (
 from transformer.analysis.views import attention_view
 from transformer.decoding.strategies import DecodeSettings
 from transformer.io.export import csv_text
-from transformer.model.heads import Head, every_head
+from transformer.model.heads import Head, every_head, head_names, layer_names
 from transformer.model.kinds import AttentionKind
 from transformer.viz.charts import token_probabilities
 from transformer.viz.matrices import matrix_heatmap
@@ -50,8 +50,8 @@ def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, f
         figure = matrix_heatmap(
             statistics[name],
             name,
-            [f"layer {i + 1}" for i in range(layers)],
-            [f"head {h + 1}" for h in range(heads)],
+            layer_names(layers),
+            head_names(heads),
             value_range=ranges[name],
         )
         show(figure, key=f"{key}_heatmap")

@@ -5,6 +5,7 @@ import numpy as np
 import streamlit as st
 import torch
 
+from transformer.model.heads import head_name
 from transformer.viz.charts import curves, grouped_bars, lines
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models
@@ -36,10 +37,10 @@ def relative_positions(explored: Explored) -> None:
     with torch.no_grad():
         by_distance = module.attention_bias(torch.zeros(1, 1, dtype=torch.long), torch.tensor(distances)[None])
     by_distance = by_distance[0, :, 0].float().cpu().numpy()  # (H, distances)
-    series = {f"head {h + 1}": (distances.tolist(), by_distance[h].tolist()) for h in range(config.n_heads)}
+    series = {f"{head_name(h)}": (distances.tolist(), by_distance[h].tolist()) for h in range(config.n_heads)}
     title = f"what each head adds to a score, by distance ({side})"
     show(lines(series, title, "key position − query position", "added to the score"), key="relative_curves")
-    head = st.selectbox("Head", range(config.n_heads), format_func=lambda h: f"head {h + 1}", key="relative_head")
+    head = st.selectbox("Head", range(config.n_heads), format_func=head_name, key="relative_head")
     if side == "encoder":
         pieces = result.src_pieces
     else:
@@ -49,7 +50,7 @@ def relative_positions(explored: Explored) -> None:
         matrix = module.attention_bias(positions, positions)[0, head].float().cpu()
     if side == "decoder":
         matrix = matrix.masked_fill(torch.ones_like(matrix, dtype=torch.bool).triu(1), float("-inf"))
-    title = f"head {head + 1}'s bias over your sentence (query × key; grey: a key the decoder cannot see)"
+    title = f"{head_name(head)}'s bias over your sentence (query × key; grey: a key the decoder cannot see)"
     show(matrix_heatmap(matrix.numpy(), title, row_pieces=pieces, column_pieces=pieces), key="relative_matrix")
 
 

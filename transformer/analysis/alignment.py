@@ -34,6 +34,7 @@ from transformer.analysis.decoder_flow import MAX_DECODER_FLOW_TOKENS, decoder_f
 from transformer.analysis.views import without_sinks
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.model.encoder_decoder import Transformer
+from transformer.model.heads import head_name, layer_name
 from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import TokenizerBase
 
@@ -185,7 +186,7 @@ class Method:
         where = (
             ""
             if self.layer is None
-            else f" · layer {self.layer + 1} · " + ("mean" if self.head is None else f"head {self.head + 1}")
+            else f" · {layer_name(self.layer)} · " + ("mean" if self.head is None else f"{head_name(self.head)}")
         )
         return " · ".join(part for part in (f"{self.measure}{where}", self.convention, self.extraction) if part)
 

@@ -31,7 +31,7 @@ class Head(NamedTuple):
     @property
     def label(self) -> str:
         """The head as a page lists it."""
-        return f"{self.kind} · layer {self.layer + 1} · head {self.index + 1}"
+        return f"{self.kind} · {layer_name(self.layer)} · {head_name(self.index)}"
 
     @classmethod
     def numbered(cls, kind: AttentionKind | str, layer: int, head: int) -> Head:
@@ -54,6 +54,24 @@ class Head(NamedTuple):
         layers = self.kind.layers(config)
         if not (0 <= self.layer < layers and 0 <= self.index < config.n_heads):
             raise ValueError(f"{self}: this model has {layers} {self.kind.value} layers of {config.n_heads} heads")
+
+
+def layer_name(layer: int) -> str:
+    """A layer (0-based) as the reader counts it: "layer 1" is the model's layer 0."""
+    return f"layer {layer + 1}"
+
+
+def head_name(index: int) -> str:
+    """A head's index within its layer (0-based) as the reader counts it: "head 1" is index 0."""
+    return f"head {index + 1}"
+
+
+def layer_names(layers: int) -> list[str]:
+    return [layer_name(layer) for layer in range(layers)]
+
+
+def head_names(heads: int) -> list[str]:
+    return [head_name(index) for index in range(heads)]
 
 
 def every_head(config: TransformerConfig) -> list[Head]:

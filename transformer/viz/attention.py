@@ -11,6 +11,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from transformer.model.heads import head_name, head_names, layer_names
 from transformer.viz.style import COLORSCALE, MASKED_COLOR, axis_labels, fit_labels
 
 HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{fullData.name}</extra>"
@@ -135,7 +136,7 @@ def heads_or_means(
     """
     layers, heads = maps.shape[:2]
     if maps[0, 0].size * layers * heads <= CELL_BUDGET:
-        columns = [f"head {h + 1}" for h in range(heads)]
+        columns = head_names(heads)
         return attention_grid(maps, query_pieces, key_pieces, row_titles, columns, title, mask), False
     means = maps.mean(axis=1, keepdims=True)
     return attention_grid(means, query_pieces, key_pieces, row_titles, ["mean over heads"], title, mask), True
@@ -161,23 +162,22 @@ def with_layer_means(rows: np.ndarray) -> np.ndarray:
     return np.concatenate([rows, rows.mean(axis=1, keepdims=True)], axis=1)
 
 
-def head_row_labels(layers: int, heads: int, layer_names: list[str] | None = None) -> list[str]:
-    """The names of `with_layer_means`' rows, layer by layer: "layer 1 · head 1" ... "layer 1 · mean"."""
-    names = layer_names or [f"layer {i + 1}" for i in range(layers)]
+def head_row_labels(layers: int, heads: int, names: list[str] | None = None) -> list[str]:
+    """The names of `with_layer_means`' rows, layer by layer: "layer 1 · head 1" ... "layer 1 · mean" (`names`: the
+    layers', where they are not the model's first)."""
+    names = names or layer_names(layers)
     return [
-        f"{names[layer]} · {f'head {h + 1}' if h < heads else 'mean'}"
-        for layer in range(layers)
-        for h in range(heads + 1)
+        f"{names[layer]} · {head_name(h) if h < heads else 'mean'}" for layer in range(layers) for h in range(heads + 1)
     ]
 
 
 def step_attention(
-    rows: np.ndarray, key_pieces: list[str], title: str | None = None, layer_names: list[str] | None = None
+    rows: np.ndarray, key_pieces: list[str], title: str | None = None, names: list[str] | None = None
 ) -> go.Figure:
     """What one decoding step attended to: rows (L, H, K) drawn as one row per layer and head, plus each layer's mean."""
     layers, heads = rows.shape[:2]
     block = with_layer_means(rows)  # (L, H+1, K)
-    labels = head_row_labels(layers, heads, layer_names)
+    labels = head_row_labels(layers, heads, names)
     fig = go.Figure(
         go.Heatmap(
             z=block.reshape(layers * (heads + 1), -1).astype(np.float32),

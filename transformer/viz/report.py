@@ -22,6 +22,7 @@ from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
 from transformer.analysis.words import merge_words, word_labels, word_spans
 from transformer.decoding.result import DecodeResult
+from transformer.model.heads import layer_names
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
 from transformer.viz.attention import attention_heatmap, heads_or_means
@@ -47,7 +48,7 @@ def report_figures(result: DecodeResult, words: bool = False) -> Iterator[tuple[
     )
     for kind in AttentionKind:
         view = attention_view(result, kind, words=words)
-        rows = [f"layer {i + 1}" for i in range(view.maps.shape[0])]
+        rows = layer_names(view.maps.shape[0])
         figure, _ = heads_or_means(view.maps, view.query_pieces, view.key_pieces, rows, kind.title, view.mask)
         yield kind.title, figure
     flow, labels = rollout(result.encoder_self.numpy()), list(result.src_pieces)

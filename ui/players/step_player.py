@@ -24,6 +24,7 @@ from transformer.analysis.words import over_words
 from transformer.decoding.beam_tree import BeamTree
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeResult
+from transformer.model.heads import layer_name
 from transformer.text.pieces import readable, readable_label
 from transformer.text.tokenizer import TokenizerBase
 from transformer.viz.attention import head_row_labels, with_layer_means
@@ -146,7 +147,7 @@ def step_data(
         "id": player_id,
         "step": step,
         "steps": steps,
-        "rows": head_row_labels(len(layers), heads, [f"layer {layer + 1}" for layer in layers]),
+        "rows": head_row_labels(len(layers), heads, [layer_name(layer) for layer in layers]),
         "heads": heads,
         "so_far": [tokenizer.decode(result.tgt_ids[:t]) for t in range(steps)],
         "next": [readable(piece) for piece in result.tgt_pieces],
