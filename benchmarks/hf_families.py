@@ -25,7 +25,17 @@ from pathlib import Path
 import torch
 
 from benchmarks.model_speed import Row, machine, median_ms, no_eos_chooser, table
-from tests.fixtures.hf_models import TINY, save_bart, save_m2m100, save_marian, save_mbart50, save_nllb, save_t5
+from tests.fixtures.hf_models import (
+    FAIRSEQ_IDS,
+    TINY,
+    bart_shape,
+    save_bart,
+    save_m2m100,
+    save_marian,
+    save_mbart50,
+    save_nllb,
+    save_t5,
+)
 from transformer.decoding.greedy import decode_ids, generate
 from transformer.decoding.lens import read_lens
 from transformer.decoding.result import source_ids
@@ -35,30 +45,9 @@ from transformer.io.checkpoint import APP_ROOM_BYTES, memory_available
 TOKENS = 40
 SENTENCE = "the red dog runs in the blue park and a small cat sits on the big ball"
 CORPUS = [SENTENCE, "a woman jumps in the green street", "le chien rouge court dans le parc bleu"] * 40
-OPUS_MT = dict(
-    d_model=512,
-    encoder_layers=6,
-    decoder_layers=6,
-    encoder_attention_heads=8,
-    decoder_attention_heads=8,
-    encoder_ffn_dim=2048,
-    decoder_ffn_dim=2048,
-    max_position_embeddings=512,
-)
-NLLB_600M = dict(
-    d_model=1024,
-    encoder_layers=12,
-    decoder_layers=12,
-    encoder_attention_heads=16,
-    decoder_attention_heads=16,
-    encoder_ffn_dim=4096,
-    decoder_ffn_dim=4096,
-    max_position_embeddings=1024,
-    scale_embedding=True,
-    pad_token_id=1,
-    bos_token_id=0,
-    eos_token_id=2,
-    decoder_start_token_id=2,
+OPUS_MT = bart_shape(d_model=512, layers=6, heads=8, ffn=2048, positions=512)
+NLLB_600M = (
+    bart_shape(d_model=1024, layers=12, heads=16, ffn=4096, positions=1024) | FAIRSEQ_IDS | dict(scale_embedding=True)
 )
 NLLB_TOKENS = 256_204  # NLLB-200's tokenizer: its embedding has two rows more
 NLLB_SHAPES = {  # the released models' config.json shapes
