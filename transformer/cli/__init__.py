@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,attribute,contributions,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,heads,timeline} --help`."""
+"""The command line: `python -m transformer {translate,inspect,attribute,contributions,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,heads,timeline,patch} --help`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer.cli import align, decode, evaluate, heads, models, timeline, train
+from transformer.cli import align, decode, evaluate, heads, interventions, models, timeline, train
 from transformer.decoding.result import DecodeInputError
 from transformer.io.checkpoint import CheckpointError
 
-COMMAND_MODULES = (decode, evaluate, train, models, align, heads, timeline)  # the order --help lists them
+COMMAND_MODULES = (
+    decode,
+    evaluate,
+    train,
+    models,
+    align,
+    heads,
+    timeline,
+    interventions,
+)  # the order --help lists them
 
 CONSOLE_COMMAND = "transformer-explorer"  # pyproject.toml's [project.scripts]
 

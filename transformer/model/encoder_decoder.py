@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -122,19 +123,26 @@ class Transformer(nn.Module):
         need_weights: bool = False,
         probe: Probe | None = None,
         embedded: torch.Tensor | None = None,
+        between_layers: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     ) -> EncoderOutput:
         """src ids (B, S) -> memory (B, S, d_model) and, if asked, each layer's self-attention.
 
         embedded, if given, replaces the token embeddings of src (B, S, d_model): attribution differentiates
-        through it, with no hook on the shared modules.
+        through it, with no hook on the shared modules. between_layers, if given, is called with each layer
+        boundary's stream (0: the embeddings with positions, the first layer's input; L: the last layer's output,
+        before the final norm) and returns the stream to carry on: activation patching reads and replaces it there.
         """
         x = self.src_position(self.src_embed(src) if embedded is None else embedded)
         positions = torch.arange(src.size(1), device=src.device)[None]
         bias = self.src_position.attention_bias(positions, positions)
         maps = []
         for i, layer in enumerate(self.encoder_layers):
+            if between_layers is not None:
+                x = between_layers(i, x)
             x, p_attn = layer(x, src_mask, need_weights, self._sublayer_probe(probe, AttentionKind.ENCODER, i), bias)
             maps.append(p_attn)
+        if between_layers is not None:
+            x = between_layers(len(self.encoder_layers), x)
         return EncoderOutput(self.encoder_norm(x), tuple(maps) if need_weights else ())
 
     def decode(

@@ -1,0 +1,176 @@
+"""Activation patching of the encoder's stream, checked against nnsight patching the same module's outputs."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from fixtures.hf_models import save_marian
+from helpers import make_sentences
+from nnsight import NNsight
+
+from transformer.analysis.interventions.patching import (
+    Contrast,
+    encoder_streams,
+    metric,
+    patch_encoder_stream,
+    step_logits,
+)
+from transformer.decoding.result import source_ids
+from transformer.decoding.strategies import decode_text
+from transformer.hugging_face.marian import import_marian
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+CLEAN = "The animal didn't cross the street because it was too tired."
+CORRUPT = "The animal didn't cross the street because it was too wide."
+
+
+def contrast_of(checkpoint, clean: str, corrupt: str, foil_piece: str | None) -> Contrast:
+    """The clean output's first token that the two sources translate differently, against `foil_piece`."""
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    clean_out, corrupt_out = decode_text(model, tokenizer, clean), decode_text(model, tokenizer, corrupt)
+    step = next(i for i, (a, b) in enumerate(zip(clean_out.tgt_ids, corrupt_out.tgt_ids)) if a != b)
+    foil = corrupt_out.tgt_ids[step] if foil_piece is None else list(tokenizer.pieces).index(foil_piece)
+    limit = model.config.max_len
+    return Contrast(
+        source_ids(tokenizer, clean, limit)[0], source_ids(tokenizer, corrupt, limit)[0], clean_out.tgt_ids, step,
+        clean_out.tgt_ids[step], foil,
+    )  # fmt: skip
+
+
+def nnsight_shares(model, contrast: Contrast) -> np.ndarray:
+    """Each site patched with nnsight on the same modules' outputs: the positions' vector after the embedding and
+    positions (the first layer's input), and each encoder layer's output; the metric read off the generator."""
+    clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
+    _, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
+    traced = NNsight(model)
+    src = torch.tensor([contrast.corrupt_src])
+    decoder_input = torch.tensor([[model.config.start_id, *contrast.output[: contrast.step]]])
+    shares = np.empty((len(clean_streams), len(contrast.corrupt_src)))
+    for layer in range(len(clean_streams)):
+        for position in range(len(contrast.corrupt_src)):
+            with torch.no_grad(), traced.trace(src, decoder_input):
+                if layer == 0:
+                    traced.src_position.output[0, position] = clean_streams[0][position]
+                else:
+                    traced.encoder_layers[layer - 1].output[0][0, position] = clean_streams[layer][position]
+                logits = traced.generator.output.save()
+            patched = float(metric(logits[:, contrast.step], contrast)[0])
+            shares[layer, position] = (patched - metric_corrupt) / (metric_clean - metric_corrupt)
+    return shares
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_checkpoint(DEFAULT_CHECKPOINT)
+
+
+def in_float64(checkpoint):
+    """The model in float64, where the two implementations' different shapes of the same products (a batch of
+    sites, one site a pass) round alike to far below the tolerance."""
+    return copy.deepcopy(checkpoint.model).double()
+
+
+@pytest.fixture(scope="module")
+def pronoun(shipped) -> Contrast:
+    return contrast_of(shipped, CLEAN, CORRUPT, "elle")
+
+
+def test_every_site_restores_what_nnsight_patching_the_same_module_restores(shipped, pronoun):
+    model = in_float64(shipped)
+    found = patch_encoder_stream(model, pronoun)
+    assert shipped.tokenizer.id_to_piece(pronoun.target) == "il"  # "parce qu'il était trop fatigué"
+    assert found.metric_clean > 0 > found.metric_corrupt  # il over elle for the tired animal, not for the wide street
+    np.testing.assert_allclose(found.shares, nnsight_shares(model, pronoun), atol=1e-5)
+    tired = shipped.tokenizer.encode("tired")[0]
+    assert found.shares[0].argmax() == pronoun.clean_src.index(tired)  # at the input, the one word that differs
+
+
+def test_a_tiny_hugging_face_model_agrees_with_nnsight_too(tmp_path):
+    """A random Marian model (scaled embeddings, a final logits bias): its first output token against its second most
+    likely, the source's one different word patched from "red" to "blue"."""
+    sentences = [" ".join(s.split()) for s in make_sentences(300, seed=1)]
+    marian = import_marian(save_marian(tmp_path, sentences, sentences))
+    model, tokenizer, limit = marian.model, marian.tokenizer, marian.model.config.max_len
+    clean, corrupt = (
+        source_ids(tokenizer, "the red dog runs", limit)[0],
+        source_ids(tokenizer, "the blue dog runs", limit)[0],
+    )
+    output = decode_text(model, tokenizer, "the red dog runs")
+    contrast = Contrast(clean, corrupt, output.tgt_ids, 0, output.tgt_ids[0], int(output.topk_ids[0][1]))
+    double = in_float64(marian)
+    found = patch_encoder_stream(double, contrast)
+    assert found.metric_clean != found.metric_corrupt
+    np.testing.assert_allclose(found.shares, nnsight_shares(double, contrast), atol=1e-5)
+
+
+@pytest.mark.parametrize("noising", [False, True])
+def test_a_whole_layer_patched_restores_all_and_nothing_patched_restores_nothing(shipped, pronoun, noising):
+    clean_streams, metric_clean = encoder_streams(shipped.model, pronoun.clean_src, pronoun)
+    corrupt_streams, metric_corrupt = encoder_streams(shipped.model, pronoun.corrupt_src, pronoun)
+    run, patched_from, base = (
+        (pronoun.clean_src, corrupt_streams, metric_clean)
+        if noising
+        else (pronoun.corrupt_src, clean_streams, metric_corrupt)
+    )
+    src = torch.tensor([run])
+    for layer in range(len(clean_streams)):
+
+        def whole(at: int, x: torch.Tensor, layer: int = layer) -> torch.Tensor:
+            return patched_from[layer][None].clone() if at == layer else x
+
+        with torch.inference_mode():
+            patched = float(metric(step_logits(shipped.model, src, pronoun, whole), pronoun)[0])
+            untouched = float(metric(step_logits(shipped.model, src, pronoun, lambda at, x: x), pronoun)[0])
+        share = (patched - base) / (metric_clean - metric_corrupt)
+        assert share == pytest.approx(-1.0 if noising else 1.0, abs=1e-5), layer
+        assert (untouched - base) / (metric_clean - metric_corrupt) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_sites_in_a_batch_give_what_each_gives_alone(shipped, pronoun):
+    double = in_float64(shipped)  # in float32 the batch's other shapes round differently, a few 1e-5 of a share
+    batched = patch_encoder_stream(double, pronoun, noising=True)
+    alone = patch_encoder_stream(double, pronoun, noising=True, sites_per_batch=1)
+    np.testing.assert_allclose(batched.shares, alone.shares, atol=1e-5)
+    assert batched.noising and batched.shares.min() < -0.5  # corrupting "tired" alone takes most of il away
+
+
+def test_sources_of_different_piece_counts_are_refused_naming_both():
+    with pytest.raises(ValueError, match="the clean source has 3 pieces and the corrupted one 4"):
+        Contrast([5, 6, 2], [5, 6, 7, 2], [9, 2], 0, 9, None)
+
+
+def test_the_metric_without_a_foil_is_the_targets_log_probability(shipped, pronoun):
+    alone = Contrast(pronoun.clean_src, pronoun.corrupt_src, pronoun.output, pronoun.step, pronoun.target)
+    with torch.inference_mode():
+        logits = step_logits(shipped.model, torch.tensor([alone.clean_src]), alone)
+    expected = logits.float().log_softmax(dim=-1)[0, alone.target]
+    assert float(metric(logits, alone)[0]) == pytest.approx(float(expected)) and float(expected) < 0
+
+
+def test_the_command_line_writes_the_grid_and_says_what_it_cannot_read(tmp_path, capsys):
+    from transformer.cli import main
+
+    out = tmp_path / "patch.npz"
+    assert (
+        main(["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--target", "il", "--foil", "elle", "--out", str(out)])
+        == 0
+    )
+    found = np.load(out)
+    layers = load_checkpoint(DEFAULT_CHECKPOINT).config.n_encoder_layers
+    assert found["encoder_residual"].shape == (layers + 1, len(found["src_ids"]))
+    assert found["tgt_pieces"][int(found["step"])] == "il" and float(found["metric_clean"]) > 0
+    assert "strongest site: tired at layer boundary 0" in capsys.readouterr().err
+    refusals = {
+        "--target": (["--target", "elle"], "no output token is 'elle': the output's pieces are"),
+        "--step": (["--target", "il", "--step", "2"], "the output's token 2 is not 'il'"),
+        "--foil": (["--target", "il", "--foil", "fatiguées"], "the foil 'fatiguées' is no one piece"),
+        "--corrupt": (["--target", "il", "--corrupt", "The animal was tired."], "the clean source has 15 pieces"),
+    }
+    for flag, (extra, said) in refusals.items():
+        command = ["patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--out", str(out), *extra]
+        assert main(command) == 2, flag
+        error = capsys.readouterr().err
+        assert said in error and error.count("\n") == 1, (flag, error)

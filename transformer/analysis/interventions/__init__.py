@@ -1,0 +1,1 @@
+"""Interventions: changing what the model computes, and watching the output change."""

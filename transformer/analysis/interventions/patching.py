@@ -1,0 +1,160 @@
+"""Activation patching (causal tracing) of the encoder's stream: where, between two sources that differ in a word, the
+computation that makes the output differ is carried (Vig et al. 2020; Meng et al. 2022).
+
+Two sources of the same piece count, clean and corrupted, are each run teacher-forced on the clean output up to a
+step; the metric there is logit(target) - logit(foil), or the target's log-probability when no foil is given.
+Denoising runs the corrupted source with one site of its encoder stream (a layer boundary, a position) replaced by
+the clean run's; noising runs the clean source with the corrupted run's. A site's share is the part of the clean
+and corrupted metrics' difference that patching it restores (denoising: 1 where it restores all of it) or removes
+(noising: -1 where it removes all). Many sites run as one batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from transformer.decoding.result import model_device
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.masks import padding_mask, target_mask
+from transformer.text.pieces import WORD_START
+from transformer.text.tokenizer import TokenizerBase
+
+SITES_PER_BATCH = 32  # patched runs in one forward pass
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """What a patching run compares: two sources' ids, the clean output teacher-forced on both, and the step read."""
+
+    clean_src: list[int]
+    corrupt_src: list[int]
+    output: list[int]  # the clean output's ids (eos included), the decoder's input up to the step
+    step: int  # 0-based index into `output`: the position whose next-token scores are read
+    target: int  # a target-vocabulary id
+    foil: int | None = None  # another id; None: the metric is the target's log-probability
+
+    def __post_init__(self) -> None:
+        if len(self.clean_src) != len(self.corrupt_src):
+            raise ValueError(
+                f"the clean source has {len(self.clean_src)} pieces and the corrupted one {len(self.corrupt_src)}: "
+                "patching compares the same positions, so both need the same count"
+            )
+        if not 0 <= self.step < len(self.output):
+            raise ValueError(f"step {self.step + 1} is past the output's {len(self.output)} tokens")
+
+
+def target_step(pieces: list[str], word: str, step: int | None = None) -> int:
+    """The step (0-based) whose output piece is `word` as the output writes it, a word's first piece ("▁il" for "il")
+    or a piece inside a word ("il" of "qu'il"): the first such, or `step` where it is one; ValueError listing the
+    output's pieces where none is."""
+    steps = range(len(pieces)) if step is None else [step] if 0 <= step < len(pieces) else []
+    for at in steps:
+        if pieces[at] in (word, WORD_START + word):
+            return at
+    where = f"no output token is {word!r}" if step is None else f"the output's token {step + 1} is not {word!r}"
+    raise ValueError(f"{where}: the output's pieces are {' '.join(pieces)}")
+
+
+def foil_id(tokenizer: TokenizerBase, target_piece: str, foil: str) -> int:
+    """The id of `foil` in the target's form (a word's first piece where the target is one, else a piece inside a
+    word); ValueError saying how the tokenizer splits it where it is no one piece."""
+    piece = WORD_START + foil if target_piece.startswith(WORD_START) else foil
+    if piece in tokenizer.pieces:
+        return tokenizer.pieces.index(piece)
+    split = " ".join(tokenizer.id_to_piece(i) for i in tokenizer.encode(foil))
+    raise ValueError(f"the foil {foil!r} is no one piece of this tokenizer (it reads it as {split}): give one token")
+
+
+@dataclass(frozen=True)
+class EncoderPatching:
+    """Each encoder-stream site's share of the metric's difference, (L + 1, S): row 0 the embeddings with positions
+    (the first layer's input), row L the last layer's output, before the final norm."""
+
+    shares: np.ndarray
+    metric_clean: float
+    metric_corrupt: float
+    noising: bool
+
+
+def metric(logits: torch.Tensor, contrast: Contrast) -> torch.Tensor:
+    """The metric of each run from its scores at the step (B, V): logit difference, or log-probability."""
+    if contrast.foil is not None:
+        return logits[:, contrast.target] - logits[:, contrast.foil]
+    return logits.float().log_softmax(dim=-1)[:, contrast.target]
+
+
+def step_logits(
+    model: Transformer,
+    src: torch.Tensor,
+    contrast: Contrast,
+    between_layers: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The output layer's scores at the step (B, V) for sources (B, S), the encoder's stream edited as asked."""
+    config, device = model.config, src.device
+    decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
+    decoder_input = decoder_input.expand(src.size(0), -1)
+    src_mask = padding_mask(src, config.pad_id)
+    memory = model.encode(src, src_mask, between_layers=between_layers).memory
+    hidden = model.decode(decoder_input, memory, src_mask, target_mask(decoder_input, config.pad_id)).hidden
+    return model.output_logits(hidden[:, contrast.step])
+
+
+def encoder_streams(model: Transformer, src: list[int], contrast: Contrast) -> tuple[list[torch.Tensor], float]:
+    """A source's encoder stream at every layer boundary, each (S, d_model), and its metric."""
+    streams: list[torch.Tensor] = []
+
+    def record(layer: int, x: torch.Tensor) -> torch.Tensor:
+        streams.append(x[0].clone())
+        return x
+
+    logits = step_logits(model, torch.tensor([src], device=model_device(model)), contrast, record)
+    return streams, float(metric(logits, contrast)[0])
+
+
+@torch.inference_mode()
+def patch_encoder_stream(
+    model: Transformer, contrast: Contrast, noising: bool = False, sites_per_batch: int = SITES_PER_BATCH
+) -> EncoderPatching:
+    """Every encoder-stream site patched in turn (denoising, or noising), batched; see the module's docstring."""
+    clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
+    corrupt_streams, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
+    run_src, patched_from, base = (
+        (contrast.clean_src, corrupt_streams, metric_clean)
+        if noising
+        else (contrast.corrupt_src, clean_streams, metric_corrupt)
+    )
+    boundaries, positions = len(clean_streams), len(run_src)
+    sites = [(layer, position) for layer in range(boundaries) for position in range(positions)]
+    found = np.empty(len(sites))
+    device = model_device(model)
+    for start in range(0, len(sites), sites_per_batch):
+        batch = sites[start : start + sites_per_batch]
+        src = torch.tensor([run_src], device=device).expand(len(batch), -1)
+        logits = step_logits(model, src, contrast, patching(batch, patched_from))
+        found[start : start + len(batch)] = metric(logits, contrast).float().cpu().numpy()
+    difference = metric_clean - metric_corrupt
+    shares = (found - base) / difference if difference else np.full(len(sites), np.nan)
+    return EncoderPatching(shares.reshape(boundaries, positions), metric_clean, metric_corrupt, noising)
+
+
+def patching(
+    sites: list[tuple[int, int]], patched_from: list[torch.Tensor]
+) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    """The stream edit of a batch whose row b patches sites[b], (layer boundary, position), with `patched_from`'s
+    vector there."""
+
+    def edit(layer: int, x: torch.Tensor) -> torch.Tensor:
+        rows = [row for row, (at, _) in enumerate(sites) if at == layer]
+        if not rows:
+            return x
+        x = x.clone()
+        for row in rows:
+            position = sites[row][1]
+            x[row, position] = patched_from[layer][position]
+        return x
+
+    return edit

@@ -1,0 +1,79 @@
+"""Commands that change what the model computes and watch the output change: `patch` (activation patching)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from transformer.cli.common import add_checkpoint, device, write_arrays
+
+
+def cmd_patch(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from transformer.analysis.interventions.patching import (
+        Contrast,
+        foil_id,
+        patch_encoder_stream,
+        target_step,
+    )
+    from transformer.decoding.result import source_ids
+    from transformer.decoding.strategies import decode_text
+    from transformer.hugging_face.directory import load_checkpoint_or_hf
+    from transformer.text.pieces import readable
+
+    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
+    model, tokenizer, limit = checkpoint.model, checkpoint.tokenizer, checkpoint.model.config.max_len
+    clean = decode_text(model, tokenizer, args.clean)
+    step = target_step(clean.tgt_pieces, args.target, None if args.step is None else args.step - 1)
+    foil = None if args.foil is None else foil_id(tokenizer, clean.tgt_pieces[step], args.foil)
+    corrupt_src = source_ids(tokenizer, args.corrupt, limit)[0]
+    contrast = Contrast(clean.src_ids, corrupt_src, clean.tgt_ids, step, clean.tgt_ids[step], foil)
+    found = patch_encoder_stream(model, contrast, noising=args.noising)
+    arrays = {
+        "encoder_residual": found.shares,
+        "metric_clean": np.array(found.metric_clean),
+        "metric_corrupt": np.array(found.metric_corrupt),
+        "step": np.array(step),
+        "target_id": np.array(contrast.target),
+        "foil_id": np.array(-1 if foil is None else foil),
+        "src_pieces": np.array(clean.src_pieces),
+        "corrupt_pieces": np.array([tokenizer.id_to_piece(i) for i in corrupt_src]),
+        "tgt_pieces": np.array(clean.tgt_pieces),
+        "src_ids": np.array(clean.src_ids),
+        "corrupt_ids": np.array(corrupt_src),
+        "tgt_ids": np.array(clean.tgt_ids),
+    }
+    out = write_arrays(args, arrays)
+    print(clean.text)
+    measured = f"logit({args.target}) - logit({args.foil})" if foil is not None else f"log p({args.target})"
+    layer, position = np.unravel_index(np.nanargmax(np.abs(found.shares)), found.shares.shape)
+    print(
+        f"{measured} at step {step + 1}: clean {found.metric_clean:.3f}, corrupted {found.metric_corrupt:.3f}; the "
+        f"encoder stream's strongest site: {readable(clean.src_pieces[position])} at layer boundary {layer} "
+        f"({found.shares[layer, position]:+.2f} of the difference, {'noising' if args.noising else 'denoising'})",
+        file=sys.stderr,
+    )
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    """Registers this module's commands."""
+    patch = commands.add_parser(
+        "patch",
+        help="activation patching: the share of the clean and corrupted outputs' difference at one token that each "
+        "site of the encoder's stream carries",
+    )
+    add_checkpoint(patch)
+    patch.add_argument("--clean", required=True, help="the source whose output is read (decoded greedily)")
+    patch.add_argument("--corrupt", required=True, help="a source of the same piece count that differs in a word")
+    patch.add_argument("--target", required=True, help="the output token read, as the output writes it (il)")
+    patch.add_argument("--foil", help="the token it is read against, in the same form (elle); none: log p(target)")
+    patch.add_argument("--step", type=int, help="the output step read (1-based); default: the target's first")
+    patch.add_argument(
+        "--noising", action="store_true", help="patch the corrupted run's stream into the clean run instead"
+    )
+    patch.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
+    patch.add_argument("--format", choices=["npz", "json"], default="npz")
+    patch.set_defaults(run=cmd_patch)
