@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from fixtures.hf_models import save_marian
-from helpers import make_sentences
-from nnsight import NNsight
+from helpers import REPO, make_sentences
 
 from transformer.analysis.interventions.patching import (
     Contrast,
@@ -40,26 +45,15 @@ def contrast_of(checkpoint, clean: str, corrupt: str, foil_piece: str | None) ->
     )  # fmt: skip
 
 
-def nnsight_shares(model, contrast: Contrast) -> np.ndarray:
-    """Each site patched with nnsight on the same modules' outputs: the positions' vector after the embedding and
-    positions (the first layer's input), and each encoder layer's output; the metric read off the generator."""
-    clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
-    _, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
-    traced = NNsight(model)
-    src = torch.tensor([contrast.corrupt_src])
-    decoder_input = torch.tensor([[model.config.start_id, *contrast.output[: contrast.step]]])
-    shares = np.empty((len(clean_streams), len(contrast.corrupt_src)))
-    for layer in range(len(clean_streams)):
-        for position in range(len(contrast.corrupt_src)):
-            with torch.no_grad(), traced.trace(src, decoder_input):
-                if layer == 0:
-                    traced.src_position.output[0, position] = clean_streams[0][position]
-                else:
-                    traced.encoder_layers[layer - 1].output[0][0, position] = clean_streams[layer][position]
-                logits = traced.generator.output.save()
-            patched = float(metric(logits[:, contrast.step], contrast)[0])
-            shares[layer, position] = (patched - metric_corrupt) / (metric_clean - metric_corrupt)
-    return shares
+def nnsight_shares(model: str | Path, contrast: Contrast, marian: bool = False) -> np.ndarray:
+    """The same sites patched with nnsight, in a process of its own (fixtures/nnsight_patching.py says why)."""
+    asked = json.dumps({"model": str(model), "marian": marian, "contrast": dataclasses.asdict(contrast)})
+    environment = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "fixtures.nnsight_patching", asked], capture_output=True, text=True, env=environment
+    )
+    assert done.returncode == 0, done.stderr
+    return np.array(json.loads(done.stdout))
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +77,8 @@ def test_every_site_restores_what_nnsight_patching_the_same_module_restores(ship
     found = patch_encoder_stream(model, pronoun)
     assert shipped.tokenizer.id_to_piece(pronoun.target) == "il"  # "parce qu'il était trop fatigué"
     assert found.metric_clean > 0 > found.metric_corrupt  # il over elle for the tired animal, not for the wide street
-    np.testing.assert_allclose(found.shares, nnsight_shares(model, pronoun), atol=1e-5)
+    np.testing.assert_allclose(found.shares, nnsight_shares(DEFAULT_CHECKPOINT, pronoun), atol=1e-5)
+    assert "nnsight" not in sys.modules  # it gives every object a `save`: never in this process
     tired = shipped.tokenizer.encode("tired")[0]
     assert found.shares[0].argmax() == pronoun.clean_src.index(tired)  # at the input, the one word that differs
 
@@ -92,7 +87,8 @@ def test_a_tiny_hugging_face_model_agrees_with_nnsight_too(tmp_path):
     """A random Marian model (scaled embeddings, a final logits bias): its first output token against its second most
     likely, the source's one different word patched from "red" to "blue"."""
     sentences = [" ".join(s.split()) for s in make_sentences(300, seed=1)]
-    marian = import_marian(save_marian(tmp_path, sentences, sentences))
+    directory = save_marian(tmp_path, sentences, sentences)
+    marian = import_marian(directory)
     model, tokenizer, limit = marian.model, marian.tokenizer, marian.model.config.max_len
     clean, corrupt = (
         source_ids(tokenizer, "the red dog runs", limit)[0],
@@ -103,7 +99,7 @@ def test_a_tiny_hugging_face_model_agrees_with_nnsight_too(tmp_path):
     double = in_float64(marian)
     found = patch_encoder_stream(double, contrast)
     assert found.metric_clean != found.metric_corrupt
-    np.testing.assert_allclose(found.shares, nnsight_shares(double, contrast), atol=1e-5)
+    np.testing.assert_allclose(found.shares, nnsight_shares(directory, contrast, marian=True), atol=1e-5)
 
 
 @pytest.mark.parametrize("noising", [False, True])
