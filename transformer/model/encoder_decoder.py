@@ -124,6 +124,7 @@ class Transformer(nn.Module):
         probe: Probe | None = None,
         embedded: torch.Tensor | None = None,
         between_layers: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+        start: tuple[int, torch.Tensor] | None = None,
     ) -> EncoderOutput:
         """src ids (B, S) -> memory (B, S, d_model) and, if asked, each layer's self-attention.
 
@@ -131,12 +132,16 @@ class Transformer(nn.Module):
         through it, with no hook on the shared modules. between_layers, if given, is called with each layer
         boundary's stream (0: the embeddings with positions, the first layer's input; L: the last layer's output,
         before the final norm) and returns the stream to carry on: activation patching reads and replaces it there.
+        start, if given, is (boundary, stream): the encoder begins there, the layers below it not run (patched runs
+        that share a stream below their site).
         """
-        x = self.src_position(self.src_embed(src) if embedded is None else embedded)
+        first, x = (0, None) if start is None else start
+        if x is None:
+            x = self.src_position(self.src_embed(src) if embedded is None else embedded)
         positions = torch.arange(src.size(1), device=src.device)[None]
         bias = self.src_position.attention_bias(positions, positions)
         maps = []
-        for i, layer in enumerate(self.encoder_layers):
+        for i, layer in enumerate(self.encoder_layers[first:], start=first):
             if between_layers is not None:
                 x = between_layers(i, x)
             x, p_attn = layer(x, src_mask, need_weights, self._sublayer_probe(probe, AttentionKind.ENCODER, i), bias)

@@ -23,7 +23,7 @@ from transformer.model.masks import padding_mask, target_mask
 from transformer.text.pieces import WORD_START
 from transformer.text.tokenizer import TokenizerBase
 
-SITES_PER_BATCH = 32  # patched runs in one forward pass
+SITES_PER_BATCH = 32  # patched runs in one forward pass, all at one layer boundary
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,15 @@ def step_logits(
     src: torch.Tensor,
     contrast: Contrast,
     between_layers: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    start: tuple[int, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The output layer's scores at the step (B, V) for sources (B, S), the encoder's stream edited as asked."""
+    """The output layer's scores at the step (B, V) for sources (B, S), the encoder's stream edited as asked (and
+    begun at a boundary's stream, as encode's `start`)."""
     config, device = model.config, src.device
     decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
     decoder_input = decoder_input.expand(src.size(0), -1)
     src_mask = padding_mask(src, config.pad_id)
-    memory = model.encode(src, src_mask, between_layers=between_layers).memory
+    memory = model.encode(src, src_mask, between_layers=between_layers, start=start).memory
     hidden = model.decode(decoder_input, memory, src_mask, target_mask(decoder_input, config.pad_id)).hidden
     return model.output_logits(hidden[:, contrast.step])
 
@@ -122,39 +124,23 @@ def patch_encoder_stream(
     """Every encoder-stream site patched in turn (denoising, or noising), batched; see the module's docstring."""
     clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
     corrupt_streams, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
-    run_src, patched_from, base = (
-        (contrast.clean_src, corrupt_streams, metric_clean)
+    run_src, run_streams, patched_from, base = (
+        (contrast.clean_src, clean_streams, corrupt_streams, metric_clean)
         if noising
-        else (contrast.corrupt_src, clean_streams, metric_corrupt)
+        else (contrast.corrupt_src, corrupt_streams, clean_streams, metric_corrupt)
     )
     boundaries, positions = len(clean_streams), len(run_src)
-    sites = [(layer, position) for layer in range(boundaries) for position in range(positions)]
-    found = np.empty(len(sites))
+    found = np.empty((boundaries, positions))
     device = model_device(model)
-    for start in range(0, len(sites), sites_per_batch):
-        batch = sites[start : start + sites_per_batch]
-        src = torch.tensor([run_src], device=device).expand(len(batch), -1)
-        logits = step_logits(model, src, contrast, patching(batch, patched_from))
-        found[start : start + len(batch)] = metric(logits, contrast).float().cpu().numpy()
+    for layer in range(boundaries):  # each batch one boundary's sites: it starts from the run's own stream there
+        for first in range(0, positions, sites_per_batch):
+            batch = list(range(first, min(first + sites_per_batch, positions)))
+            stream = run_streams[layer][None].repeat(len(batch), 1, 1)
+            for row, position in enumerate(batch):
+                stream[row, position] = patched_from[layer][position]
+            src = torch.tensor([run_src], device=device).expand(len(batch), -1)
+            logits = step_logits(model, src, contrast, start=(layer, stream))
+            found[layer, batch] = metric(logits, contrast).float().cpu().numpy()
     difference = metric_clean - metric_corrupt
-    shares = (found - base) / difference if difference else np.full(len(sites), np.nan)
-    return EncoderPatching(shares.reshape(boundaries, positions), metric_clean, metric_corrupt, noising)
-
-
-def patching(
-    sites: list[tuple[int, int]], patched_from: list[torch.Tensor]
-) -> Callable[[int, torch.Tensor], torch.Tensor]:
-    """The stream edit of a batch whose row b patches sites[b], (layer boundary, position), with `patched_from`'s
-    vector there."""
-
-    def edit(layer: int, x: torch.Tensor) -> torch.Tensor:
-        rows = [row for row, (at, _) in enumerate(sites) if at == layer]
-        if not rows:
-            return x
-        x = x.clone()
-        for row in rows:
-            position = sites[row][1]
-            x[row, position] = patched_from[layer][position]
-        return x
-
-    return edit
+    shares = (found - base) / difference if difference else np.full(found.shape, np.nan)
+    return EncoderPatching(shares, metric_clean, metric_corrupt, noising)
