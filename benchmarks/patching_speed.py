@@ -4,8 +4,7 @@ against one decode of the sentence."""
 from __future__ import annotations
 
 from benchmarks.model_speed import Row, median_ms
-from transformer.analysis.interventions.patching import Contrast, foil_id, patch_encoder_stream, target_step
-from transformer.decoding.result import source_ids
+from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
 from transformer.decoding.strategies import decode_text
 from transformer.io.checkpoint import Checkpoint
 
@@ -13,19 +12,9 @@ CLEAN = "The animal didn't cross the street because it was too tired."
 CORRUPT = "The animal didn't cross the street because it was too wide."
 
 
-def pronoun_contrast(checkpoint: Checkpoint) -> Contrast:
-    """il against elle where the shipped default writes "parce qu'il était trop fatigué"."""
-    model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    clean = decode_text(model, tokenizer, CLEAN)
-    step = target_step(clean.tgt_pieces, "il")
-    corrupt = source_ids(tokenizer, CORRUPT, model.config.max_len)[0]
-    foil = foil_id(tokenizer, clean.tgt_pieces[step], "elle")
-    return Contrast(clean.src_ids, corrupt, clean.tgt_ids, step, clean.tgt_ids[step], foil)
-
-
 def patching_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    contrast = pronoun_contrast(checkpoint)
+    contrast, _ = contrast_of_texts(model, tokenizer, CLEAN, CORRUPT, "il", "elle")  # "parce qu'il était"
     batched = median_ms(lambda: patch_encoder_stream(model, contrast), repeats)
     alone = median_ms(lambda: patch_encoder_stream(model, contrast, sites_per_batch=1), repeats)
     decode = median_ms(lambda: decode_text(model, tokenizer, CLEAN), repeats)

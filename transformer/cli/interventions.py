@@ -11,24 +11,15 @@ from transformer.cli.common import add_checkpoint, device, write_arrays
 def cmd_patch(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from transformer.analysis.interventions.patching import (
-        Contrast,
-        foil_id,
-        patch_encoder_stream,
-        target_step,
-    )
-    from transformer.decoding.result import source_ids
-    from transformer.decoding.strategies import decode_text
+    from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
     from transformer.hugging_face.directory import load_checkpoint_or_hf
     from transformer.text.pieces import readable
 
     checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
-    model, tokenizer, limit = checkpoint.model, checkpoint.tokenizer, checkpoint.model.config.max_len
-    clean = decode_text(model, tokenizer, args.clean)
-    step = target_step(clean.tgt_pieces, args.target, None if args.step is None else args.step - 1)
-    foil = None if args.foil is None else foil_id(tokenizer, clean.tgt_pieces[step], args.foil)
-    corrupt_src = source_ids(tokenizer, args.corrupt, limit)[0]
-    contrast = Contrast(clean.src_ids, corrupt_src, clean.tgt_ids, step, clean.tgt_ids[step], foil)
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    step = None if args.step is None else args.step - 1
+    contrast, clean = contrast_of_texts(model, tokenizer, args.clean, args.corrupt, args.target, args.foil, step)
+    step, foil, corrupt_src = contrast.step, contrast.foil, contrast.corrupt_src
     found = patch_encoder_stream(model, contrast, noising=args.noising)
     arrays = {
         "encoder_residual": found.shares,

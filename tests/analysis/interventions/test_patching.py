@@ -18,6 +18,7 @@ from helpers import REPO, make_sentences
 
 from transformer.analysis.interventions.patching import (
     Contrast,
+    contrast_of_texts,
     encoder_streams,
     metric,
     patch_encoder_stream,
@@ -30,19 +31,6 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 CLEAN = "The animal didn't cross the street because it was too tired."
 CORRUPT = "The animal didn't cross the street because it was too wide."
-
-
-def contrast_of(checkpoint, clean: str, corrupt: str, foil_piece: str | None) -> Contrast:
-    """The clean output's first token that the two sources translate differently, against `foil_piece`."""
-    model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    clean_out, corrupt_out = decode_text(model, tokenizer, clean), decode_text(model, tokenizer, corrupt)
-    step = next(i for i, (a, b) in enumerate(zip(clean_out.tgt_ids, corrupt_out.tgt_ids)) if a != b)
-    foil = corrupt_out.tgt_ids[step] if foil_piece is None else list(tokenizer.pieces).index(foil_piece)
-    limit = model.config.max_len
-    return Contrast(
-        source_ids(tokenizer, clean, limit)[0], source_ids(tokenizer, corrupt, limit)[0], clean_out.tgt_ids, step,
-        clean_out.tgt_ids[step], foil,
-    )  # fmt: skip
 
 
 def nnsight_shares(model: str | Path, contrast: Contrast, marian: bool = False) -> np.ndarray:
@@ -69,13 +57,17 @@ def in_float64(checkpoint):
 
 @pytest.fixture(scope="module")
 def pronoun(shipped) -> Contrast:
-    return contrast_of(shipped, CLEAN, CORRUPT, "elle")
+    return contrast_of_texts(shipped.model, shipped.tokenizer, CLEAN, CORRUPT, "il", "elle")[0]
 
 
 def test_every_site_restores_what_nnsight_patching_the_same_module_restores(shipped, pronoun):
     model = in_float64(shipped)
     found = patch_encoder_stream(model, pronoun)
     assert shipped.tokenizer.id_to_piece(pronoun.target) == "il"  # "parce qu'il était trop fatigué"
+    wide = decode_text(shipped.model, shipped.tokenizer, CORRUPT).tgt_ids
+    assert (
+        wide[: pronoun.step] == pronoun.output[: pronoun.step] and wide[pronoun.step] != pronoun.target
+    )  # it differs first there
     assert found.metric_clean > 0 > found.metric_corrupt  # il over elle for the tired animal, not for the wide street
     np.testing.assert_allclose(found.shares, nnsight_shares(DEFAULT_CHECKPOINT, pronoun), atol=1e-5)
     assert "nnsight" not in sys.modules  # it gives every object a `save`: never in this process

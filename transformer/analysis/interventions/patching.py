@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer.decoding.result import model_device
+from transformer.decoding.result import DecodeResult, model_device, source_ids
+from transformer.decoding.strategies import decode_text
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.masks import padding_mask, target_mask
 from transformer.text.pieces import WORD_START
@@ -67,6 +68,24 @@ def foil_id(tokenizer: TokenizerBase, target_piece: str, foil: str) -> int:
         return tokenizer.pieces.index(piece)
     split = " ".join(tokenizer.id_to_piece(i) for i in tokenizer.encode(foil))
     raise ValueError(f"the foil {foil!r} is no one piece of this tokenizer (it reads it as {split}): give one token")
+
+
+def contrast_of_texts(
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    clean: str,
+    corrupt: str,
+    target: str,
+    foil: str | None = None,
+    step: int | None = None,
+) -> tuple[Contrast, DecodeResult]:
+    """The contrast of two sentences: the clean one decoded (greedily), read where its output writes `target` (at
+    `step`, 0-based, where given) against `foil` in the target's form; and the clean decode."""
+    output = decode_text(model, tokenizer, clean)
+    at = target_step(output.tgt_pieces, target, step)
+    foil_token = None if foil is None else foil_id(tokenizer, output.tgt_pieces[at], foil)
+    corrupt_src = source_ids(tokenizer, corrupt, model.config.max_len)[0]
+    return Contrast(output.src_ids, corrupt_src, output.tgt_ids, at, output.tgt_ids[at], foil_token), output
 
 
 @dataclass(frozen=True)
