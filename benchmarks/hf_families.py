@@ -40,7 +40,8 @@ from transformer.decoding.greedy import decode_ids, generate
 from transformer.decoding.lens import read_lens
 from transformer.decoding.result import source_ids
 from transformer.hugging_face.directory import import_hf
-from transformer.io.checkpoint import APP_ROOM_BYTES, memory_available
+from transformer.io.checkpoint import APP_ROOM_BYTES
+from transformer.io.memory import memory_available
 
 TOKENS = 40
 SENTENCE = "the red dog runs in the blue park and a small cat sits on the big ball"

@@ -20,9 +20,9 @@ from transformer.io.checkpoint import (
     LAID_OUT_BYTES,
     CheckpointError,
     CheckpointTooLarge,
-    memory_available,
 )
 from transformer.io.header import DTYPE_BYTES, check_tensors, is_int_list, read_file_header
+from transformer.io.memory import memory_available
 from transformer.io.tensor_bytes import tensor_in
 from transformer.text.files import FileRefused, open_regular, read_regular
 

@@ -32,6 +32,7 @@ from transformer.io.header import (
     read_header,
     stored_elements,
 )
+from transformer.io.memory import memory_available
 from transformer.io.metadata import read_metadata
 from transformer.io.tensor_bytes import header_bytes, tensor_in, write_tensors
 from transformer.model.config import ConfigError, TransformerConfig, shown
@@ -331,18 +332,6 @@ def all_finite(tensor: torch.Tensor, rows: int = 4096) -> bool:
     """Whether a tensor holds no NaN or infinity, read a few rows at a time: isfinite of a whole tensor makes
     temporaries twice its size (its absolute values among them; measured: docs/performance.md)."""
     return all(bool(torch.isfinite(part).all()) for part in tensor.detach().reshape(-1, *tensor.shape[-1:]).split(rows))
-
-
-def memory_available() -> int | None:
-    """The memory the machine can give without swapping, in bytes (Linux's MemAvailable); None where unknown."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def file_limit(available: int | None) -> int:

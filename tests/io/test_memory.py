@@ -1,0 +1,73 @@
+"""The memory a checkpoint may take is what this process can still allocate, its own limits included."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fixtures.crafted import with_header
+from transformer.io.header import read_header
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+UNDER_A_CAP = """
+import resource, sys
+from pathlib import Path
+from transformer.io import checkpoint
+from transformer.io.memory import memory_available
+status = Path("/proc/self/status").read_text()
+mapped = int(status.split("VmSize:")[1].split()[0]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (mapped + 3 * 2**30, resource.RLIM_INFINITY))
+print(memory_available())
+try:
+    checkpoint.load_checkpoint(sys.argv[1])
+except checkpoint.CheckpointError as error:
+    print(error)
+"""
+
+
+def sparse_with_f16_weights(shipped: bytes, path, elements: int) -> None:
+    """The checkpoint with one more F16 tensor of `elements` at its end, the file extended sparsely (no disk)."""
+    header = read_header(shipped)
+    end = max(entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__")
+    header["extra"] = {"dtype": "F16", "shape": [elements], "data_offsets": [end, end + 2 * elements]}
+    data = with_header(shipped, json.dumps(header).encode())
+    with open(path, "wb") as file:
+        file.write(data)
+        file.truncate(len(data) + 2 * elements)
+    assert struct.unpack("<Q", data[:8])[0] + 8 + end == len(data)
+
+
+def test_under_an_address_space_cap_a_checkpoint_that_does_not_fit_is_refused_before_it_is_read(
+    checkpoint_path, tmp_path
+):
+    """The free-memory check read the machine's free memory only: under `ulimit -v` (or a container's limit) a
+    checkpoint whose float32 weights fit the machine but not the process passed, and opening it was killed."""
+    path = tmp_path / "half.safetensors"
+    elements = 400_000_000  # 0.8 GB in the file, 1.6 GB laid out: with 1 GiB kept for the app, over 3 GiB of room
+    sparse_with_f16_weights(checkpoint_path.read_bytes(), path, elements)
+    done = subprocess.run(
+        [sys.executable, "-c", UNDER_A_CAP, str(path)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
+    )
+    room, refusal = done.stdout.splitlines()[:2] if done.returncode == 0 else ("0", done.stderr[-500:])
+    assert 2.5 * 2**30 < int(room) <= 3 * 2**30, done.stdout
+    assert "its weights in float32" in refusal and "GB is free now" in refusal, refusal
+    assert len(refusal) < 300
+
+
+def test_a_containers_memory_limit_bounds_what_is_available(tmp_path, monkeypatch):
+    """A container's cgroup limit stops the process long before the machine's free memory runs out; its
+    reclaimable page cache does not count as used."""
+    from transformer.io import memory
+
+    (tmp_path / "memory.max").write_text(f"{4 * 10**9}\n")
+    (tmp_path / "memory.current").write_text(f"{3 * 10**9}\n")
+    (tmp_path / "memory.stat").write_text(f"anon 2000000000\ninactive_file {10**9}\n")
+    monkeypatch.setattr(memory, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(memory, "_cgroup_v2_path", lambda: tmp_path)
+    assert memory.memory_available() == 2 * 10**9
+    (tmp_path / "memory.max").write_text("max\n")  # no limit: the machine's free memory
+    assert memory.memory_available() == memory._machine_free()
