@@ -14,20 +14,19 @@ import gzip
 import json
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from playwright.sync_api import Page
+from playwright.sync_api import Browser, Page
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
+from benchmarks.serving.hostile_visits import UPLOAD_INPUT, VISITS, Placed, Visit, placed
 from tests.fixtures.browser import ARTIFACTS, LAUNCH, HealthProbe, app_server, chromium, wait_idle
 from tests.fixtures.crafted import with_header, with_metadata
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.header import read_header
 
-UPLOAD_INPUT = '[data-testid="stFileUploaderDropzoneInput"]'
 PANICKING_CHARSMAP = bytes.fromhex("080000004a58b791df6af1d8")  # loads, then panics in the library on any text
 
 
@@ -150,7 +149,19 @@ def treebank_attacks() -> list[Attack]:
     ]
 
 
-def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> Callable[[], None]:
+def one_page(attack: Attack, folder: Path) -> Visit:
+    """The attack as a visit: a tab of its own, closed after."""
+
+    def visit(browser: Browser, url: str, placed: Placed) -> str:
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        run_attack(page, url, attack, folder)
+        page.close()
+        return attack.expected
+
+    return visit
+
+
+def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> None:
     page.goto(f"{url}/{attack.page}")
     wait_idle(page)
     uploaders = attack.first_uploader + len(attack.files)  # the page drawn that far: an upload lands where it should
@@ -172,30 +183,34 @@ def run_attack(page: Page, url: str, attack: Attack, folder: Path) -> Callable[[
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serving.hostile_uploads", description=__doc__)
     parser.add_argument("--memory-gb", type=float, default=8.0, help="the server's address-space cap")
+    parser.add_argument("--only-visits", action="store_true", help="the hostile visits alone (hostile_visits)")
     args = parser.parse_args()
     shipped = DEFAULT_CHECKPOINT.read_bytes()
     capped = ["prlimit", f"--as={int(args.memory_gb * 2**30)}", *LAUNCH]
     print(
-        "| attack | answered in s | slowest /_stcore/health in s | health failures | server peak over its start, MB |"
+        "| attack | answered in s | slowest /_stcore/health in s | health failures | server peak over its start, MB "
+        "| the page said |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     with (
         tempfile.TemporaryDirectory() as folder,
+        placed(Path(folder), args.memory_gb) as files,
         app_server(ARTIFACTS / "hostile.log", launcher=capped) as server,
         chromium() as browser,
     ):
+        single = (
+            {} if args.only_visits else {attack.name: one_page(attack, Path(folder)) for attack in attacks(shipped)}
+        )
         with HealthProbe(server.url, timeout=60) as watch:
-            for attack in attacks(shipped):
-                page = browser.new_page(viewport={"width": 1440, "height": 900})
+            for name, visit in (single | VISITS).items():
                 watch.reset()
                 before, started = server.reset_peak_mb(), time.monotonic()
-                run_attack(page, server.url, attack, Path(folder))
+                said = visit(browser, server.url, files)
                 answered, grew = time.monotonic() - started, server.peak_memory_mb() - before
                 print(
-                    f"| {attack.name} | {answered:.1f} | {watch.slowest:.2f} | {watch.failures} | {grew:.0f} |",
+                    f"| {name} | {answered:.1f} | {watch.slowest:.2f} | {watch.failures} | {grew:.0f} | {said} |",
                     flush=True,
                 )
-                page.close()
         print(f"\nserver peak memory {server.peak_memory_mb():.0f} MB (address space capped at {args.memory_gb:g} GB)")
     log = (ARTIFACTS / "hostile.log").read_text()
     print("server log clean" if "Traceback" not in log else f"TRACEBACK in {ARTIFACTS / 'hostile.log'}")

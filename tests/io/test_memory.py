@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.fixtures.crafted import with_header
-from transformer.io.header import read_header
+from tests.fixtures.crafted import write_with_sparse_tensor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,18 +26,6 @@ except checkpoint.CheckpointError as error:
 """
 
 
-def sparse_with_f16_weights(shipped: bytes, path, elements: int) -> None:
-    """The checkpoint with one more F16 tensor of `elements` at its end, the file extended sparsely (no disk)."""
-    header = read_header(shipped)
-    end = max(entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__")
-    header["extra"] = {"dtype": "F16", "shape": [elements], "data_offsets": [end, end + 2 * elements]}
-    data = with_header(shipped, json.dumps(header).encode())
-    with open(path, "wb") as file:
-        file.write(data)
-        file.truncate(len(data) + 2 * elements)
-    assert struct.unpack("<Q", data[:8])[0] + 8 + end == len(data)
-
-
 def test_under_an_address_space_cap_a_checkpoint_that_does_not_fit_is_refused_before_it_is_read(
     checkpoint_path, tmp_path
 ):
@@ -48,7 +33,7 @@ def test_under_an_address_space_cap_a_checkpoint_that_does_not_fit_is_refused_be
     checkpoint whose float32 weights fit the machine but not the process passed, and opening it was killed."""
     path = tmp_path / "half.safetensors"
     elements = 400_000_000  # 0.8 GB in the file, 1.6 GB laid out: with 1 GiB kept for the app, over 3 GiB of room
-    sparse_with_f16_weights(checkpoint_path.read_bytes(), path, elements)
+    write_with_sparse_tensor(checkpoint_path.read_bytes(), path, elements)
     done = subprocess.run(
         [sys.executable, "-c", UNDER_A_CAP, str(path)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120
     )
