@@ -1,10 +1,12 @@
-"""Activation patching of the encoder's stream: the whole grid of the it pair batched, against one site a pass and
-against one decode of the sentence."""
+"""Activation patching of the it pair: the encoder stream's whole grid batched, against one site a pass and against
+one decode of the sentence; and every site of every family (the stream, the encoder's heads at each position, the
+decoder's heads and stream at the step) against one decode."""
 
 from __future__ import annotations
 
 from benchmarks.model_speed import Row, median_ms
 from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
+from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.strategies import decode_text
 from transformer.io.checkpoint import Checkpoint
 
@@ -18,9 +20,11 @@ def patching_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
     batched = median_ms(lambda: patch_encoder_stream(model, contrast), repeats)
     alone = median_ms(lambda: patch_encoder_stream(model, contrast, sites_per_batch=1), repeats)
     decode = median_ms(lambda: decode_text(model, tokenizer, CLEAN), repeats)
+    every = median_ms(lambda: patch_every_site(model, contrast), repeats)
     sites = (model.config.n_encoder_layers + 1) * len(contrast.clean_src)
     what = f"activation patching, the encoder stream's {sites} sites of the it pair"
     return [
         Row(what + ", batched", "one site a pass", alone, batched, "≤ 0.25"),
         Row(what + ", batched", "one greedy decode of the sentence", decode, batched, "report (aim ≤ 20x)"),
+        Row("activation patching, every site of the it pair, batched", "one greedy decode", decode, every, "report"),
     ]

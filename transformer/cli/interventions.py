@@ -11,8 +11,11 @@ from transformer.cli.common import add_checkpoint, device, write_arrays
 def cmd_patch(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
+    from transformer.analysis.interventions.patching import contrast_of_texts
+    from transformer.analysis.interventions.sites import patch_every_site
     from transformer.hugging_face.directory import load_checkpoint_or_hf
+    from transformer.model.heads import Head
+    from transformer.model.kinds import AttentionKind
     from transformer.text.pieces import readable
 
     checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
@@ -20,9 +23,13 @@ def cmd_patch(args: argparse.Namespace) -> int:
     step = None if args.step is None else args.step - 1
     contrast, clean = contrast_of_texts(model, tokenizer, args.clean, args.corrupt, args.target, args.foil, step)
     step, foil, corrupt_src = contrast.step, contrast.foil, contrast.corrupt_src
-    found = patch_encoder_stream(model, contrast, noising=args.noising)
+    found = patch_every_site(model, contrast, noising=args.noising)
     arrays = {
-        "encoder_residual": found.shares,
+        "encoder_residual": found.encoder_residual,
+        "encoder_heads": found.encoder_heads,
+        "cross_heads": found.cross_heads,
+        "decoder_self_heads": found.decoder_self_heads,
+        "decoder_residual": found.decoder_residual,
         "metric_clean": np.array(found.metric_clean),
         "metric_corrupt": np.array(found.metric_corrupt),
         "step": np.array(step),
@@ -38,11 +45,17 @@ def cmd_patch(args: argparse.Namespace) -> int:
     out = write_arrays(args, arrays)
     print(clean.text)
     measured = f"logit({args.target}) - logit({args.foil})" if foil is not None else f"log p({args.target})"
-    layer, position = np.unravel_index(np.nanargmax(np.abs(found.shares)), found.shares.shape)
+    stream = found.encoder_residual
+    layer, position = np.unravel_index(np.nanargmax(np.abs(stream)), stream.shape)
+    heads = {"cross": found.cross_heads, "decoder": found.decoder_self_heads}
+    kind = max(heads, key=lambda name: np.nanmax(np.abs(heads[name])))
+    head_layer, head = np.unravel_index(np.nanargmax(np.abs(heads[kind])), heads[kind].shape)
     print(
         f"{measured} at step {step + 1}: clean {found.metric_clean:.3f}, corrupted {found.metric_corrupt:.3f}; the "
         f"encoder stream's strongest site: {readable(clean.src_pieces[position])} at layer boundary {layer} "
-        f"({found.shares[layer, position]:+.2f} of the difference, {'noising' if args.noising else 'denoising'})",
+        f"({stream[layer, position]:+.2f} of the difference, {'noising' if args.noising else 'denoising'}); "
+        f"the strongest head at the step: {Head(AttentionKind(kind), int(head_layer), int(head))} "
+        f"({heads[kind][head_layer, head]:+.2f})",
         file=sys.stderr,
     )
     print(f"wrote {out}", file=sys.stderr)
@@ -54,7 +67,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     patch = commands.add_parser(
         "patch",
         help="activation patching: the share of the clean and corrupted outputs' difference at one token that each "
-        "site of the encoder's stream carries",
+        "site carries (the encoder's stream, its heads at each position, the decoder's heads and stream at the step)",
     )
     add_checkpoint(patch)
     patch.add_argument("--clean", required=True, help="the source whose output is read (decoded greedily)")
@@ -63,7 +76,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     patch.add_argument("--foil", help="the token it is read against, in the same form (elle); none: log p(target)")
     patch.add_argument("--step", type=int, help="the output step read (1-based); default: the target's first")
     patch.add_argument(
-        "--noising", action="store_true", help="patch the corrupted run's stream into the clean run instead"
+        "--noising", action="store_true", help="patch the corrupted run's activations into the clean run instead"
     )
     patch.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
     patch.add_argument("--format", choices=["npz", "json"], default="npz")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +111,7 @@ class MultiHeadAttention(nn.Module):
         keep: torch.Tensor | None = None,
         query: torch.Tensor | None = None,
         position_bias: torch.Tensor | None = None,
+        edit: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attends from queries x (B, T_q, d_model) over projected keys/values (B, H, T_k, d_head), the relative
         positions' bias (B, H, T_q, T_k) added to the scores where the model has one.
@@ -117,7 +119,8 @@ class MultiHeadAttention(nn.Module):
         query, if given, is x already projected and split into heads (self-attention projects all three at
         once). With need_weights, and where `explicit_is_faster`, the explicit path runs (and with need_weights
         returns p_attn); otherwise the fused kernel, which gives the same output (a test holds the two together).
-        keep (1, H, 1, 1) scales each head's output before W_O: 0 switches a head off.
+        keep (1, H, 1, 1) scales each head's output before W_O: 0 switches a head off. edit, if given, is handed
+        the heads' outputs (B, H, T_q, d_head) there and returns those to carry on (activation patching).
         """
         if query is None:
             query = self.split_heads(self.q_proj(x))
@@ -139,6 +142,8 @@ class MultiHeadAttention(nn.Module):
             p_attn = None
         if keep is not None:
             heads = heads * keep.to(heads)
+        if edit is not None:
+            heads = edit(heads)
         batch, _, length, _ = heads.shape
         heads = heads.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T_q, d_model)
         return self.out_proj(heads), p_attn

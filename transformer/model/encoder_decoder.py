@@ -162,6 +162,7 @@ class Transformer(nn.Module):
         embedded: torch.Tensor | None = None,
         positions: torch.Tensor | None = None,
         key_positions: torch.Tensor | None = None,
+        between_layers: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     ) -> DecoderOutput:
         """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it.
 
@@ -169,6 +170,7 @@ class Transformer(nn.Module):
         row's position of its first token, where rows continue prefixes of different lengths from one cache (the
         keys a row may not see hidden by tgt_mask); else the cache's length. Such rows of a model with relative
         positions need key_positions too (B, cached + T): the position of each key slot in that row.
+        between_layers, as encode's, reads and replaces the decoder's stream at each layer boundary.
         """
         cached = 0 if cache is None else cache[0].length
         offset = positions if positions is not None else cached
@@ -176,6 +178,8 @@ class Transformer(nn.Module):
         bias = self._self_attention_bias(offset, tgt.size(1), key_positions, tgt.device)
         self_maps, cross_maps, new_cache, states = [], [], [], []
         for i, layer in enumerate(self.decoder_layers):
+            if between_layers is not None:
+                x = between_layers(i, x)
             x, self_p, cross_p, layer_cache = layer(
                 x,
                 memory,
@@ -191,6 +195,8 @@ class Transformer(nn.Module):
             cross_maps.append(cross_p)
             new_cache.append(layer_cache)
             states.append(x)
+        if between_layers is not None:
+            x = between_layers(len(self.decoder_layers), x)
         if not need_weights:
             self_maps, cross_maps, states = [], [], []
         return DecoderOutput(

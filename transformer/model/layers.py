@@ -210,7 +210,9 @@ def probed_attend(
     if probe is None:
         return module.attend(h, key, value, mask, need_weights, query=query, position_bias=position_bias)
     recording = probe.records is not None
-    out, p_attn = module.attend(h, key, value, mask, need_weights or recording, probe.keep, query, position_bias)
+    out, p_attn = module.attend(
+        h, key, value, mask, need_weights or recording, probe.keep, query, position_bias, probe.edit
+    )
     if recording:
         probe.record(SublayerRecord(h, context, mask, out, p_attn, position_bias, stream))
     return out, p_attn

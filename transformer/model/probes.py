@@ -8,13 +8,17 @@ view that needs what a module received.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
 
 from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
+
+# Given a sublayer's heads' outputs before W_O (B, H, T_q, d_head), returns those to carry on: activation patching
+# reads them there, and replaces some.
+HeadEdit = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class SublayerProbe:
     keep: torch.Tensor | None  # (1 or B, H, 1, 1): 1 for heads kept, 0 for heads switched off, or a gate
     records: dict[tuple[AttentionKind, int], SublayerRecord] | None  # where to record, if recording
     site: tuple[AttentionKind, int]
+    edit: HeadEdit | None = None  # reads or replaces the heads' outputs before W_O
 
     def record(self, record: SublayerRecord) -> None:
         if self.records is not None:
@@ -57,6 +62,8 @@ class Probe:
     records: dict[tuple[AttentionKind, int], SublayerRecord] = field(default_factory=dict)
     # Per sublayer, a (B, H) multiplier of each row's heads: a gate to differentiate a loss by (head importance)
     gates: dict[tuple[AttentionKind, int], torch.Tensor] = field(default_factory=dict)
+    # Per sublayer, a HeadEdit of its heads' outputs (activation patching)
+    head_edits: dict[tuple[AttentionKind, int], HeadEdit] = field(default_factory=dict)
 
     @classmethod
     def ablating(cls, heads: Iterable[Head]) -> Probe:
@@ -71,14 +78,14 @@ class Probe:
         if not self.gates:
             return self
         gates = {site: gate.index_select(0, rows) for site, gate in self.gates.items()}
-        return Probe(self.heads_off, self.record_at, self.records, gates)
+        return Probe(self.heads_off, self.record_at, self.records, gates, self.head_edits)
 
     def at(self, kind: AttentionKind, layer: int, n_heads: int) -> SublayerProbe | None:
         """This probe's part for one sublayer, or None where it asks nothing of it."""
         off = [head.index for head in self.heads_off if (head.kind, head.layer) == (kind, layer)]
         recording = (kind, layer) in self.record_at
-        gate = self.gates.get((kind, layer))
-        if not off and not recording and gate is None:
+        gate, edit = self.gates.get((kind, layer)), self.head_edits.get((kind, layer))
+        if not off and not recording and gate is None and edit is None:
             return None
         keep = None
         if off:
@@ -86,4 +93,4 @@ class Probe:
             keep[0, off] = 0.0
         if gate is not None:
             keep = gate[:, :, None, None] if keep is None else gate[:, :, None, None] * keep.to(gate)
-        return SublayerProbe(keep, self.records if recording else None, (kind, layer))
+        return SublayerProbe(keep, self.records if recording else None, (kind, layer), edit)

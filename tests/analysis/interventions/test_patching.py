@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from fixtures.hf_models import save_marian
-from helpers import REPO, make_sentences
+from fixtures.patching_pair import CLEAN, CORRUPT, in_float64, nnsight_shares
+from helpers import make_sentences
 
 from transformer.analysis.interventions.patching import (
     Contrast,
@@ -24,35 +19,16 @@ from transformer.analysis.interventions.patching import (
     patch_encoder_stream,
     step_logits,
 )
+from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.result import source_ids
 from transformer.decoding.strategies import decode_text
 from transformer.hugging_face.marian import import_marian
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
-CLEAN = "The animal didn't cross the street because it was too tired."
-CORRUPT = "The animal didn't cross the street because it was too wide."
-
-
-def nnsight_shares(model: str | Path, contrast: Contrast, marian: bool = False) -> np.ndarray:
-    """The same sites patched with nnsight, in a process of its own (fixtures/nnsight_patching.py says why)."""
-    asked = json.dumps({"model": str(model), "marian": marian, "contrast": dataclasses.asdict(contrast)})
-    environment = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
-    done = subprocess.run(
-        [sys.executable, "-m", "fixtures.nnsight_patching", asked], capture_output=True, text=True, env=environment
-    )
-    assert done.returncode == 0, done.stderr
-    return np.array(json.loads(done.stdout))
-
 
 @pytest.fixture(scope="module")
 def shipped():
     return load_checkpoint(DEFAULT_CHECKPOINT)
-
-
-def in_float64(checkpoint):
-    """The model in float64, where the two implementations' different shapes of the same products (a batch of
-    sites, one site a pass) round alike to far below the tolerance."""
-    return copy.deepcopy(checkpoint.model).double()
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +45,7 @@ def test_every_site_restores_what_nnsight_patching_the_same_module_restores(ship
         wide[: pronoun.step] == pronoun.output[: pronoun.step] and wide[pronoun.step] != pronoun.target
     )  # it differs first there
     assert found.metric_clean > 0 > found.metric_corrupt  # il over elle for the tired animal, not for the wide street
-    np.testing.assert_allclose(found.shares, nnsight_shares(DEFAULT_CHECKPOINT, pronoun), atol=1e-5)
+    np.testing.assert_allclose(found.shares.ravel(), nnsight_shares(DEFAULT_CHECKPOINT, pronoun), atol=1e-5)
     assert "nnsight" not in sys.modules  # it gives every object a `save`: never in this process
     tired = shipped.tokenizer.encode("tired")[0]
     assert found.shares[0].argmax() == pronoun.clean_src.index(tired)  # at the input, the one word that differs
@@ -77,7 +53,7 @@ def test_every_site_restores_what_nnsight_patching_the_same_module_restores(ship
 
 def test_a_tiny_hugging_face_model_agrees_with_nnsight_too(tmp_path):
     """A random Marian model (scaled embeddings, a final logits bias): its first output token against its second most
-    likely, the source's one different word patched from "red" to "blue"."""
+    likely, the source's one different word patched from "red" to "blue"; every site of every family."""
     sentences = [" ".join(s.split()) for s in make_sentences(300, seed=1)]
     directory = save_marian(tmp_path, sentences, sentences)
     marian = import_marian(directory)
@@ -88,10 +64,12 @@ def test_a_tiny_hugging_face_model_agrees_with_nnsight_too(tmp_path):
     )
     output = decode_text(model, tokenizer, "the red dog runs")
     contrast = Contrast(clean, corrupt, output.tgt_ids, 0, output.tgt_ids[0], int(output.topk_ids[0][1]))
-    double = in_float64(marian)
-    found = patch_encoder_stream(double, contrast)
+    found = patch_every_site(in_float64(marian), contrast)
     assert found.metric_clean != found.metric_corrupt
-    np.testing.assert_allclose(found.shares, nnsight_shares(directory, contrast, marian=True), atol=1e-5)
+    families = ("encoder_residual", "encoder_heads", "cross_heads", "decoder_self_heads", "decoder_residual")
+    sites = [[family, *map(int, at)] for family in families for at in np.ndindex(getattr(found, family).shape)]
+    ours = np.array([getattr(found, site[0])[tuple(site[1:])] for site in sites])
+    np.testing.assert_allclose(ours, nnsight_shares(directory, contrast, marian=True, sites=sites), atol=1e-5)
 
 
 @pytest.mark.parametrize("noising", [False, True])
@@ -148,9 +126,16 @@ def test_the_command_line_writes_the_grid_and_says_what_it_cannot_read(tmp_path,
     )
     found = np.load(out)
     layers = load_checkpoint(DEFAULT_CHECKPOINT).config.n_encoder_layers
+    config = load_checkpoint(DEFAULT_CHECKPOINT).config
     assert found["encoder_residual"].shape == (layers + 1, len(found["src_ids"]))
+    assert found["encoder_heads"].shape == (layers, config.n_heads, len(found["src_ids"]))
+    assert found["cross_heads"].shape == found["decoder_self_heads"].shape == (config.n_decoder_layers, config.n_heads)
+    assert found["decoder_residual"].shape == (config.n_decoder_layers + 1,) and found["decoder_residual"][
+        -1
+    ] == pytest.approx(1, abs=1e-4)
     assert found["tgt_pieces"][int(found["step"])] == "il" and float(found["metric_clean"]) > 0
-    assert "strongest site: tired at layer boundary 0" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "strongest site: tired at layer boundary 0" in said and "the strongest head at the step: cross." in said
     refusals = {
         "--target": (["--target", "elle"], "no output token is 'elle': the output's pieces are"),
         "--step": (["--target", "il", "--step", "2"], "the output's token 2 is not 'il'"),

@@ -21,6 +21,7 @@ from transformer.decoding.result import DecodeResult, model_device, source_ids
 from transformer.decoding.strategies import decode_text
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.masks import padding_mask, target_mask
+from transformer.model.probes import Probe
 from transformer.text.pieces import WORD_START
 from transformer.text.tokenizer import TokenizerBase
 
@@ -106,22 +107,31 @@ def metric(logits: torch.Tensor, contrast: Contrast) -> torch.Tensor:
     return logits.float().log_softmax(dim=-1)[:, contrast.target]
 
 
+StreamEdit = Callable[[int, torch.Tensor], torch.Tensor]  # a layer boundary's stream -> the stream carried on
+
+
 def step_logits(
     model: Transformer,
     src: torch.Tensor,
     contrast: Contrast,
-    between_layers: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+    between_layers: StreamEdit | None = None,
     start: tuple[int, torch.Tensor] | None = None,
+    probe: Probe | None = None,
+    between_decoder_layers: StreamEdit | None = None,
 ) -> torch.Tensor:
     """The output layer's scores at the step (B, V) for sources (B, S), the encoder's stream edited as asked (and
-    begun at a boundary's stream, as encode's `start`)."""
+    begun at a boundary's stream, as encode's `start`), the heads' outputs as the probe asks, and the decoder's
+    stream as asked."""
     config, device = model.config, src.device
     decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
     decoder_input = decoder_input.expand(src.size(0), -1)
     src_mask = padding_mask(src, config.pad_id)
-    memory = model.encode(src, src_mask, between_layers=between_layers, start=start).memory
-    hidden = model.decode(decoder_input, memory, src_mask, target_mask(decoder_input, config.pad_id)).hidden
-    return model.output_logits(hidden[:, contrast.step])
+    memory = model.encode(src, src_mask, probe=probe, between_layers=between_layers, start=start).memory
+    tgt_mask = target_mask(decoder_input, config.pad_id)
+    decoded = model.decode(
+        decoder_input, memory, src_mask, tgt_mask, probe=probe, between_layers=between_decoder_layers
+    )
+    return model.output_logits(decoded.hidden[:, contrast.step])
 
 
 def encoder_streams(model: Transformer, src: list[int], contrast: Contrast) -> tuple[list[torch.Tensor], float]:
@@ -159,7 +169,7 @@ def patch_encoder_stream(
                 stream[row, position] = patched_from[layer][position]
             src = torch.tensor([run_src], device=device).expand(len(batch), -1)
             logits = step_logits(model, src, contrast, start=(layer, stream))
-            found[layer, batch] = metric(logits, contrast).float().cpu().numpy()
+            found[layer, batch] = metric(logits, contrast).double().cpu().numpy()
     difference = metric_clean - metric_corrupt
     shares = (found - base) / difference if difference else np.full(found.shape, np.nan)
     return EncoderPatching(shares, metric_clean, metric_corrupt, noising)

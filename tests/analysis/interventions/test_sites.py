@@ -1,0 +1,66 @@
+"""Activation patching of the heads and of the decoder's stream, checked against nnsight patching the same modules'
+inputs and outputs, and against what must hold exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fixtures.patching_pair import CLEAN, CORRUPT, in_float64, nnsight_shares
+
+from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
+from transformer.analysis.interventions.sites import patch_every_site
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_checkpoint(DEFAULT_CHECKPOINT)
+
+
+@pytest.fixture(scope="module")
+def pronoun(shipped):
+    return contrast_of_texts(shipped.model, shipped.tokenizer, CLEAN, CORRUPT, "il", "elle")[0]
+
+
+@pytest.fixture(scope="module")
+def denoised(shipped, pronoun):
+    return patch_every_site(in_float64(shipped), pronoun)
+
+
+def test_every_head_and_decoder_site_restores_what_nnsight_patching_the_same_module_restores(
+    shipped, pronoun, denoised
+):
+    config = shipped.config
+    tired = pronoun.clean_src.index(shipped.tokenizer.encode("tired")[0])
+    positions = [0, tired - 3, tired]  # the first word, "it", the word that differs
+    sites = [
+        *(["encoder_heads", layer, head, p] for layer in (1, 3) for head in range(config.n_heads) for p in positions),
+        *(["cross_heads", layer, head] for layer in range(config.n_decoder_layers) for head in range(config.n_heads)),
+        *(["decoder_self_heads", layer, 0] for layer in range(config.n_decoder_layers)),
+        *(["decoder_residual", boundary] for boundary in range(config.n_decoder_layers + 1)),
+    ]
+    ours = np.array([getattr(denoised, site[0])[tuple(site[1:])] for site in sites])
+    assert shipped.tokenizer.id_to_piece(pronoun.clean_src[tired - 3]) == "▁it"
+    np.testing.assert_allclose(ours, nnsight_shares(DEFAULT_CHECKPOINT, pronoun, sites=sites), atol=1e-5)
+    assert np.abs(denoised.cross_heads).max() > 0.3  # some cross head carries a share worth showing
+
+
+def test_what_must_hold_exactly_holds(shipped, pronoun, denoised):
+    """The decoder's stream at the step after its last layer is all the output reads (restores 1; noising -1); at
+    its input, and in the first decoder layer's self-attention, both runs see the same output so far (0)."""
+    noised = patch_every_site(in_float64(shipped), pronoun, noising=True)
+    assert denoised.decoder_residual[-1] == pytest.approx(1.0, abs=1e-9)
+    assert noised.decoder_residual[-1] == pytest.approx(-1.0, abs=1e-9)
+    for found in (denoised, noised):
+        assert found.decoder_residual[0] == pytest.approx(0.0, abs=1e-9)
+        np.testing.assert_allclose(found.decoder_self_heads[0], 0.0, atol=1e-9)
+    layers, heads = shipped.config.n_encoder_layers, shipped.config.n_heads
+    assert denoised.encoder_heads.shape == (layers, heads, len(pronoun.clean_src))
+    np.testing.assert_array_equal(denoised.encoder_residual, patch_encoder_stream(in_float64(shipped), pronoun).shares)
+    assert (denoised.metric_clean, denoised.metric_corrupt) == pytest.approx((0.133, -0.174), abs=2e-3)
+
+
+def test_head_sites_in_a_batch_give_what_each_gives_alone(shipped, pronoun, denoised):
+    alone = patch_every_site(in_float64(shipped), pronoun, sites_per_batch=1)
+    for family in ("encoder_residual", "encoder_heads"):  # the families batched by sites_per_batch
+        np.testing.assert_allclose(getattr(denoised, family), getattr(alone, family), atol=1e-9, err_msg=family)

@@ -1,0 +1,197 @@
+"""Activation patching of every site the issue of cause asks for, beside the encoder's stream (patching.py): each
+encoder self-attention head's output at each source position, each decoder self-attention and cross-attention
+head's output at the step, and the decoder's stream at the step after each layer.
+
+A head's output is its part of the sublayer's input to W_O (B, H, T_q, d_head): patched there, its own W_O and
+everything after it run on the patched value. Runs that patch one sublayer or boundary each run as one batch,
+beginning at the stream below their site (the layers below it are the run's own, computed once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from transformer.analysis.interventions.patching import (
+    SITES_PER_BATCH,
+    Contrast,
+    metric,
+    patch_encoder_stream,
+    step_logits,
+)
+from transformer.decoding.result import model_device
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
+from transformer.model.probes import Probe
+
+Site = tuple[AttentionKind, int]  # a sublayer: its kind and layer (0-based)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one source's run computed at every site: each sublayer's heads' outputs (H, T_q, d_head), the encoder's
+    and the decoder's stream at each layer boundary ((S or T, d_model)), and the metric at the step."""
+
+    heads: dict[Site, torch.Tensor]
+    encoder_streams: list[torch.Tensor]
+    decoder_streams: list[torch.Tensor]
+    metric: float
+
+
+@dataclass(frozen=True)
+class Patching:
+    """Each site's share of the metric's difference (denoising: 1 where patching it restores all of the clean
+    metric; noising: -1 where it removes all), by site family."""
+
+    encoder_residual: np.ndarray  # (L_enc + 1, S): row 0 the embeddings with positions, row L the last layer's output
+    encoder_heads: np.ndarray  # (L_enc, H, S)
+    cross_heads: np.ndarray  # (L_dec, H) at the step
+    decoder_self_heads: np.ndarray  # (L_dec, H) at the step
+    decoder_residual: np.ndarray  # (L_dec + 1,) at the step: entry 0 the embedded input, L the last layer's output
+    metric_clean: float
+    metric_corrupt: float
+    noising: bool
+
+
+def sublayers(model: Transformer) -> list[Site]:
+    config = model.config
+    encoder = [(AttentionKind.ENCODER, layer) for layer in range(config.n_encoder_layers)]
+    decoder = [
+        (kind, layer)
+        for layer in range(config.n_decoder_layers)
+        for kind in AttentionKind
+        if not kind.queries_from_source
+    ]
+    return encoder + decoder
+
+
+def recorded_run(model: Transformer, src: list[int], contrast: Contrast) -> Run:
+    """One source's run, every site read (nothing changed)."""
+    heads: dict[Site, torch.Tensor] = {}
+    encoder_streams: list[torch.Tensor] = []
+    decoder_streams: list[torch.Tensor] = []
+
+    def reading(site: Site) -> Callable[[torch.Tensor], torch.Tensor]:
+        def read(outputs: torch.Tensor) -> torch.Tensor:
+            heads[site] = outputs[0].clone()
+            return outputs
+
+        return read
+
+    def keeping(streams: list[torch.Tensor]) -> Callable[[int, torch.Tensor], torch.Tensor]:
+        def keep(layer: int, x: torch.Tensor) -> torch.Tensor:
+            streams.append(x[0].clone())
+            return x
+
+        return keep
+
+    probe = Probe(head_edits={site: reading(site) for site in sublayers(model)})
+    tensor = torch.tensor([src], device=model_device(model))
+    logits = step_logits(model, tensor, contrast, keeping(encoder_streams), None, probe, keeping(decoder_streams))
+    return Run(heads, encoder_streams, decoder_streams, float(metric(logits, contrast)[0]))
+
+
+def replacing(values: torch.Tensor, heads: list[int], positions: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A head edit that gives row b of the batch head heads[b]'s output at positions[b] from `values` (H, T, d)."""
+
+    def edit(outputs: torch.Tensor) -> torch.Tensor:
+        outputs = outputs.clone()
+        rows = torch.arange(len(heads), device=outputs.device)
+        head, position = torch.tensor(heads, device=outputs.device), torch.tensor(positions, device=outputs.device)
+        outputs[rows, head, position] = values[head, position].to(outputs)
+        return outputs
+
+    return edit
+
+
+def _metrics(model: Transformer, run_src: list[int], contrast: Contrast, rows: int, **edits) -> np.ndarray:
+    """The metric of `rows` runs of the source, each edited as `edits` ask (step_logits' start, probe, stream
+    edits)."""
+    src = torch.tensor([run_src], device=model_device(model)).expand(rows, -1)
+    return metric(step_logits(model, src, contrast, **edits), contrast).double().cpu().numpy()
+
+
+def _from_boundary(run: Run, rows: int, layer: int | None = None) -> tuple[int, torch.Tensor]:
+    """encode's `start` at a boundary: the run's own stream there, for each of `rows` runs (None: the last
+    boundary, where none of the encoder's layers runs: for sites in the decoder)."""
+    layer = len(run.encoder_streams) - 1 if layer is None else layer
+    return layer, run.encoder_streams[layer][None].expand(rows, -1, -1)
+
+
+def encoder_heads(
+    model: Transformer, contrast: Contrast, run_src: list[int], run: Run, source: Run, per_batch: int
+) -> np.ndarray:
+    """(L, H, S): each encoder head at each position given the source run's output there."""
+    config = model.config
+    positions = len(run_src)
+    sites = [(head, position) for head in range(config.n_heads) for position in range(positions)]
+    found = np.empty((config.n_encoder_layers, config.n_heads * positions))
+    for layer in range(config.n_encoder_layers):
+        for first in range(0, len(sites), per_batch):
+            batch = sites[first : first + per_batch]
+            heads, where = [h for h, _ in batch], [p for _, p in batch]
+            site = (AttentionKind.ENCODER, layer)
+            probe = Probe(head_edits={site: replacing(source.heads[site], heads, where)})
+            start = _from_boundary(run, len(batch), layer)
+            found[layer, first : first + len(batch)] = _metrics(
+                model, run_src, contrast, len(batch), probe=probe, start=start
+            )
+    return found.reshape(config.n_encoder_layers, config.n_heads, positions)
+
+
+def step_heads(
+    model: Transformer, contrast: Contrast, run_src: list[int], run: Run, source: Run, kind: AttentionKind
+) -> np.ndarray:
+    """(L_dec, H): each decoder head of `kind` at the step given the source run's output there."""
+    config = model.config
+    heads = list(range(config.n_heads))
+    found = np.empty((config.n_decoder_layers, config.n_heads))
+    for layer in range(config.n_decoder_layers):
+        edit = replacing(source.heads[(kind, layer)], heads, [contrast.step] * len(heads))
+        probe, start = Probe(head_edits={(kind, layer): edit}), _from_boundary(run, len(heads))
+        found[layer] = _metrics(model, run_src, contrast, len(heads), probe=probe, start=start)
+    return found
+
+
+def decoder_stream(model: Transformer, contrast: Contrast, run_src: list[int], run: Run, source: Run) -> np.ndarray:
+    """(L_dec + 1,): the decoder's stream at the step after each layer given the source run's (row b: boundary b)."""
+    boundaries = len(source.decoder_streams)
+
+    def patch(layer: int, x: torch.Tensor) -> torch.Tensor:
+        x = x.clone()
+        x[layer, contrast.step] = source.decoder_streams[layer][contrast.step].to(x)
+        return x
+
+    start = _from_boundary(run, boundaries)
+    return _metrics(model, run_src, contrast, boundaries, start=start, between_decoder_layers=patch)
+
+
+@torch.inference_mode()
+def patch_every_site(
+    model: Transformer, contrast: Contrast, noising: bool = False, sites_per_batch: int = SITES_PER_BATCH
+) -> Patching:
+    """Every site of every family patched in turn (denoising: the corrupted run given the clean run's activation
+    there; noising: the other way), batched."""
+    clean, corrupt = (
+        recorded_run(model, contrast.clean_src, contrast),
+        recorded_run(model, contrast.corrupt_src, contrast),
+    )
+    run_src, run, source = (contrast.clean_src, clean, corrupt) if noising else (contrast.corrupt_src, corrupt, clean)
+    difference = clean.metric - corrupt.metric
+
+    def shares(found: np.ndarray) -> np.ndarray:
+        return (found - run.metric) / difference if difference else np.full(found.shape, np.nan)
+
+    return Patching(
+        encoder_residual=patch_encoder_stream(model, contrast, noising, sites_per_batch).shares,
+        encoder_heads=shares(encoder_heads(model, contrast, run_src, run, source, sites_per_batch)),
+        cross_heads=shares(step_heads(model, contrast, run_src, run, source, AttentionKind.CROSS)),
+        decoder_self_heads=shares(step_heads(model, contrast, run_src, run, source, AttentionKind.DECODER)),
+        decoder_residual=shares(decoder_stream(model, contrast, run_src, run, source)),
+        metric_clean=clean.metric,
+        metric_corrupt=corrupt.metric,
+        noising=noising,
+    )
