@@ -14,6 +14,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 import torch
+from fixtures.patching_pair import CLEAN, CORRUPT
 from helpers import (
     REPO,
     SMALL_FILE_HUGE_CONFIG,
@@ -31,6 +32,9 @@ from helpers import (
 )
 from streamlit.testing.v1 import AppTest
 
+from transformer.analysis.interventions.patching import contrast_of_texts
+from transformer.analysis.interventions.sites import patch_every_site
+from transformer.analysis.interventions.summary import in_words
 from transformer.analysis.views import attention_view
 from transformer.decoding.forcing import teacher_force
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint, load_cost
@@ -737,3 +741,50 @@ def test_which_heads_matter_refuses_a_hostile_treebank_in_one_line_and_measures_
     assert not at.exception, at.exception
     assert len(at.error) == 1 and said in at.error[0].value and "\n" not in at.error[0].value, at.error
     assert "heads_matter" not in at.session_state and cost.peak_growth_mb < 100, cost
+
+
+# Cause: activation patching on the page, from a link or the example, the same as the package computes.
+LINK = {"text": CLEAN, "corrupt": CORRUPT, "target": "il", "against": "elle"}
+
+
+def opened_cause(query: dict[str, str]) -> AppTest:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    at.query_params.update(query)
+    return at.switch_page("pages/cause.py").run()
+
+
+def test_a_link_reproduces_the_packages_patching_and_says_what_it_shows():
+    at = opened_cause(LINK)
+    assert not at.exception and not at.error
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    contrast, clean = contrast_of_texts(shipped.model, shipped.tokenizer, CLEAN, CORRUPT, "il", "elle")
+    expected = in_words(patch_every_site(shipped.model, contrast), clean.src_pieces, "logit(il) − logit(elle)")
+    shown = markdown(at).replace("\\", "")
+    assert expected in shown and "“tired” alone at the encoder's input restores 100% of it" in shown
+    assert len(at.get("plotly_chart")) == 5  # the stream, a layer's encoder heads, cross and self heads, decoder stream
+    assert {name: at.query_params[name] for name in LINK} == LINK  # the page writes its own link back
+
+
+def test_the_example_fills_the_form_and_patches():
+    at = opened_cause({})
+    assert not at.exception and any("Give a corrupted sentence" in info.value for info in at.info)
+    at = next(button for button in at.button if button.label.startswith("Try the example")).click().run()
+    assert not at.exception and at.text_input(key="cause_corrupt").value == CORRUPT
+    assert "head cross.3.5 alone restores" in markdown(at).replace("\\", "")
+
+
+def test_what_cannot_be_patched_is_one_line():
+    shorter = opened_cause(LINK | {"corrupt": "The animal was tired."})
+    assert "Cannot patch: the clean source has 15 pieces and the corrupted one" in errors(shorter)
+    absent = opened_cause(LINK | {"target": "elle"})
+    assert "Cannot patch: no output token is 'elle'" in errors(absent)
+    for at in (shorter, absent):
+        assert not at.exception and not at.get("plotly_chart") and len(errors(at).splitlines()) == 1
+
+
+def test_the_encoder_layer_shown_is_carried_by_the_link():
+    at = opened_cause(LINK)
+    at = at.selectbox(key="cause_layer").set_value(2).run()
+    assert at.query_params["encoder_layer"] == "3"
+    again = opened_cause(dict(at.query_params))
+    assert again.selectbox(key="cause_layer").value == 2 and not again.exception

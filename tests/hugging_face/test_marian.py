@@ -121,7 +121,7 @@ def test_the_command_line_converts_a_directory_and_reads_one_directly(marian_dir
 
 
 PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computation", "learned", "checkpoints",
-         "compare", "heads", "corpus", "alignment"]  # fmt: skip
+         "compare", "heads", "corpus", "alignment", "cause"]  # fmt: skip
 
 
 def test_a_marian_directory_among_the_checkpoints_works_on_every_page(marian_dir, tmp_path, monkeypatch):
@@ -164,6 +164,9 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
         if page == "alignment":
             at.checkbox(key="align_example").check()
             at = at.button(key="FormSubmitter:alignment-Align and score").click().run()
+        if page == "cause":  # patched against a source of as many pieces, at the first output token
+            at.text_input(key="cause_corrupt").input("the red cat runs")
+            at = at.text_input(key="cause_target").input(at.session_state["result"].tgt_pieces[0].lstrip("▁")).run()
         assert not at.exception, page
         if page == "learned":  # no timeline in this checkpoints folder, the default's included: the page says so
             assert "No timeline is shipped" in at.info[-1].value

@@ -34,17 +34,19 @@ def matrix_heatmap(
     probabilities: bool = False,
     value_range: tuple[float, float] | None = None,
     cell_text: np.ndarray | None = None,
+    signed_bound: float | None = None,
 ) -> go.Figure:
     """A real matrix with its shape in the title; -inf cells (masked) grey; one row outlined if asked; `cell_text`,
     a few words written in each cell (a head's roles on a grid of heads).
 
     Probabilities (0..1), or values of a given non-negative range, get the attention's sequential colour
-    scale; anything else a diverging one centred on 0.
+    scale; anything else a diverging one centred on 0, within ±signed_bound where given (figures that share a
+    scale), else holding every value.
     """
     z = np.asarray(matrix, dtype=np.float32)
     rows, columns = z.shape
     z = np.where(np.isneginf(z), np.float32("nan"), z)
-    scale = _colour_scale(z, (0.0, 1.0) if probabilities else value_range)
+    scale = _colour_scale(z, (0.0, 1.0) if probabilities else value_range, signed_bound)
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -80,9 +82,11 @@ def matrix_heatmap(
     return fit_labels(fig)
 
 
-def _colour_scale(z: np.ndarray, value_range: tuple[float, float] | None) -> dict:
-    """A given range on the attention's sequential scale; without one, a diverging scale around 0 that holds every
-    value."""
+def _colour_scale(z: np.ndarray, value_range: tuple[float, float] | None, signed_bound: float | None = None) -> dict:
+    """A given range on the attention's sequential scale; without one, a diverging scale around 0 within
+    ±signed_bound, or holding every value."""
+    if signed_bound is not None:
+        return diverging_scale(signed_bound)
     if value_range is not None:
         return dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
     finite = np.abs(z[np.isfinite(z)])

@@ -18,6 +18,8 @@ import torch
 from transformer.analysis.alignment import Method, pair_matrix
 from transformer.analysis.attribution.measures import Attribution, attribute, contrastive
 from transformer.analysis.contributions import Contributions, contributions
+from transformer.analysis.interventions.patching import Contrast
+from transformer.analysis.interventions.sites import Patching, patch_every_site
 from transformer.analysis.timeline import Timeline
 from transformer.analysis.tuned_lens import TunedLens, read_with
 from transformer.analysis.walkthrough import SublayerInputs, sublayer_inputs
@@ -223,3 +225,23 @@ def heads_survey_cached(
     )
     _computed(computing_clock() - started)
     return survey
+
+
+@RESULTS
+def patching_cached(
+    _checkpoint: Checkpoint,
+    checkpoint_key: str,
+    clean_src: tuple[int, ...],
+    corrupt_src: tuple[int, ...],
+    output: tuple[int, ...],
+    step: int,
+    target: int,
+    foil: int | None,
+    noising: bool,
+    *,
+    _progress: Callable[[int, int], None],
+    _should_stop: Callable[[], bool],
+) -> Patching:
+    """Every site of a contrast patched (a classroom patching the teacher's pair patches it once)."""
+    contrast = Contrast(list(clean_src), list(corrupt_src), list(output), step, target, foil)
+    return patch_every_site(_checkpoint.model, contrast, noising, progress=_progress, should_stop=_should_stop)

@@ -172,6 +172,12 @@ KEYS: dict[str, Key] = {
     "heads_matter": Key(HeadsRun, None, "every head's importance, roles and pruning curve over the visitor's sample"),
     "ablate_heads": Key(list, None, "the heads picked on Head statistics, as Head values (its widget)"),
     "step_layers": Key(str, None, "the window of layers the explorer's step view is sent ('9-12'; its widget, linked)"),
+    "cause_corrupt": Key(str, None, "the corrupted sentence Cause patches against the sidebar's (its widget, linked)"),
+    "cause_target": Key(str, None, "the output token Cause reads (its widget, linked)"),
+    "cause_foil": Key(str, None, "the token Cause reads it against, or none (its widget, linked as against=)"),
+    "cause_noising": Key(bool, None, "whether Cause patches the corrupted run into the clean one (its widget, linked)"),
+    "cause_layer": Key(int, None, "the encoder layer whose heads Cause draws (0-based; its widget, linked)"),
+    "cause_stopped": Key(tuple, None, "the checkpoint key, contrast and direction whose patching the visitor stopped"),
 }
 
 

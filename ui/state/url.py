@@ -73,8 +73,23 @@ def read_url_once(checkpoints: dict) -> None:
 
 # The page controls a link names, by their URL parameter: the checkpoint Compare compares with, Attribution's mean
 # over heads and its foil, the heads Head statistics switches off and its statistics, the dimensions Positional
-# encoding draws, whether Attention, step by step draws whole weight matrices, the explorer's step view's layers.
-PAGE_PARAMETERS = ("with", "mean", "foil", "off", "statistic", "dims", "weights", "layers")
+# encoding draws, whether Attention, step by step draws whole weight matrices, the explorer's step view's layers,
+# and Cause's corrupted sentence, target, the token it is read against, its direction and encoder layer shown.
+PAGE_PARAMETERS = (
+    "with",
+    "mean",
+    "foil",
+    "off",
+    "statistic",
+    "dims",
+    "weights",
+    "layers",
+    "corrupt",
+    "target",
+    "against",
+    "noising",
+    "encoder_layer",
+)
 MAX_PAGE_VALUE = 2000  # characters of one such value a link may hold
 
 

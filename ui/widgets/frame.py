@@ -44,6 +44,7 @@ PAGES = {
         ("pages/heads.py", "Head statistics"),
         ("pages/corpus.py", "Corpus"),
         ("pages/alignment.py", "Alignment"),
+        ("pages/cause.py", "Cause"),
     ),
 }
 TITLES = {Path(script).name: title for pages in PAGES.values() for script, title in pages}

@@ -8,7 +8,7 @@ import pytest
 from fixtures.patching_pair import CLEAN, CORRUPT, in_float64, nnsight_shares
 
 from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
-from transformer.analysis.interventions.sites import patch_every_site
+from transformer.analysis.interventions.sites import PatchingStopped, batches, patch_every_site
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 
@@ -64,3 +64,14 @@ def test_head_sites_in_a_batch_give_what_each_gives_alone(shipped, pronoun, deno
     alone = patch_every_site(in_float64(shipped), pronoun, sites_per_batch=1)
     for family in ("encoder_residual", "encoder_heads"):  # the families batched by sites_per_batch
         np.testing.assert_allclose(getattr(denoised, family), getattr(alone, family), atol=1e-9, err_msg=family)
+
+
+def test_progress_counts_every_pass_and_a_stop_ends_the_work(shipped, pronoun):
+    heard = []
+    patch_every_site(shipped.model, pronoun, progress=lambda done, total: heard.append((done, total)))
+    total = batches(shipped.model, len(pronoun.clean_src), 32)
+    assert heard == [(done, total) for done in range(1, total + 1)]
+    asked = []
+    with pytest.raises(PatchingStopped):
+        patch_every_site(shipped.model, pronoun, should_stop=lambda: len(asked.append(0) or asked) >= 3)
+    assert len(asked) == 3  # stopped at the third pass's end, not run to the last

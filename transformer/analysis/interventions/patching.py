@@ -148,9 +148,14 @@ def encoder_streams(model: Transformer, src: list[int], contrast: Contrast) -> t
 
 @torch.inference_mode()
 def patch_encoder_stream(
-    model: Transformer, contrast: Contrast, noising: bool = False, sites_per_batch: int = SITES_PER_BATCH
+    model: Transformer,
+    contrast: Contrast,
+    noising: bool = False,
+    sites_per_batch: int = SITES_PER_BATCH,
+    after_batch: Callable[[], None] = lambda: None,
 ) -> EncoderPatching:
-    """Every encoder-stream site patched in turn (denoising, or noising), batched; see the module's docstring."""
+    """Every encoder-stream site patched in turn (denoising, or noising), batched; see the module's docstring.
+    `after_batch` is called after each batch (a progress bar's step; it may raise to stop the work)."""
     clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
     corrupt_streams, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
     run_src, run_streams, patched_from, base = (
@@ -170,6 +175,7 @@ def patch_encoder_stream(
             src = torch.tensor([run_src], device=device).expand(len(batch), -1)
             logits = step_logits(model, src, contrast, start=(layer, stream))
             found[layer, batch] = metric(logits, contrast).double().cpu().numpy()
+            after_batch()
     difference = metric_clean - metric_corrupt
     shares = (found - base) / difference if difference else np.full(found.shape, np.nan)
     return EncoderPatching(shares, metric_clean, metric_corrupt, noising)

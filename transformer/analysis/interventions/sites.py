@@ -122,7 +122,13 @@ def _from_boundary(run: Run, rows: int, layer: int | None = None) -> tuple[int, 
 
 
 def encoder_heads(
-    model: Transformer, contrast: Contrast, run_src: list[int], run: Run, source: Run, per_batch: int
+    model: Transformer,
+    contrast: Contrast,
+    run_src: list[int],
+    run: Run,
+    source: Run,
+    per_batch: int,
+    after_batch: Callable[[], None] = lambda: None,
 ) -> np.ndarray:
     """(L, H, S): each encoder head at each position given the source run's output there."""
     config = model.config
@@ -139,11 +145,18 @@ def encoder_heads(
             found[layer, first : first + len(batch)] = _metrics(
                 model, run_src, contrast, len(batch), probe=probe, start=start
             )
+            after_batch()
     return found.reshape(config.n_encoder_layers, config.n_heads, positions)
 
 
 def step_heads(
-    model: Transformer, contrast: Contrast, run_src: list[int], run: Run, source: Run, kind: AttentionKind
+    model: Transformer,
+    contrast: Contrast,
+    run_src: list[int],
+    run: Run,
+    source: Run,
+    kind: AttentionKind,
+    after_batch: Callable[[], None] = lambda: None,
 ) -> np.ndarray:
     """(L_dec, H): each decoder head of `kind` at the step given the source run's output there."""
     config = model.config
@@ -153,6 +166,7 @@ def step_heads(
         edit = replacing(source.heads[(kind, layer)], heads, [contrast.step] * len(heads))
         probe, start = Probe(head_edits={(kind, layer): edit}), _from_boundary(run, len(heads))
         found[layer] = _metrics(model, run_src, contrast, len(heads), probe=probe, start=start)
+        after_batch()
     return found
 
 
@@ -169,28 +183,61 @@ def decoder_stream(model: Transformer, contrast: Contrast, run_src: list[int], r
     return _metrics(model, run_src, contrast, boundaries, start=start, between_decoder_layers=patch)
 
 
+class PatchingStopped(Exception):
+    """The caller asked the patching to stop (its visitor left, or pressed Stop): nothing was returned."""
+
+
+def batches(model: Transformer, positions: int, per_batch: int) -> int:
+    """The forward passes patch_every_site makes after its two recorded runs: what its progress counts."""
+    config = model.config
+    stream = (config.n_encoder_layers + 1) * -(-positions // per_batch)
+    heads = config.n_encoder_layers * -(-(config.n_heads * positions) // per_batch)
+    return stream + heads + 2 * config.n_decoder_layers + 1
+
+
 @torch.inference_mode()
 def patch_every_site(
-    model: Transformer, contrast: Contrast, noising: bool = False, sites_per_batch: int = SITES_PER_BATCH
+    model: Transformer,
+    contrast: Contrast,
+    noising: bool = False,
+    sites_per_batch: int = SITES_PER_BATCH,
+    progress: Callable[[int, int], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> Patching:
     """Every site of every family patched in turn (denoising: the corrupted run given the clean run's activation
-    there; noising: the other way), batched."""
+    there; noising: the other way), batched. `progress` hears (passes done, passes in all) after each forward pass;
+    `should_stop` is asked then too, and PatchingStopped raised once it says yes."""
     clean, corrupt = (
         recorded_run(model, contrast.clean_src, contrast),
         recorded_run(model, contrast.corrupt_src, contrast),
     )
     run_src, run, source = (contrast.clean_src, clean, corrupt) if noising else (contrast.corrupt_src, corrupt, clean)
     difference = clean.metric - corrupt.metric
+    total, done = batches(model, len(run_src), sites_per_batch), 0
+
+    def after_batch() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+        if should_stop():
+            raise PatchingStopped()
 
     def shares(found: np.ndarray) -> np.ndarray:
         return (found - run.metric) / difference if difference else np.full(found.shape, np.nan)
 
+    stream = patch_encoder_stream(model, contrast, noising, sites_per_batch, after_batch).shares
+    heads = encoder_heads(model, contrast, run_src, run, source, sites_per_batch, after_batch)
+    cross = step_heads(model, contrast, run_src, run, source, AttentionKind.CROSS, after_batch)
+    decoder = step_heads(model, contrast, run_src, run, source, AttentionKind.DECODER, after_batch)
+    residual = decoder_stream(model, contrast, run_src, run, source)
+    after_batch()
     return Patching(
-        encoder_residual=patch_encoder_stream(model, contrast, noising, sites_per_batch).shares,
-        encoder_heads=shares(encoder_heads(model, contrast, run_src, run, source, sites_per_batch)),
-        cross_heads=shares(step_heads(model, contrast, run_src, run, source, AttentionKind.CROSS)),
-        decoder_self_heads=shares(step_heads(model, contrast, run_src, run, source, AttentionKind.DECODER)),
-        decoder_residual=shares(decoder_stream(model, contrast, run_src, run, source)),
+        encoder_residual=stream,
+        encoder_heads=shares(heads),
+        cross_heads=shares(cross),
+        decoder_self_heads=shares(decoder),
+        decoder_residual=shares(residual),
         metric_clean=clean.metric,
         metric_corrupt=corrupt.metric,
         noising=noising,

@@ -1,0 +1,218 @@
+"""Cause: where the model decides between two words, by activation patching the sidebar's sentence against a
+corrupted one (the grids of every site, a sentence saying what they show, the numbers as CSV)."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from transformer.analysis.interventions.patching import SITES_PER_BATCH, Contrast, foil_id, target_step
+from transformer.analysis.interventions.sites import Patching, PatchingStopped, batches
+from transformer.analysis.interventions.summary import in_words
+from transformer.decoding.result import DecodeInputError, source_ids
+from transformer.io.export import csv_text
+from transformer.model.heads import head_names, layer_name, layer_names
+from transformer.text.pieces import readable
+from transformer.viz.matrices import matrix_heatmap
+from ui.services import models
+from ui.services.explorer import Explored
+from ui.services.work import heavy_job
+from ui.state import keys, url
+from ui.widgets import frame
+from ui.widgets.charts import show
+from ui.widgets.progress import ProgressBar, pace, stop_button
+from ui.widgets.text import literal
+
+CLEAN = "The animal didn't cross the street because it was too tired."
+CORRUPT = "The animal didn't cross the street because it was too wide."
+INTRO = (
+    "Where does the model decide? Give a **corrupted** sentence that differs from the sidebar's in a word (the same "
+    "number of pieces), and an output token to read: the **target** the sidebar's translation writes, against a "
+    "**foil** (the token the corrupted sentence makes it write). Both sentences are run on the sidebar's translation; "
+    "then each site, one at a time, is given the other run's activation (*activation patching*, Vig et al. 2020; Meng "
+    "et al. 2022). A site's share is how much of the difference between the two runs patching it alone moves: 100 % "
+    "where that site carries all of it. Red restores the clean run's output, blue works against it."
+)
+
+
+@dataclass(frozen=True)
+class Asked:
+    corrupt: str
+    target: str
+    foil: str  # "" for none: the target's log-probability is read
+    noising: bool
+
+
+def from_the_link() -> None:
+    """The form's fields from a link, on the session's first visit to the page."""
+    session, linked = st.session_state, st.session_state.get("url_page", {})
+    if "cause_corrupt" not in session:
+        session.cause_corrupt = linked.get("corrupt", "")[: keys.MAX_CHARACTERS]
+        session.cause_target = linked.get("target", "")[:100]
+        session.cause_foil = linked.get("against", "")[:100]
+        session.cause_noising = linked.get("noising") == "1"
+
+
+def take_the_example() -> None:
+    session = st.session_state
+    session.text = session.applied_text = CLEAN
+    session.cause_corrupt, session.cause_target, session.cause_foil = CORRUPT, "il", "elle"
+
+
+def the_form(explored: Explored) -> Asked | None:
+    """The corrupted sentence, the target and foil, and the direction; None until the sentence and target are given."""
+    from_the_link()
+    st.button(f"Try the example: “{CLEAN}” against “…too wide.”, il against elle", on_click=take_the_example)
+    corrupt = st.text_input("Corrupted sentence", key="cause_corrupt", max_chars=keys.MAX_CHARACTERS)
+    left, middle, right = st.columns(3)
+    target = left.text_input(
+        "Target token", key="cause_target", max_chars=100, help="A token of the sidebar's translation, as it writes it"
+    )
+    foil = middle.text_input("Foil (optional)", key="cause_foil", max_chars=100)
+    noising = right.toggle(
+        "Noising",
+        key="cause_noising",
+        help="Off (denoising): the corrupted run is given the clean run's activation at each site, which asks which "
+        "sites suffice to restore the clean output. On (noising): the clean run is given the corrupted run's, which "
+        "asks which are needed.",
+    )
+    passes = batches(explored.checkpoint.model, len(explored.result.src_ids), SITES_PER_BATCH)
+    st.caption(pace("activation patching", explored.checkpoint_key, "forward pass", passes))
+    if not corrupt.strip() or not target.strip():
+        st.info("Give a corrupted sentence and a target token, or try the example.")
+        return None
+    return Asked(corrupt.strip(), target.strip(), foil.strip(), noising)
+
+
+def contrast_of(explored: Explored, asked: Asked) -> Contrast | None:
+    """The two runs and the token read, from the sidebar's translation; None with the reason in one line."""
+    result, tokenizer = explored.result, explored.checkpoint.tokenizer
+    try:
+        step = target_step(result.tgt_pieces, asked.target)
+        foil = foil_id(tokenizer, result.tgt_pieces[step], asked.foil) if asked.foil else None
+        corrupt = source_ids(tokenizer, asked.corrupt, explored.checkpoint.config.max_len)[0]
+        return Contrast(result.src_ids, corrupt, result.tgt_ids, step, result.tgt_ids[step], foil)
+    except (ValueError, DecodeInputError) as error:
+        st.error(literal(f"Cannot patch: {error}"))
+        return None
+
+
+def patched(explored: Explored, contrast: Contrast, noising: bool) -> Patching | None:
+    """Every site patched, in a heavy-job slot with its bar and Stop; None (said) once stopped."""
+    session, asked = st.session_state, (explored.checkpoint_key, contrast, noising)
+    if session.get("cause_stopped") == asked:
+        if st.button("Patch again", key="cause_resume", type="primary"):
+            session.pop("cause_stopped")
+            st.rerun()
+        st.info("Stopped: nothing was patched for these sentences.")
+        return None
+    stop = st.empty()  # Stop while patching, gone after
+    if stop_button("cause_stop", stop):  # pressed: this rerun ended the work at its last update
+        session.cause_stopped = asked
+        st.rerun()
+    passes = batches(explored.checkpoint.model, len(contrast.clean_src), SITES_PER_BATCH)
+    timed = ("activation patching", explored.checkpoint_key, passes)
+    progress = ProgressBar("Patching every site", passes, "forward passes", timed=timed)
+    try:
+        with heavy_job("activation patching") as should_stop:
+            found = models.patching_cached(
+                explored.checkpoint,
+                explored.checkpoint_key,
+                tuple(contrast.clean_src),
+                tuple(contrast.corrupt_src),
+                tuple(contrast.output),
+                contrast.step,
+                contrast.target,
+                contrast.foil,
+                noising,
+                _progress=progress,
+                _should_stop=should_stop,
+            )
+    except PatchingStopped:
+        return None
+    finally:
+        progress.close()
+        stop.empty()
+    return found
+
+
+def measured(asked: Asked) -> str:
+    return f"logit({asked.target}) − logit({asked.foil})" if asked.foil else f"log p({asked.target})"
+
+
+FAMILIES = {  # each family of sites: its grid's axes in the CSV
+    "encoder_residual": ("layer", "position"),
+    "encoder_heads": ("layer", "head", "position"),
+    "cross_heads": ("layer", "head"),
+    "decoder_self_heads": ("layer", "head"),
+    "decoder_residual": ("layer",),
+}
+
+
+def grids(explored: Explored, found: Patching) -> None:
+    """Each family's grid over the source words or the heads, on one scale centred on 0 (±1 at least: all of the
+    difference)."""
+    pieces = explored.result.src_pieces  # the figures show them as words are read
+    bound = max(1.0, *(float(np.nanmax(np.abs(getattr(found, family)), initial=0)) for family in FAMILIES))
+    config = explored.checkpoint.config
+    heads, decoder_layers = head_names(config.n_heads), layer_names(config.n_decoder_layers)
+
+    def drawn(values: np.ndarray, title: str, rows: list[str], columns: list[str], key: str) -> None:
+        show(matrix_heatmap(values, title, rows, columns, signed_bound=bound), key=key)
+
+    boundaries = ["the input", *(f"after {name}" for name in layer_names(config.n_encoder_layers))]
+    drawn(found.encoder_residual, "The encoder's stream", boundaries, pieces, "cause_stream")
+    layers = list(range(config.n_encoder_layers))
+    url.from_link("cause_layer", "encoder_layer", layers, name=lambda layer: str(layer + 1))
+    layer = st.selectbox("Encoder heads of", layers, format_func=layer_name, key="cause_layer")
+    drawn(found.encoder_heads[layer], f"Encoder heads, {layer_name(layer)}", heads, pieces, "cause_encoder_heads")
+    left, right = st.columns(2)
+    with left:
+        drawn(found.cross_heads, "Cross-attention heads at the step", decoder_layers, heads, "cause_cross")
+    with right:
+        drawn(found.decoder_self_heads, "Decoder self-attention heads at the step", decoder_layers, heads, "cause_self")
+    decoder_boundaries = ["the input", *(f"after {name}" for name in decoder_layers)]
+    drawn(found.decoder_residual[None], "The decoder's stream", ["at the step"], decoder_boundaries, "cause_dec")
+
+
+def every_site(explored: Explored, found: Patching) -> pd.DataFrame:
+    """One row per site: its family, layer, head and source position where it has them, the word, and its share."""
+    pieces = [readable(piece) for piece in explored.result.src_pieces]
+    rows = []
+    for family, axes in FAMILIES.items():
+        values = getattr(found, family)
+        for at in np.ndindex(values.shape):
+            site = dict(zip(axes, at))
+            word = pieces[site["position"]] if "position" in site else ""
+            rows.append({"site": family, **site, "word": word, "share": float(values[at])})
+    return pd.DataFrame(rows, columns=["site", "layer", "head", "position", "word", "share"])
+
+
+def page(explored: Explored) -> None:
+    st.markdown(INTRO)
+    asked = the_form(explored)
+    contrast = None if asked is None else contrast_of(explored, asked)
+    found = None if contrast is None else patched(explored, contrast, asked.noising)
+    if found is not None:
+        st.markdown(literal(in_words(found, explored.result.src_pieces, measured(asked))))
+        grids(explored, found)
+        st.download_button(
+            "Every site as CSV",
+            csv_text(every_site(explored, found)),
+            file_name="patching.csv",
+            mime="text/csv",
+            on_click="ignore",
+            key="cause_csv",
+        )
+    session = st.session_state
+    fields = {"corrupt": session.cause_corrupt, "target": session.cause_target, "against": session.cause_foil}
+    linked = {name: url.url_text(value.strip()) for name, value in fields.items() if value.strip()}
+    if session.cause_noising:
+        linked["noising"] = "1"
+    if found is not None:
+        linked["encoder_layer"] = str(session.cause_layer + 1)
+    url.write_url(linked)
+
+
+page(frame.draw(__file__))
