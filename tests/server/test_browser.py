@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlencode
 
 import pytest
 from fixtures.browser import (
@@ -18,6 +19,7 @@ from fixtures.browser import (
     wait_for_step_view,
     wait_idle,
 )
+from fixtures.patching_pair import CLEAN, CORRUPT
 
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 from transformer.io.timeline_file import load_timeline, timeline_path
@@ -319,6 +321,10 @@ SMALL_TEXT = """() => {
 }"""
 
 
+# Cause's example, as its link names it
+CAUSE = {"text": CLEAN, "corrupt": CORRUPT, "target": "il", "against": "elle"}
+
+
 @pytest.mark.parametrize("size", [(1024, 768), (1280, 720)], ids=["1024x768", "1280x720"])
 def test_presentation_mode_fits_a_projector(server, browser, size):
     page = browser.new_page(viewport={"width": size[0], "height": size[1]})
@@ -343,6 +349,7 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         ("learned", 0),
         ("checkpoints", 0),
         ("alignment", 0),
+        (f"cause?{urlencode(CAUSE)}", 5),
     ]
     if size != (1024, 768):  # the wider, shorter projector: the pages whose layout depends on the width
         pages = [entry for entry in pages if entry[0] in ("", "attention", "attribution", "learned")]
@@ -350,6 +357,7 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         "learned": f"{PLAYER}?.querySelector('.epoch-map .map-title')",
         "checkpoints": "document.querySelectorAll('.js-plotly-plot').length >= 2",
         "alignment": "[...document.querySelectorAll('button')].some(b => b.textContent === 'Align and score')",
+        f"cause?{urlencode(CAUSE)}": "[...document.querySelectorAll('button')].some(b => b.textContent.includes('CSV'))",
     }
     for path, figures in pages:
         if path:  # the other pages as a shared link opens them
