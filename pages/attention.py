@@ -48,6 +48,14 @@ class Drawn:
     exported: str
 
 
+INTRO = (
+    "Every head's attention, as the model computed it for the sidebar's sentence: choose the kind (the encoder's "
+    "self-attention, the decoder's masked self-attention, or cross-attention from the translation to the source), a "
+    "layer and a head; or a layer's heads side by side, the whole model at once, rollout and attention flow. Each "
+    "row is a query, each column a key it may look at, and each row sums to 1."
+)
+
+
 def choices(explored: Explored) -> tuple[Chosen, AttentionView]:
     """The page's controls, and the view of the result they choose."""
     session, result = st.session_state, explored.result
@@ -176,6 +184,7 @@ def downloads(explored: Explored, chosen: Chosen, view: AttentionView, exported_
 
 
 def page(explored: Explored) -> None:
+    st.markdown(INTRO)
     chosen, view = choices(explored)
     shown = drawn(chosen, view)
     figure_with_its_scale(shown.figure, chosen.fit_column)

@@ -17,6 +17,11 @@ from ui.widgets import frame
 from ui.widgets.charts import show, table
 from ui.widgets.text import literal
 
+INTRO = (
+    "What the selected model is: its size, configuration and parameters by component, the data it was trained on, "
+    "its training curves and scores; and where to upload a checkpoint of your own, kept in your session only."
+)
+
 
 def known(value: object, unit: str = "") -> str:
     return "not recorded" if value is None else f"{value:,.0f}{unit}" if isinstance(value, float) else f"{value}{unit}"
@@ -104,6 +109,7 @@ def training_curves(training: TrainingRecord) -> None:
 
 
 def page(explored: Explored) -> None:
+    st.markdown(INTRO)
     upload()
     facts(explored)
     training_curves(read_metadata(explored.checkpoint.metadata).training or TrainingRecord())

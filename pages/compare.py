@@ -20,6 +20,11 @@ from ui.widgets.controls import kind_layer_head, words_toggle
 from ui.widgets.notices import open_or_explain
 from ui.widgets.text import literal
 
+INTRO = (
+    "The sidebar's sentence read by two checkpoints side by side: each one's translation and the probability of "
+    "each token, and, where the two share a tokenizer, the same attention map of each and their difference."
+)
+
 
 def other_checkpoint(explored: Explored) -> tuple[str, KeyedCheckpoint]:
     """The checkpoint compared with the sidebar's, opened (by default the same run after its first epoch)."""
@@ -155,6 +160,7 @@ def differences(
 
 
 def page(explored: Explored) -> None:
+    st.markdown(INTRO)
     other_name, opened = other_checkpoint(explored)
     both_outputs(explored, other_name, opened)
     second, same_tokens = run_on_first_output(explored, other_name, opened)

@@ -26,6 +26,12 @@ from ui.widgets.charts import show, table
 from ui.widgets.progress import ProgressBar, pace
 from ui.widgets.text import literal
 
+INTRO = (
+    "What each head does: on the sidebar's sentence, how spread its attention is, how far it looks and how much it "
+    "rests on the sentence's end; what the translation loses when heads are switched off; and, over sentences of "
+    "your own, which heads the translation depends on."
+)
+
 
 def statistics_view(statistics: dict, key: str, ranges: dict[str, tuple[float, float]], kind: AttentionKind) -> str:
     """A sortable table (click a column), one statistic as a layers x heads heatmap, and the CSV; the statistic
@@ -147,7 +153,7 @@ def ablation(explored: Explored) -> list[Head]:
             without = models.ablation_cached(checkpoint, explored.checkpoint_key, explored.text, tuple(chosen))
         columns = st.columns(2)
         for column, (name, run_result) in zip(
-            columns, (("all heads", baseline), (f"{len(chosen)} heads off", without))
+            columns, (("all heads", baseline), (f"{len(chosen)} head{'s' if len(chosen) != 1 else ''} off", without))
         ):
             with column:
                 st.markdown(f"**{name}** · {literal(run_result.text)}")
@@ -172,6 +178,7 @@ def ablation(explored: Explored) -> list[Head]:
 
 
 def page(explored: Explored) -> None:
+    st.markdown(INTRO)
     kind = controls.attention_kind(horizontal=True)
     st.caption(" · ".join(f"**{name}**: {meaning}" for name, meaning in STATISTICS.items()))
     st.subheader("This sentence")

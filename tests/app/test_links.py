@@ -158,3 +158,11 @@ def test_a_link_with_a_mask_of_heads_opens_with_them_switched_off():
     assert not again.exception and f"{len(choices) - 3} heads off" in markdown(again)
     assert again.query_params["off"] == off  # the page writes the same link back
     assert all(isinstance(head, Head) for head in again.session_state["ablated"])  # the one value reaches the model
+
+
+def test_one_head_switched_off_is_one_head_off():
+    """Tried as a new user would: one head switched off by a link read "1 heads off"."""
+    from helpers import markdown
+
+    at = opened("heads", {"text": SENTENCE, "off": "cross.1.1"})
+    assert not at.exception and "1 head off" in markdown(at) and "1 heads off" not in markdown(at)

@@ -93,3 +93,22 @@ def test_a_visitor_who_leaves_while_taking_back_its_page_slot_gives_the_heavy_sl
     visitor.join(10)
     assert not visitor.is_alive()
     assert work.SLOTS.take(work.SLOTS.ask(), timeout=2), "the heavy slot was never given back"
+
+
+def test_every_page_opens_with_a_line_saying_what_it_is_for():
+    """Tried as a new user would: Attention maps, Checkpoints and Head statistics opened with no line saying what
+    they are for (the explorer says it in its "How to use this page")."""
+    from streamlit.testing.v1 import AppTest
+
+    from ui.widgets.frame import PAGES
+
+    def walk(node):
+        for child in getattr(node, "children", {}).values():
+            yield child
+            yield from walk(child)
+
+    for script, _ in [page for section in PAGES.values() for page in section][1:]:
+        at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180).switch_page(script).run()
+        shown = [element for element in walk(at.main) if type(element).__name__ != "Block"]
+        assert [type(element).__name__ for element in shown[:2]] == ["Title", "Markdown"], script
+        assert len(shown[1].value) >= 80, script
