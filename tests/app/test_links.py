@@ -166,3 +166,13 @@ def test_one_head_switched_off_is_one_head_off():
 
     at = opened("heads", {"text": SENTENCE, "off": "cross.1.1"})
     assert not at.exception and "1 head off" in markdown(at) and "1 heads off" not in markdown(at)
+
+
+def test_an_empty_sentence_keeps_the_pages_own_choices_in_its_link():
+    """Tried as a new user would: an empty sentence on Compare dropped `with=` from the link."""
+    at = opened("compare", {"text": SENTENCE, "with": "en-fr-general-epoch1"})
+    assert at.query_params["with"] == "en-fr-general-epoch1"
+    at.text_area(key="widget_text").input("   ")
+    at = at.button(key="translate").click().run()
+    assert not at.exception and "text" not in at.query_params
+    assert at.query_params["with"] == "en-fr-general-epoch1"

@@ -62,7 +62,7 @@ def menu() -> dict[str, list[StreamlitPage]]:
 def draw(script: str) -> Explored:
     """Draws the frame around the page whose script is `script` (its __file__); what the page draws on. Where there
     is nothing to show (an empty sentence, say), the page says why, offers sentences to try and names no sentence in
-    its link, then stops."""
+    its link (its own choices kept there), then stops."""
     if PagesManager.uses_pages_directory and not st.session_state.get("url_read"):
         # A server's first visitor opened a page by its URL: Streamlit ran the page alone, as its old pages/-folder
         # apps, with file names for a menu. Run app.py's navigation instead (on a session's first run only, where a
@@ -77,6 +77,6 @@ def draw(script: str) -> Explored:
     presentation_style()
     if explored is None:
         first_steps(st.session_state.get("checkpoint", ""))
-        url.write_url()
+        url.write_url({name: value for name, value in st.query_params.items() if name in url.PAGE_PARAMETERS})
         st.stop()
     return explored
