@@ -788,3 +788,13 @@ def test_the_encoder_layer_shown_is_carried_by_the_link():
     assert at.query_params["encoder_layer"] == "3"
     again = opened_cause(dict(at.query_params))
     assert again.selectbox(key="cause_layer").value == 2 and not again.exception
+
+
+def test_the_run_after_stop_on_which_heads_matter_says_it_stopped():
+    """Tried as a new user would: Stop on Which heads matter ended the work and said nothing (the Stop's rerun has
+    no submit, so the work's own "Stopped" was never reached)."""
+    at = start().switch_page("pages/heads.py").run()
+    assert not any("Stopped" in info.value for info in at.info)
+    at.session_state["matter_stop_ablation"] = True  # the value a pressed Stop has on the run it starts
+    at = at.run()
+    assert not at.exception and any(info.value.startswith("Stopped: nothing was kept") for info in at.info)

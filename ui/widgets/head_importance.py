@@ -37,6 +37,7 @@ from ui.widgets.text import literal
 MAX_SENTENCES = 200  # the sample's cap: every head off over 200 sentences is 16,000 greedy decodes for the default
 MAX_TREEBANK_SENTENCES = 2000
 PHASE_NAMES = {"ablation": "Switching each head off", "treebank": "Reading the gold parses", "pruning": "Pruning"}
+STOPPED = "Stopped: nothing was kept. Measure again when you are ready."
 MEASURES = {"gradient": "the gradient of a gate on each head (seconds)", "both": "also each head switched off"}
 # What the grids can draw, by the table's column, as a reader names it.
 COLUMNS = {
@@ -83,6 +84,8 @@ def section(explored: Explored) -> None:
         prune = st.checkbox("Also the pruning curve (10 % of the heads off at a time, up to 60 %)", key="matter_prune")
         run = st.form_submit_button("Measure the heads")
         st.caption(pace(work_name(measure, prune), explored.checkpoint_key, "sentence", count))
+    if any(session.get(f"matter_stop_{phase}") for phase in PHASES):  # this run is its Stop's: the work ended
+        st.info(STOPPED)
     if run:
         sample = uploaded_sample(sources, references, count)
         if sample is not None:
@@ -168,7 +171,7 @@ def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, pr
                 _computed=lambda seconds: TIMINGS.record(*timed, seconds),
             )
     except ImportanceStopped:
-        st.info("Stopped: nothing was kept. Measure again when you are ready.")
+        st.info(STOPPED)
         return None
     except TreebankError as error:
         st.error(literal(f"The gold parses cannot be read: {error}"))
