@@ -10,6 +10,7 @@ import streamlit as st
 from transformer.analysis.interventions.patching import SITES_PER_BATCH, Contrast, foil_id, target_step
 from transformer.analysis.interventions.sites import Patching, PatchingStopped, batches
 from transformer.analysis.interventions.summary import in_words
+from transformer.analysis.words import word_labels, word_spans
 from transformer.decoding.result import DecodeInputError, source_ids
 from transformer.io.export import csv_text
 from transformer.model.heads import head_names, layer_name, layer_names
@@ -19,7 +20,7 @@ from ui.services import models
 from ui.services.explorer import Explored
 from ui.services.work import heavy_job
 from ui.state import keys, url
-from ui.widgets import frame
+from ui.widgets import controls, frame
 from ui.widgets.charts import show
 from ui.widgets.progress import ProgressBar, pace, stop_button
 from ui.widgets.text import literal
@@ -36,12 +37,16 @@ INTRO = (
 )
 
 
+Spans = tuple[tuple[int, int], ...] | None  # the positions patched together, by word; None: each piece alone
+
+
 @dataclass(frozen=True)
 class Asked:
     corrupt: str
     target: str
     foil: str  # "" for none: the target's log-probability is read
     noising: bool
+    words: bool  # each word's pieces patched together
 
 
 def from_the_link() -> None:
@@ -70,6 +75,7 @@ def the_form(explored: Explored) -> Asked | None:
         "Target token", key="cause_target", max_chars=100, help="A token of the sidebar's translation, as it writes it"
     )
     foil = middle.text_input("Foil (optional)", key="cause_foil", max_chars=100)
+    words = controls.words_toggle(right)
     noising = right.toggle(
         "Noising",
         key="cause_noising",
@@ -82,7 +88,7 @@ def the_form(explored: Explored) -> Asked | None:
     if not corrupt.strip() or not target.strip():
         st.info("Give a corrupted sentence and a target token, or try the example.")
         return None
-    return Asked(corrupt.strip(), target.strip(), foil.strip(), noising)
+    return Asked(corrupt.strip(), target.strip(), foil.strip(), noising, words)
 
 
 def contrast_of(explored: Explored, asked: Asked) -> Contrast | None:
@@ -98,9 +104,10 @@ def contrast_of(explored: Explored, asked: Asked) -> Contrast | None:
         return None
 
 
-def patched(explored: Explored, contrast: Contrast, noising: bool) -> Patching | None:
-    """Every site patched, in a heavy-job slot with its bar and Stop; None (said) once stopped."""
-    session, asked = st.session_state, (explored.checkpoint_key, contrast, noising)
+def patched(explored: Explored, contrast: Contrast, noising: bool, spans: Spans) -> Patching | None:
+    """Every site patched (by word where `spans` are given), in a heavy-job slot with its bar and Stop; None (said)
+    once stopped."""
+    session, asked = st.session_state, (explored.checkpoint_key, contrast, noising, spans)
     if session.get("cause_stopped") == asked:
         if st.button("Patch again", key="cause_resume", type="primary"):
             session.pop("cause_stopped")
@@ -111,7 +118,7 @@ def patched(explored: Explored, contrast: Contrast, noising: bool) -> Patching |
     if stop_button("cause_stop", stop):  # pressed: this rerun ended the work at its last update
         session.cause_stopped = asked
         st.rerun()
-    passes = batches(explored.checkpoint.model, len(contrast.clean_src), SITES_PER_BATCH)
+    passes = batches(explored.checkpoint.model, len(spans or contrast.clean_src), SITES_PER_BATCH)
     timed = ("activation patching", explored.checkpoint_key, passes)
     progress = ProgressBar("Patching every site", passes, "forward passes", timed=timed)
     try:
@@ -126,6 +133,7 @@ def patched(explored: Explored, contrast: Contrast, noising: bool) -> Patching |
                 contrast.target,
                 contrast.foil,
                 noising,
+                spans,
                 _progress=progress,
                 _should_stop=should_stop,
             )
@@ -135,6 +143,15 @@ def patched(explored: Explored, contrast: Contrast, noising: bool) -> Patching |
         progress.close()
         stop.empty()
     return found
+
+
+def columns(explored: Explored, words: bool) -> tuple[Spans, list[str]]:
+    """The source's sites: each piece, or each word (its pieces patched together), and their labels (pieces)."""
+    pieces = explored.result.src_pieces
+    if not words:
+        return None, pieces
+    spans = word_spans(pieces)
+    return tuple(spans), word_labels(pieces, spans)
 
 
 def measured(asked: Asked) -> str:
@@ -150,10 +167,9 @@ FAMILIES = {  # each family of sites: its grid's axes in the CSV
 }
 
 
-def grids(explored: Explored, found: Patching) -> None:
+def grids(explored: Explored, found: Patching, pieces: list[str]) -> None:
     """Each family's grid over the source words or the heads, on one scale centred on 0 (±1 at least: all of the
     difference)."""
-    pieces = explored.result.src_pieces  # the figures show them as words are read
     bound = max(1.0, *(float(np.nanmax(np.abs(getattr(found, family)), initial=0)) for family in FAMILIES))
     config = explored.checkpoint.config
     heads, decoder_layers = head_names(config.n_heads), layer_names(config.n_decoder_layers)
@@ -176,9 +192,9 @@ def grids(explored: Explored, found: Patching) -> None:
     drawn(found.decoder_residual[None], "The decoder's stream", ["at the step"], decoder_boundaries, "cause_dec")
 
 
-def every_site(explored: Explored, found: Patching) -> pd.DataFrame:
+def every_site(found: Patching, pieces: list[str]) -> pd.DataFrame:
     """One row per site: its family, layer, head and source position where it has them, the word, and its share."""
-    pieces = [readable(piece) for piece in explored.result.src_pieces]
+    pieces = [readable(piece) for piece in pieces]
     rows = []
     for family, axes in FAMILIES.items():
         values = getattr(found, family)
@@ -193,13 +209,14 @@ def page(explored: Explored) -> None:
     st.markdown(INTRO)
     asked = the_form(explored)
     contrast = None if asked is None else contrast_of(explored, asked)
-    found = None if contrast is None else patched(explored, contrast, asked.noising)
+    spans, labels = columns(explored, asked is not None and asked.words)
+    found = None if contrast is None else patched(explored, contrast, asked.noising, spans)
     if found is not None:
-        st.markdown(literal(in_words(found, explored.result.src_pieces, measured(asked))))
-        grids(explored, found)
+        st.markdown(literal(in_words(found, labels, measured(asked))))
+        grids(explored, found, labels)
         st.download_button(
             "Every site as CSV",
-            csv_text(every_site(explored, found)),
+            csv_text(every_site(found, labels)),
             file_name="patching.csv",
             mime="text/csv",
             on_click="ignore",

@@ -798,3 +798,12 @@ def test_the_run_after_stop_on_which_heads_matter_says_it_stopped():
     at.session_state["matter_stop_ablation"] = True  # the value a pressed Stop has on the run it starts
     at = at.run()
     assert not at.exception and any(info.value.startswith("Stopped: nothing was kept") for info in at.info)
+
+
+def test_words_patch_each_words_pieces_together_on_the_page():
+    at = opened_cause(LINK | {"words": "1"})
+    assert not at.exception and not at.error and at.session_state["words"]
+    shown = markdown(at).replace("\\", "")
+    assert "“tired.” alone at the encoder's input restores 100% of it" in shown  # "tired" and "." are one word
+    stream = figure(at, 0)
+    assert array(stream["data"][0]["z"]).shape == (5, 12)  # 15 pieces, 12 words

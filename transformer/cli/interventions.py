@@ -13,6 +13,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
 
     from transformer.analysis.interventions.patching import contrast_of_texts
     from transformer.analysis.interventions.sites import patch_every_site
+    from transformer.analysis.words import word_labels, word_spans
     from transformer.hugging_face.directory import load_checkpoint_or_hf
     from transformer.model.heads import Head
     from transformer.model.kinds import AttentionKind
@@ -23,7 +24,8 @@ def cmd_patch(args: argparse.Namespace) -> int:
     step = None if args.step is None else args.step - 1
     contrast, clean = contrast_of_texts(model, tokenizer, args.clean, args.corrupt, args.target, args.foil, step)
     step, foil, corrupt_src = contrast.step, contrast.foil, contrast.corrupt_src
-    found = patch_every_site(model, contrast, noising=args.noising)
+    spans = word_spans(clean.src_pieces) if args.words else None
+    found = patch_every_site(model, contrast, noising=args.noising, spans=spans)
     arrays = {
         "encoder_residual": found.encoder_residual,
         "encoder_heads": found.encoder_heads,
@@ -36,6 +38,7 @@ def cmd_patch(args: argparse.Namespace) -> int:
         "target_id": np.array(contrast.target),
         "foil_id": np.array(-1 if foil is None else foil),
         "src_pieces": np.array(clean.src_pieces),
+        "src_words": np.array(word_labels(clean.src_pieces, spans or word_spans(clean.src_pieces))),
         "corrupt_pieces": np.array([tokenizer.id_to_piece(i) for i in corrupt_src]),
         "tgt_pieces": np.array(clean.tgt_pieces),
         "src_ids": np.array(clean.src_ids),
@@ -47,12 +50,13 @@ def cmd_patch(args: argparse.Namespace) -> int:
     measured = f"logit({args.target}) - logit({args.foil})" if foil is not None else f"log p({args.target})"
     stream = found.encoder_residual
     layer, position = np.unravel_index(np.nanargmax(np.abs(stream)), stream.shape)
+    columns = arrays["src_words"] if args.words else clean.src_pieces
     heads = {"cross": found.cross_heads, "decoder": found.decoder_self_heads}
     kind = max(heads, key=lambda name: np.nanmax(np.abs(heads[name])))
     head_layer, head = np.unravel_index(np.nanargmax(np.abs(heads[kind])), heads[kind].shape)
     print(
         f"{measured} at step {step + 1}: clean {found.metric_clean:.3f}, corrupted {found.metric_corrupt:.3f}; the "
-        f"encoder stream's strongest site: {readable(clean.src_pieces[position])} at layer boundary {layer} "
+        f"encoder stream's strongest site: {readable(str(columns[position]))} at layer boundary {layer} "
         f"({stream[layer, position]:+.2f} of the difference, {'noising' if args.noising else 'denoising'}); "
         f"the strongest head at the step: {Head(AttentionKind(kind), int(head_layer), int(head))} "
         f"({heads[kind][head_layer, head]:+.2f})",
@@ -77,6 +81,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     patch.add_argument("--step", type=int, help="the output step read (1-based); default: the target's first")
     patch.add_argument(
         "--noising", action="store_true", help="patch the corrupted run's activations into the clean run instead"
+    )
+    patch.add_argument(
+        "--words",
+        action="store_true",
+        help="patch each source word's pieces together: the encoder's grids by word (src_words), not by piece",
     )
     patch.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
     patch.add_argument("--format", choices=["npz", "json"], default="npz")

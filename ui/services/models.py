@@ -238,10 +238,19 @@ def patching_cached(
     target: int,
     foil: int | None,
     noising: bool,
+    spans: tuple[tuple[int, int], ...] | None,
     *,
     _progress: Callable[[int, int], None],
     _should_stop: Callable[[], bool],
 ) -> Patching:
-    """Every site of a contrast patched (a classroom patching the teacher's pair patches it once)."""
+    """Every site of a contrast patched, by word where `spans` are given (a classroom patching the teacher's pair
+    patches it once)."""
     contrast = Contrast(list(clean_src), list(corrupt_src), list(output), step, target, foil)
-    return patch_every_site(_checkpoint.model, contrast, noising, progress=_progress, should_stop=_should_stop)
+    return patch_every_site(
+        _checkpoint.model,
+        contrast,
+        noising,
+        progress=_progress,
+        should_stop=_should_stop,
+        spans=None if spans is None else list(spans),
+    )

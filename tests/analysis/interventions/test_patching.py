@@ -135,6 +135,12 @@ def test_the_command_line_writes_the_grid_and_says_what_it_cannot_read(tmp_path,
     ] == pytest.approx(1, abs=1e-4)
     assert found["tgt_pieces"][int(found["step"])] == "il" and float(found["metric_clean"]) > 0
     said = capsys.readouterr().err
+    by_word = tmp_path / "words.npz"
+    clean_and_corrupt = ["--clean", CLEAN, "--corrupt", CORRUPT, "--target", "il", "--foil", "elle"]
+    assert main(["patch", *clean_and_corrupt, "--words", "--out", str(by_word)]) == 0
+    words = np.load(by_word)
+    assert list(words["src_words"])[2] == "▁didn't" and words["encoder_residual"].shape == (layers + 1, 12)
+    assert "strongest site: tired. at layer boundary 0" in capsys.readouterr().err
     assert "strongest site: tired at layer boundary 0" in said and "the strongest head at the step: cross." in said
     refusals = {
         "--target": (["--target", "elle"], "no output token is 'elle': the output's pieces are"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from fixtures.patching_pair import CLEAN, CORRUPT, in_float64, nnsight_shares
 
 from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
@@ -75,3 +76,43 @@ def test_progress_counts_every_pass_and_a_stop_ends_the_work(shipped, pronoun):
     with pytest.raises(PatchingStopped):
         patch_every_site(shipped.model, pronoun, should_stop=lambda: len(asked.append(0) or asked) >= 3)
     assert len(asked) == 3  # stopped at the third pass's end, not run to the last
+
+
+def test_a_words_pieces_are_patched_together_where_words_are_asked(shipped, pronoun, denoised):
+    from transformer.analysis.interventions.patching import encoder_streams, metric, step_logits
+    from transformer.analysis.words import word_spans
+
+    model = in_float64(shipped)
+    pieces = [shipped.tokenizer.id_to_piece(i) for i in pronoun.clean_src]
+    spans = word_spans(pieces)
+    by_word = patch_every_site(model, pronoun, spans=spans)
+    assert by_word.encoder_residual.shape == (shipped.config.n_encoder_layers + 1, len(spans)) and len(spans) < len(
+        pieces
+    )
+    assert by_word.encoder_heads.shape[2] == len(spans)
+    for column, (start, end) in enumerate(spans):
+        if end - start == 1:  # a word of one piece: the same site as that piece
+            np.testing.assert_allclose(
+                by_word.encoder_residual[:, column], denoised.encoder_residual[:, start], atol=1e-9
+            )
+            np.testing.assert_allclose(
+                by_word.encoder_heads[:, :, column], denoised.encoder_heads[:, :, start], atol=1e-9
+            )
+    start, end = next(span for span in spans if span[1] - span[0] > 1)  # "didn't": its pieces patched at once
+    clean, metric_clean = encoder_streams(model, pronoun.clean_src, pronoun)
+    _, metric_corrupt = encoder_streams(model, pronoun.corrupt_src, pronoun)
+
+    def whole_word(layer: int, x):
+        if layer == 2:
+            x = x.clone()
+            x[:, start:end] = clean[2][start:end]
+        return x
+
+    with torch.inference_mode():
+        patched = float(
+            metric(step_logits(model, torch.tensor([pronoun.corrupt_src]), pronoun, whole_word), pronoun)[0]
+        )
+    column = spans.index((start, end))
+    expected = (patched - metric_corrupt) / (metric_clean - metric_corrupt)
+    assert by_word.encoder_residual[2, column] == pytest.approx(expected, abs=1e-9)
+    assert abs(expected - denoised.encoder_residual[2, start]) > 1e-3  # not its first piece's share alone

@@ -91,8 +91,9 @@ def contrast_of_texts(
 
 @dataclass(frozen=True)
 class EncoderPatching:
-    """Each encoder-stream site's share of the metric's difference, (L + 1, S): row 0 the embeddings with positions
-    (the first layer's input), row L the last layer's output, before the final norm."""
+    """Each encoder-stream site's share of the metric's difference, (L + 1, S), or (L + 1, words) where words were
+    patched whole: row 0 the embeddings with positions (the first layer's input), row L the last layer's output,
+    before the final norm."""
 
     shares: np.ndarray
     metric_clean: float
@@ -153,9 +154,11 @@ def patch_encoder_stream(
     noising: bool = False,
     sites_per_batch: int = SITES_PER_BATCH,
     after_batch: Callable[[], None] = lambda: None,
+    spans: list[tuple[int, int]] | None = None,
 ) -> EncoderPatching:
     """Every encoder-stream site patched in turn (denoising, or noising), batched; see the module's docstring.
-    `after_batch` is called after each batch (a progress bar's step; it may raise to stop the work)."""
+    `after_batch` is called after each batch (a progress bar's step; it may raise to stop the work). `spans`, if
+    given, are the positions patched together ([start, end) each, a word's pieces): the grid's columns."""
     clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
     corrupt_streams, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
     run_src, run_streams, patched_from, base = (
@@ -163,18 +166,19 @@ def patch_encoder_stream(
         if noising
         else (contrast.corrupt_src, corrupt_streams, clean_streams, metric_corrupt)
     )
-    boundaries, positions = len(clean_streams), len(run_src)
-    found = np.empty((boundaries, positions))
+    boundaries = len(clean_streams)
+    spans = spans or [(position, position + 1) for position in range(len(run_src))]
+    found = np.empty((boundaries, len(spans)))
     device = model_device(model)
     for layer in range(boundaries):  # each batch one boundary's sites: it starts from the run's own stream there
-        for first in range(0, positions, sites_per_batch):
-            batch = list(range(first, min(first + sites_per_batch, positions)))
+        for first in range(0, len(spans), sites_per_batch):
+            batch = spans[first : first + sites_per_batch]
             stream = run_streams[layer][None].repeat(len(batch), 1, 1)
-            for row, position in enumerate(batch):
-                stream[row, position] = patched_from[layer][position]
+            for row, (start, end) in enumerate(batch):
+                stream[row, start:end] = patched_from[layer][start:end]
             src = torch.tensor([run_src], device=device).expand(len(batch), -1)
             logits = step_logits(model, src, contrast, start=(layer, stream))
-            found[layer, batch] = metric(logits, contrast).double().cpu().numpy()
+            found[layer, first : first + len(batch)] = metric(logits, contrast).double().cpu().numpy()
             after_batch()
     difference = metric_clean - metric_corrupt
     shares = (found - base) / difference if difference else np.full(found.shape, np.nan)

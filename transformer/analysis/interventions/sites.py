@@ -46,8 +46,8 @@ class Patching:
     """Each site's share of the metric's difference (denoising: 1 where patching it restores all of the clean
     metric; noising: -1 where it removes all), by site family."""
 
-    encoder_residual: np.ndarray  # (L_enc + 1, S): row 0 the embeddings with positions, row L the last layer's output
-    encoder_heads: np.ndarray  # (L_enc, H, S)
+    encoder_residual: np.ndarray  # (L_enc + 1, S or words): row 0 the embeddings with positions, row L the last output
+    encoder_heads: np.ndarray  # (L_enc, H, S or words)
     cross_heads: np.ndarray  # (L_dec, H) at the step
     decoder_self_heads: np.ndarray  # (L_dec, H) at the step
     decoder_residual: np.ndarray  # (L_dec + 1,) at the step: entry 0 the embedded input, L the last layer's output
@@ -94,14 +94,16 @@ def recorded_run(model: Transformer, src: list[int], contrast: Contrast) -> Run:
     return Run(heads, encoder_streams, decoder_streams, float(metric(logits, contrast)[0]))
 
 
-def replacing(values: torch.Tensor, heads: list[int], positions: list[int]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """A head edit that gives row b of the batch head heads[b]'s output at positions[b] from `values` (H, T, d)."""
+Span = tuple[int, int]  # [start, end) positions patched together: one position, or a word's pieces
+
+
+def replacing(values: torch.Tensor, heads: list[int], spans: list[Span]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A head edit that gives row b of the batch head heads[b]'s outputs over spans[b] from `values` (H, T, d)."""
 
     def edit(outputs: torch.Tensor) -> torch.Tensor:
         outputs = outputs.clone()
-        rows = torch.arange(len(heads), device=outputs.device)
-        head, position = torch.tensor(heads, device=outputs.device), torch.tensor(positions, device=outputs.device)
-        outputs[rows, head, position] = values[head, position].to(outputs)
+        for row, (head, (start, end)) in enumerate(zip(heads, spans)):
+            outputs[row, head, start:end] = values[head, start:end].to(outputs)
         return outputs
 
     return edit
@@ -129,16 +131,17 @@ def encoder_heads(
     source: Run,
     per_batch: int,
     after_batch: Callable[[], None] = lambda: None,
+    spans: list[Span] | None = None,
 ) -> np.ndarray:
-    """(L, H, S): each encoder head at each position given the source run's output there."""
+    """(L, H, S): each encoder head at each position (or each span: (L, H, spans)) given the source run's output."""
     config = model.config
-    positions = len(run_src)
-    sites = [(head, position) for head in range(config.n_heads) for position in range(positions)]
-    found = np.empty((config.n_encoder_layers, config.n_heads * positions))
+    spans = spans or [(position, position + 1) for position in range(len(run_src))]
+    sites = [(head, span) for head in range(config.n_heads) for span in spans]
+    found = np.empty((config.n_encoder_layers, len(sites)))
     for layer in range(config.n_encoder_layers):
         for first in range(0, len(sites), per_batch):
             batch = sites[first : first + per_batch]
-            heads, where = [h for h, _ in batch], [p for _, p in batch]
+            heads, where = [h for h, _ in batch], [span for _, span in batch]
             site = (AttentionKind.ENCODER, layer)
             probe = Probe(head_edits={site: replacing(source.heads[site], heads, where)})
             start = _from_boundary(run, len(batch), layer)
@@ -146,7 +149,7 @@ def encoder_heads(
                 model, run_src, contrast, len(batch), probe=probe, start=start
             )
             after_batch()
-    return found.reshape(config.n_encoder_layers, config.n_heads, positions)
+    return found.reshape(config.n_encoder_layers, config.n_heads, len(spans))
 
 
 def step_heads(
@@ -163,7 +166,7 @@ def step_heads(
     heads = list(range(config.n_heads))
     found = np.empty((config.n_decoder_layers, config.n_heads))
     for layer in range(config.n_decoder_layers):
-        edit = replacing(source.heads[(kind, layer)], heads, [contrast.step] * len(heads))
+        edit = replacing(source.heads[(kind, layer)], heads, [(contrast.step, contrast.step + 1)] * len(heads))
         probe, start = Probe(head_edits={(kind, layer): edit}), _from_boundary(run, len(heads))
         found[layer] = _metrics(model, run_src, contrast, len(heads), probe=probe, start=start)
         after_batch()
@@ -188,7 +191,8 @@ class PatchingStopped(Exception):
 
 
 def batches(model: Transformer, positions: int, per_batch: int) -> int:
-    """The forward passes patch_every_site makes after its two recorded runs: what its progress counts."""
+    """The forward passes patch_every_site makes after its two recorded runs over `positions` sites (source
+    positions, or words): what its progress counts."""
     config = model.config
     stream = (config.n_encoder_layers + 1) * -(-positions // per_batch)
     heads = config.n_encoder_layers * -(-(config.n_heads * positions) // per_batch)
@@ -203,17 +207,19 @@ def patch_every_site(
     sites_per_batch: int = SITES_PER_BATCH,
     progress: Callable[[int, int], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    spans: list[Span] | None = None,
 ) -> Patching:
     """Every site of every family patched in turn (denoising: the corrupted run given the clean run's activation
     there; noising: the other way), batched. `progress` hears (passes done, passes in all) after each forward pass;
-    `should_stop` is asked then too, and PatchingStopped raised once it says yes."""
+    `should_stop` is asked then too, and PatchingStopped raised once it says yes. `spans`, if given, are the source
+    positions patched together (each word's pieces: analysis.words.word_spans): the encoder's grids are by span."""
     clean, corrupt = (
         recorded_run(model, contrast.clean_src, contrast),
         recorded_run(model, contrast.corrupt_src, contrast),
     )
     run_src, run, source = (contrast.clean_src, clean, corrupt) if noising else (contrast.corrupt_src, corrupt, clean)
     difference = clean.metric - corrupt.metric
-    total, done = batches(model, len(run_src), sites_per_batch), 0
+    total, done = batches(model, len(spans or run_src), sites_per_batch), 0
 
     def after_batch() -> None:
         nonlocal done
@@ -226,8 +232,8 @@ def patch_every_site(
     def shares(found: np.ndarray) -> np.ndarray:
         return (found - run.metric) / difference if difference else np.full(found.shape, np.nan)
 
-    stream = patch_encoder_stream(model, contrast, noising, sites_per_batch, after_batch).shares
-    heads = encoder_heads(model, contrast, run_src, run, source, sites_per_batch, after_batch)
+    stream = patch_encoder_stream(model, contrast, noising, sites_per_batch, after_batch, spans).shares
+    heads = encoder_heads(model, contrast, run_src, run, source, sites_per_batch, after_batch, spans)
     cross = step_heads(model, contrast, run_src, run, source, AttentionKind.CROSS, after_batch)
     decoder = step_heads(model, contrast, run_src, run, source, AttentionKind.DECODER, after_batch)
     residual = decoder_stream(model, contrast, run_src, run, source)
