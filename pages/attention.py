@@ -51,7 +51,7 @@ class Drawn:
 INTRO = (
     "Every head's attention, as the model computed it for the sidebar's sentence: choose the kind (the encoder's "
     "self-attention, the decoder's masked self-attention, or cross-attention from the translation to the source), a "
-    "layer and a head; or a layer's heads side by side, the whole model at once, rollout and attention flow. Each "
+    "layer and a head; or a layer's heads side by side, every layer and head at once, rollout and attention flow. Each "
     "row is a query, each column a key it may look at, and each row sums to 1."
 )
 

@@ -19,7 +19,7 @@ from ui.widgets.text import literal
 
 INTRO = (
     "What the selected model is: its size, configuration and parameters by component, the data it was trained on, "
-    "its training curves and scores; and where to upload a checkpoint of your own, kept in your session only."
+    "its training curves and scores; and where to add a checkpoint file of your own, kept in your session only."
 )
 
 

@@ -164,10 +164,16 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
         if page == "alignment":
             at.checkbox(key="align_example").check()
             at = at.button(key="FormSubmitter:alignment-Align and score").click().run()
-        if page == "cause":  # patched against a source of as many pieces, at the first output token
-            at.text_input(key="cause_corrupt").input("the red cat runs")
-            at = at.text_input(key="cause_target").input(at.session_state["result"].tgt_pieces[0].lstrip("▁")).run()
+        if page == "cause":  # patched against a source of as many pieces (the first found), at the first output token
+            first = at.session_state["result"].tgt_pieces[0].lstrip("▁Ġ")
+            at = at.text_input(key="cause_target").input(first).run()
+            same = at.session_state["applied_text"]  # last: the sentence itself, nothing to trace, said so
+            for corrupt in ("the red cat runs", "the blue dog runs", "a red dog runs", "the red dog sits", same):
+                at = at.text_input(key="cause_corrupt").input(corrupt).run()
+                if not any("pieces and the corrupted one" in error.value for error in at.error):
+                    break
         assert not at.exception, page
+        assert page != "cause" or not at.error, [e.value for e in at.error]
         if page == "learned":  # no timeline in this checkpoints folder, the default's included: the page says so
             assert "No timeline is shipped" in at.info[-1].value
             continue
