@@ -5,13 +5,12 @@ decoder's heads and stream at the step) against one decode."""
 from __future__ import annotations
 
 from benchmarks.model_speed import Row, median_ms
+from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
+from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
 from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
 from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.strategies import decode_text
 from transformer.io.checkpoint import Checkpoint
-
-CLEAN = "The animal didn't cross the street because it was too tired."
-CORRUPT = "The animal didn't cross the street because it was too wide."
 
 
 def patching_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:

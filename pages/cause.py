@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
+from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
 from transformer.analysis.interventions.patching import SITES_PER_BATCH, Contrast, foil_id, target_step
 from transformer.analysis.interventions.sites import Patching, PatchingStopped, batches
 from transformer.analysis.interventions.summary import in_words
@@ -25,8 +27,6 @@ from ui.widgets.charts import show
 from ui.widgets.progress import ProgressBar, pace, stop_button
 from ui.widgets.text import literal
 
-CLEAN = "The animal didn't cross the street because it was too tired."
-CORRUPT = "The animal didn't cross the street because it was too wide."
 INTRO = (
     "Where does the model decide? Give a **corrupted** sentence that differs from the sidebar's in a word (the same "
     "number of pieces), and an output token to read: the **target** the sidebar's translation writes, against a "

@@ -26,6 +26,9 @@ from transformer.text.pieces import WORD_START
 from transformer.text.tokenizer import TokenizerBase
 
 SITES_PER_BATCH = 32  # patched runs in one forward pass, all at one layer boundary
+# The built-in pair (Vig et al. 2020's kind): the page's example, the benchmark's and the tests'
+CLEAN_EXAMPLE = "The animal didn't cross the street because it was too tired."
+CORRUPT_EXAMPLE = "The animal didn't cross the street because it was too wide."
 
 
 @dataclass(frozen=True)
