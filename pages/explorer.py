@@ -4,13 +4,16 @@ from dataclasses import replace
 
 import streamlit as st
 
+from transformer.analysis.interventions.knockout import AttentionEdit, Pin
 from transformer.analysis.tuned_lens import TunedLens, TunedLensError
 from transformer.analysis.views import attention_view
+from transformer.analysis.words import word_labels, word_spans
 from transformer.decoding.candidate_words import worked_out_at_open
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeInputError, DecodeResult
 from transformer.model.heads import head_names, layer_name
-from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START
+from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START, readable
+from transformer.text.tokenizer import TokenizerBase
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
 from ui.players.step_player import StepAction, layer_windows, step_player, window_name
@@ -179,6 +182,96 @@ def teacher_forcing(explored: Explored) -> None:
                         )
 
 
+def edit_controls(explored: Explored) -> tuple[AttentionEdit, dict[str, str]]:
+    """The step view's attention edit as the visitor sets it (a link's first), and the link's parameters for it."""
+    session, result = st.session_state, explored.result
+    config = explored.checkpoint.model.config
+    spans = word_spans(result.src_pieces)
+    labels = [readable(label) for label in word_labels(result.src_pieces, spans)]
+    words = list(range(len(spans)))
+
+    def word_name(word: int) -> str:
+        return labels[word] if labels.count(labels[word]) == 1 else f"{labels[word]} (word {word + 1})"
+
+    layers = list(range(config.n_decoder_layers))
+    heads = [None, *((layer, head) for layer in layers for head in range(config.n_heads))]
+    if session.get("knockout_source") != (explored.checkpoint_key, tuple(result.src_ids)):  # another sentence or model
+        session.knockout_source = (explored.checkpoint_key, tuple(result.src_ids))
+        for name in ("knockout_words", "knockout_layers", "knockout_pin", "knockout_pin_word"):
+            session.pop(name, None)
+    url.many_from_link("knockout_words", "cut", words, name=lambda word: str(word + 1))
+    if not url.many_from_link("knockout_layers", "cut_layers", layers, name=lambda layer: str(layer + 1)):
+        session.setdefault("knockout_layers", layers)
+    url.from_link("knockout_pin", "pin", heads, name=lambda pin: "" if pin is None else f"{pin[0] + 1}.{pin[1] + 1}")
+    url.from_link("knockout_pin_word", "pin_to", words, name=lambda word: str(word + 1))
+    step_column, blocked_column, layers_column = st.columns([1, 2, 1])
+    steps = list(range(result.steps))
+    piece = [readable(p) for p in result.tgt_pieces]
+    step_column.selectbox("At step", steps, format_func=lambda s: f"{s + 1} · {piece[s]}", **keys.shared("step"))
+    blocked = blocked_column.multiselect("Block these source words", words, format_func=word_name, key="knockout_words")
+    chosen_layers = layers_column.multiselect(
+        "in decoder layers", layers, format_func=lambda layer: f"{layer + 1}", key="knockout_layers"
+    )
+    pin_column, word_column = st.columns(2)
+    pin = pin_column.selectbox(
+        "Pin one cross-attention head",
+        heads,
+        format_func=lambda pin: "no head pinned" if pin is None else f"{layer_name(pin[0])}, head {pin[1] + 1}",
+        key="knockout_pin",
+    )
+    pin_word = (
+        None
+        if pin is None
+        else word_column.selectbox("to the word", words, format_func=word_name, key="knockout_pin_word")
+    )
+    positions = tuple(p for word in blocked for p in range(*spans[word]))
+    pins = () if pin_word is None else (Pin(pin[0], pin[1], tuple(range(*spans[pin_word]))),)
+    edit = AttentionEdit(positions, tuple(chosen_layers), pins)
+    linked = {"cut": ",".join(str(word + 1) for word in blocked)} if blocked else {}
+    if chosen_layers != layers:
+        linked["cut_layers"] = url.choices_text(chosen_layers, layers, name=lambda layer: str(layer + 1))
+    if pin_word is not None:
+        linked |= {"pin": f"{pin[0] + 1}.{pin[1] + 1}", "pin_to": str(pin_word + 1)}
+    return edit, linked
+
+
+def candidates_line(tokenizer: TokenizerBase, result: DecodeResult, step: int) -> str:
+    """A step's five most probable next tokens with their probabilities, as a line."""
+    pairs = zip(result.topk_ids[step].tolist()[:5], result.topk_probs[step].tolist()[:5])
+    return " · ".join(f"{literal(readable(tokenizer.id_to_piece(i)))} {p:.2f}" for i, p in pairs)
+
+
+def attention_edit(explored: Explored) -> dict[str, str]:
+    """Knockout and pinning from the step view (Geva et al. 2023): the step's candidates and the rest of the
+    translation as the model writes them with the decoder's cross-attention edited, beside the original; the
+    link's parameters for the edit."""
+    session = st.session_state
+    linked_edit = {"cut", "pin"} & set(session.get("url_page", {}))
+    asked = linked_edit or session.get("knockout_words") or session.get("knockout_pin") is not None
+    with st.expander("Knockout: cut source words from the decoder, or pin a head to one word", expanded=bool(asked)):
+        st.caption(
+            "A blocked word's attention score is set to −∞ before the softmax in every head of the layers chosen, "
+            "so it gets no weight and the other words share what it had; a pinned head looks at its word only. "
+            "The edit holds at every step; the output before the step is kept as it was, the rest decoded greedily."
+        )
+        edit, linked = edit_controls(explored)
+        if edit.empty:
+            st.caption("Choose source words to block, or a head to pin, to see what the model then writes.")
+            return linked
+        step = session.step
+        with st.spinner("Decoding with the attention edited ..."):
+            edited = models.knockout_cached(explored.checkpoint, explored.identity, step, edit, _result=explored.result)
+        tokenizer, original = explored.checkpoint.tokenizer, explored.result
+        before, after = (literal(readable(r.tgt_pieces[step])) if step < r.steps else "" for r in (original, edited))
+        said = "still writes" if before == after else f"now writes **{after}** where it wrote"
+        st.markdown(f"At step {step + 1} the model {said} **{before}**.")
+        for column, result, name in zip(st.columns(2), (original, edited), ("As it was", "With the edit")):
+            column.markdown(f"**{name}** · {literal(result.text)}")
+            if step < result.steps:
+                column.caption(f"Candidates at step {step + 1}: {candidates_line(tokenizer, result, step)}")
+    return linked
+
+
 def page(explored: Explored) -> None:
     config = explored.checkpoint.model.config
     # Computed before anything of the result is written, so that the new output and its step view appear together.
@@ -212,7 +305,8 @@ def page(explored: Explored) -> None:
     word_start_note(explored)
     if action is not None:
         answer(explored, action)
-    url.write_url({"layers": linked_layers} if linked_layers else None)
+    linked = attention_edit(explored)
+    url.write_url(linked | ({"layers": linked_layers} if linked_layers else {}))
     teacher_forcing(explored)
 
 

@@ -176,3 +176,35 @@ def test_an_empty_sentence_keeps_the_pages_own_choices_in_its_link():
     at = at.button(key="translate").click().run()
     assert not at.exception and "text" not in at.query_params
     assert at.query_params["with"] == "en-fr-general-epoch1"
+
+
+def test_a_link_with_a_knockout_opens_the_translation_as_the_edited_model_writes_it():
+    """The step view's knockout: "tired" and "it" blocked in every decoder layer at the step that writes il, and a
+    head pinned; the page shows the decode the analysis gives for that edit, beside the original, and writes the
+    same link back."""
+    from helpers import markdown
+
+    from transformer.analysis.interventions.knockout import AttentionEdit, Pin, edited_decode
+    from transformer.analysis.interventions.patching import CLEAN_EXAMPLE
+    from transformer.decoding.strategies import decode_text
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    original = decode_text(shipped.model, shipped.tokenizer, CLEAN_EXAMPLE)
+    step = original.tgt_pieces.index("il")
+    words = CLEAN_EXAMPLE.split()
+    it, tired = words.index("it"), words.index("tired.")  # "tired." is one word of pieces "▁tired" "."
+    link = {"text": CLEAN_EXAMPLE, "step": str(step + 1), "cut": f"{it + 1},{tired + 1}", "pin": "2.3"}
+    at = opened("explorer", link | {"pin_to": "2"})
+    assert not at.exception, at.exception
+    tired_pieces = [p for p, piece in enumerate(original.src_pieces) if piece in ("▁tired", ".")]
+    it_piece = original.src_pieces.index("▁it")
+    edit = AttentionEdit((it_piece, *tired_pieces), (0, 1, 2), (Pin(1, 2, (1,)),))
+    edited = edited_decode(shipped.model, shipped.tokenizer, original, step, edit)
+    shown = markdown(at)
+    assert f"**With the edit** · {edited.text}" in shown.replace("\\", "")
+    assert f"**As it was** · {original.text}" in shown.replace("\\", "")
+    assert edited.text != original.text  # the edit changes what the model writes (else the test shows nothing)
+    assert {name: at.query_params[name] for name in link} | {"pin_to": at.query_params["pin_to"]} == link | {
+        "pin_to": "2"
+    }

@@ -156,6 +156,10 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
     assert not at.exception and step_view(at)["step"] == 0
     for page in PAGES:
         at = at.switch_page(f"pages/{page}.py").run()
+        if page == "explorer":  # the first word blocked in every decoder layer, and the first head pinned to it
+            at = at.multiselect(key="knockout_words").set_value([0]).run()
+            at = at.selectbox(key="knockout_pin").set_value((0, 0)).run()
+            assert any("**With the edit** ·" in m.value for m in at.markdown), page
         if page == "compare":
             at = at.selectbox(key="compare_with").set_value("hf-copy").run()
         if page == "corpus":

@@ -210,6 +210,9 @@ def probed_attend(
     if probe is None:
         return module.attend(h, key, value, mask, need_weights, query=query, position_bias=position_bias)
     recording = probe.records is not None
+    if probe.allowed is not None:
+        allowed = probe.allowed.to(h.device)
+        mask = allowed if mask is None else mask & allowed
     out, p_attn = module.attend(
         h, key, value, mask, need_weights or recording, probe.keep, query, position_bias, probe.edit
     )

@@ -21,6 +21,16 @@ from transformer.model.kinds import AttentionKind
 HeadEdit = Callable[[torch.Tensor], torch.Tensor]
 
 
+def allowed_and_silenced(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A sublayer's keys each head may look at (H, T_k), True where it may, as a mask broadcastable over queries
+    (1, H, 1, T_k), and the heads that may look at none, as a keep (1, H, 1, 1) zeroing their output (None where
+    each head sees some key): a head that sees nothing adds nothing, where a softmax over no key would give NaN."""
+    blind = ~keys.any(dim=-1)
+    allowed = keys | blind[:, None]  # a blind head's row opened: its output is zeroed instead
+    keep = (~blind).float()[None, :, None, None] if blind.any() else None
+    return allowed[None, :, None, :], keep
+
+
 @dataclass(frozen=True)
 class SublayerRecord:
     """What one attention sublayer received and produced in a forward pass (batch first)."""
@@ -42,6 +52,7 @@ class SublayerProbe:
     records: dict[tuple[AttentionKind, int], SublayerRecord] | None  # where to record, if recording
     site: tuple[AttentionKind, int]
     edit: HeadEdit | None = None  # reads or replaces the heads' outputs before W_O
+    allowed: torch.Tensor | None = None  # (1, H, 1, T_k): the keys each head may look at (attention knockout)
 
     def record(self, record: SublayerRecord) -> None:
         if self.records is not None:
@@ -64,6 +75,8 @@ class Probe:
     gates: dict[tuple[AttentionKind, int], torch.Tensor] = field(default_factory=dict)
     # Per sublayer, a HeadEdit of its heads' outputs (activation patching)
     head_edits: dict[tuple[AttentionKind, int], HeadEdit] = field(default_factory=dict)
+    # Per sublayer, the keys each head may look at (H, T_k), True where it may (attention knockout and pinning)
+    key_masks: dict[tuple[AttentionKind, int], torch.Tensor] = field(default_factory=dict)
 
     @classmethod
     def ablating(cls, heads: Iterable[Head]) -> Probe:
@@ -78,14 +91,15 @@ class Probe:
         if not self.gates:
             return self
         gates = {site: gate.index_select(0, rows) for site, gate in self.gates.items()}
-        return Probe(self.heads_off, self.record_at, self.records, gates, self.head_edits)
+        return Probe(self.heads_off, self.record_at, self.records, gates, self.head_edits, self.key_masks)
 
     def at(self, kind: AttentionKind, layer: int, n_heads: int) -> SublayerProbe | None:
         """This probe's part for one sublayer, or None where it asks nothing of it."""
         off = [head.index for head in self.heads_off if (head.kind, head.layer) == (kind, layer)]
         recording = (kind, layer) in self.record_at
         gate, edit = self.gates.get((kind, layer)), self.head_edits.get((kind, layer))
-        if not off and not recording and gate is None and edit is None:
+        keys = self.key_masks.get((kind, layer))
+        if not off and not recording and gate is None and edit is None and keys is None:
             return None
         keep = None
         if off:
@@ -93,4 +107,9 @@ class Probe:
             keep[0, off] = 0.0
         if gate is not None:
             keep = gate[:, :, None, None] if keep is None else gate[:, :, None, None] * keep.to(gate)
-        return SublayerProbe(keep, self.records if recording else None, (kind, layer), edit)
+        allowed = None
+        if keys is not None:
+            allowed, silenced = allowed_and_silenced(keys)
+            if silenced is not None:
+                keep = silenced if keep is None else keep * silenced.to(keep)
+        return SublayerProbe(keep, self.records if recording else None, (kind, layer), edit, allowed)

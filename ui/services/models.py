@@ -18,6 +18,7 @@ import torch
 from transformer.analysis.alignment import Method, pair_matrix
 from transformer.analysis.attribution.measures import Attribution, attribute, contrastive
 from transformer.analysis.contributions import Contributions, contributions
+from transformer.analysis.interventions.knockout import AttentionEdit, edited_decode
 from transformer.analysis.interventions.patching import Contrast
 from transformer.analysis.interventions.sites import Patching, patch_every_site
 from transformer.analysis.timeline import Timeline
@@ -150,6 +151,14 @@ def sublayer_inputs_cached(_checkpoint: Checkpoint, identity: ResultIdentity, ki
 def ablation_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, heads: tuple[Head, ...]) -> DecodeResult:
     """A greedy decode with the given heads switched off."""
     return decode_with_chooser(_checkpoint.model, _checkpoint.tokenizer, text, probe=Probe.ablating(heads))
+
+
+@RESULTS
+def knockout_cached(
+    _checkpoint: Checkpoint, identity: ResultIdentity, step: int, edit: AttentionEdit, *, _result: DecodeResult
+) -> DecodeResult:
+    """A result decoded again from a step with the decoder's cross-attention edited (knockout, pinning)."""
+    return edited_decode(_checkpoint.model, _checkpoint.tokenizer, _result, step, edit)
 
 
 @RESULTS

@@ -172,6 +172,13 @@ KEYS: dict[str, Key] = {
     "heads_matter": Key(HeadsRun, None, "every head's importance, roles and pruning curve over the visitor's sample"),
     "ablate_heads": Key(list, None, "the heads picked on Head statistics, as Head values (its widget)"),
     "step_layers": Key(str, None, "the window of layers the explorer's step view is sent ('9-12'; its widget, linked)"),
+    "knockout_source": Key(tuple, None, "the checkpoint key and source ids the knockout's choices are for"),
+    "knockout_words": Key(list, None, "the source words the step view's knockout blocks (0-based; its widget, linked)"),
+    "knockout_layers": Key(
+        list, None, "the decoder layers where the knockout blocks them (0-based; its widget, linked)"
+    ),
+    "knockout_pin": Key(tuple, None, "the (layer, head) the step view pins to a word, or None (its widget, linked)"),
+    "knockout_pin_word": Key(int, None, "the source word the pinned head looks at (0-based; its widget, linked)"),
     "cause_corrupt": Key(str, None, "the corrupted sentence Cause patches against the sidebar's (its widget, linked)"),
     "cause_target": Key(str, None, "the output token Cause reads (its widget, linked)"),
     "cause_foil": Key(str, None, "the token Cause reads it against, or none (its widget, linked as against=)"),

@@ -74,7 +74,8 @@ def read_url_once(checkpoints: dict) -> None:
 # The page controls a link names, by their URL parameter: the checkpoint Compare compares with, Attribution's mean
 # over heads and its foil, the heads Head statistics switches off and its statistics, the dimensions Positional
 # encoding draws, whether Attention, step by step draws whole weight matrices, the explorer's step view's layers,
-# and Cause's corrupted sentence, target, the token it is read against, its direction and encoder layer shown.
+# Cause's corrupted sentence, target, the token it is read against, its direction and encoder layer shown, and the
+# step view's knockout: the source words it blocks (1-based), in which decoder layers, the head pinned and its word.
 PAGE_PARAMETERS = (
     "with",
     "mean",
@@ -89,6 +90,10 @@ PAGE_PARAMETERS = (
     "against",
     "noising",
     "encoder_layer",
+    "cut",
+    "cut_layers",
+    "pin",
+    "pin_to",
 )
 MAX_PAGE_VALUE = 2000  # characters of one such value a link may hold
 
