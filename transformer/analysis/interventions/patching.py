@@ -150,30 +150,27 @@ def encoder_streams(model: Transformer, src: list[int], contrast: Contrast) -> t
     return streams, float(metric(logits, contrast)[0])
 
 
-@torch.inference_mode()
-def patch_encoder_stream(
+Span = tuple[int, int]  # [start, end) positions patched together: one position, or a word's pieces
+
+
+def stream_metrics(
     model: Transformer,
     contrast: Contrast,
-    noising: bool = False,
+    run_src: list[int],
+    run_streams: list[torch.Tensor],
+    patched_from: list[torch.Tensor],
     sites_per_batch: int = SITES_PER_BATCH,
     after_batch: Callable[[], None] = lambda: None,
-    spans: list[tuple[int, int]] | None = None,
-) -> EncoderPatching:
-    """Every encoder-stream site patched in turn (denoising, or noising), batched; see the module's docstring.
-    `after_batch` is called after each batch (a progress bar's step; it may raise to stop the work). `spans`, if
-    given, are the positions patched together ([start, end) each, a word's pieces): the grid's columns."""
-    clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
-    corrupt_streams, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
-    run_src, run_streams, patched_from, base = (
-        (contrast.clean_src, clean_streams, corrupt_streams, metric_clean)
-        if noising
-        else (contrast.corrupt_src, corrupt_streams, clean_streams, metric_corrupt)
-    )
-    boundaries = len(clean_streams)
+    spans: list[Span] | None = None,
+) -> np.ndarray:
+    """The metric of the run of `run_src` (its streams `run_streams`) with each boundary's stream over each span
+    given `patched_from`'s, (boundaries, spans): one batch a boundary's sites (up to sites_per_batch), each
+    beginning at the run's own stream there. `after_batch` is called after each batch (a progress bar's step; it
+    may raise to stop the work)."""
     spans = spans or [(position, position + 1) for position in range(len(run_src))]
-    found = np.empty((boundaries, len(spans)))
+    found = np.empty((len(run_streams), len(spans)))
     device = model_device(model)
-    for layer in range(boundaries):  # each batch one boundary's sites: it starts from the run's own stream there
+    for layer in range(len(run_streams)):
         for first in range(0, len(spans), sites_per_batch):
             batch = spans[first : first + sites_per_batch]
             stream = run_streams[layer][None].repeat(len(batch), 1, 1)
@@ -183,6 +180,28 @@ def patch_encoder_stream(
             logits = step_logits(model, src, contrast, start=(layer, stream))
             found[layer, first : first + len(batch)] = metric(logits, contrast).double().cpu().numpy()
             after_batch()
+    return found
+
+
+@torch.inference_mode()
+def patch_encoder_stream(
+    model: Transformer,
+    contrast: Contrast,
+    noising: bool = False,
+    sites_per_batch: int = SITES_PER_BATCH,
+    spans: list[Span] | None = None,
+) -> EncoderPatching:
+    """Every encoder-stream site patched in turn (denoising, or noising), batched; see the module's docstring.
+    `spans`, if given, are the positions patched together ([start, end) each, a word's pieces): the grid's
+    columns."""
+    clean_streams, metric_clean = encoder_streams(model, contrast.clean_src, contrast)
+    corrupt_streams, metric_corrupt = encoder_streams(model, contrast.corrupt_src, contrast)
+    run_src, run_streams, patched_from, base = (
+        (contrast.clean_src, clean_streams, corrupt_streams, metric_clean)
+        if noising
+        else (contrast.corrupt_src, corrupt_streams, clean_streams, metric_corrupt)
+    )
+    found = stream_metrics(model, contrast, run_src, run_streams, patched_from, sites_per_batch, spans=spans)
     difference = metric_clean - metric_corrupt
     shares = (found - base) / difference if difference else np.full(found.shape, np.nan)
     return EncoderPatching(shares, metric_clean, metric_corrupt, noising)

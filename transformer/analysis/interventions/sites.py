@@ -18,9 +18,10 @@ import torch
 from transformer.analysis.interventions.patching import (
     SITES_PER_BATCH,
     Contrast,
+    Span,
     metric,
-    patch_encoder_stream,
     step_logits,
+    stream_metrics,
 )
 from transformer.decoding.result import model_device
 from transformer.model.encoder_decoder import Transformer
@@ -92,9 +93,6 @@ def recorded_run(model: Transformer, src: list[int], contrast: Contrast) -> Run:
     tensor = torch.tensor([src], device=model_device(model))
     logits = step_logits(model, tensor, contrast, keeping(encoder_streams), None, probe, keeping(decoder_streams))
     return Run(heads, encoder_streams, decoder_streams, float(metric(logits, contrast)[0]))
-
-
-Span = tuple[int, int]  # [start, end) positions patched together: one position, or a word's pieces
 
 
 def replacing(values: torch.Tensor, heads: list[int], spans: list[Span]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -232,14 +230,16 @@ def patch_every_site(
     def shares(found: np.ndarray) -> np.ndarray:
         return (found - run.metric) / difference if difference else np.full(found.shape, np.nan)
 
-    stream = patch_encoder_stream(model, contrast, noising, sites_per_batch, after_batch, spans).shares
+    stream = stream_metrics(
+        model, contrast, run_src, run.encoder_streams, source.encoder_streams, sites_per_batch, after_batch, spans
+    )
     heads = encoder_heads(model, contrast, run_src, run, source, sites_per_batch, after_batch, spans)
     cross = step_heads(model, contrast, run_src, run, source, AttentionKind.CROSS, after_batch)
     decoder = step_heads(model, contrast, run_src, run, source, AttentionKind.DECODER, after_batch)
     residual = decoder_stream(model, contrast, run_src, run, source)
     after_batch()
     return Patching(
-        encoder_residual=stream,
+        encoder_residual=shares(stream),
         encoder_heads=shares(heads),
         cross_heads=shares(cross),
         decoder_self_heads=shares(decoder),
