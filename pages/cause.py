@@ -15,9 +15,10 @@ from transformer.analysis.interventions.summary import in_words
 from transformer.analysis.words import word_labels, word_spans
 from transformer.decoding.result import DecodeInputError, source_ids
 from transformer.io.export import csv_text
-from transformer.model.heads import head_names, layer_name, layer_names
+from transformer.model.heads import layer_name
 from transformer.text.pieces import readable
-from transformer.viz.matrices import matrix_heatmap
+from transformer.viz.patching import FAMILIES, patching_grids
+from transformer.viz.report import patching_report
 from ui.services import models
 from ui.services.explorer import Explored
 from ui.services.work import heavy_job
@@ -158,38 +159,21 @@ def measured(asked: Asked) -> str:
     return f"logit({asked.target}) − logit({asked.foil})" if asked.foil else f"log p({asked.target})"
 
 
-FAMILIES = {  # each family of sites: its grid's axes in the CSV
-    "encoder_residual": ("layer", "position"),
-    "encoder_heads": ("layer", "head", "position"),
-    "cross_heads": ("layer", "head"),
-    "decoder_self_heads": ("layer", "head"),
-    "decoder_residual": ("layer",),
-}
-
-
 def grids(explored: Explored, found: Patching, pieces: list[str]) -> None:
     """Each family's grid over the source words or the heads, on one scale centred on 0 (±1 at least: all of the
-    difference)."""
-    bound = max(1.0, *(float(np.nanmax(np.abs(getattr(found, family)), initial=0)) for family in FAMILIES))
-    config = explored.checkpoint.config
-    heads, decoder_layers = head_names(config.n_heads), layer_names(config.n_decoder_layers)
-
-    def drawn(values: np.ndarray, title: str, rows: list[str], columns: list[str], key: str) -> None:
-        show(matrix_heatmap(values, title, rows, columns, signed_bound=bound), key=key)
-
-    boundaries = ["the input", *(f"after {name}" for name in layer_names(config.n_encoder_layers))]
-    drawn(found.encoder_residual, "The encoder's stream", boundaries, pieces, "cause_stream")
-    layers = list(range(config.n_encoder_layers))
+    difference); the encoder's heads one layer at a time."""
+    drawn = patching_grids(found, pieces)
+    show(drawn.encoder_stream, key="cause_stream")
+    layers = list(range(explored.checkpoint.config.n_encoder_layers))
     url.from_link("cause_layer", "encoder_layer", layers, name=lambda layer: str(layer + 1))
     layer = st.selectbox("Encoder heads of", layers, format_func=layer_name, key="cause_layer")
-    drawn(found.encoder_heads[layer], f"Encoder heads, {layer_name(layer)}", heads, pieces, "cause_encoder_heads")
+    show(drawn.encoder_heads[layer], key="cause_encoder_heads")
     left, right = st.columns(2)
     with left:
-        drawn(found.cross_heads, "Cross-attention heads at the step", decoder_layers, heads, "cause_cross")
+        show(drawn.cross_heads, key="cause_cross")
     with right:
-        drawn(found.decoder_self_heads, "Decoder self-attention heads at the step", decoder_layers, heads, "cause_self")
-    decoder_boundaries = ["the input", *(f"after {name}" for name in decoder_layers)]
-    drawn(found.decoder_residual[None], "The decoder's stream", ["at the step"], decoder_boundaries, "cause_dec")
+        show(drawn.decoder_self_heads, key="cause_self")
+    show(drawn.decoder_stream, key="cause_dec")
 
 
 def every_site(found: Patching, pieces: list[str]) -> pd.DataFrame:
@@ -205,6 +189,36 @@ def every_site(found: Patching, pieces: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["site", "layer", "head", "position", "word", "share"])
 
 
+def exports(
+    explored: Explored, asked: Asked, contrast: Contrast, found: Patching, labels: list[str], said: str
+) -> None:
+    """Every site as CSV, and the run as one offline HTML file (every grid, the encoder's heads of every layer)."""
+    csv_column, report_column = st.columns(2)
+    csv_column.download_button(
+        "Every site as CSV",
+        csv_text(every_site(found, labels)),
+        file_name="patching.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="cause_csv",
+    )
+    step = contrast.step + 1
+    lines = {
+        "Clean sentence": explored.text,
+        "Corrupted sentence": asked.corrupt,
+        "Translation": explored.result.text,
+        "Read": f"{measured(asked)} at step {step}, {'noising' if asked.noising else 'denoising'}",
+    }
+    report_column.download_button(
+        "HTML report (offline)",
+        lambda: patching_report(found, [readable(label) for label in labels], explored.checkpoint_name, lines, said),
+        file_name="patching-report.html",
+        mime="text/html",
+        on_click="ignore",
+        key="cause_report",
+    )
+
+
 def page(explored: Explored) -> None:
     st.markdown(INTRO)
     asked = the_form(explored)
@@ -212,16 +226,10 @@ def page(explored: Explored) -> None:
     spans, labels = columns(explored, asked is not None and asked.words)
     found = None if contrast is None else patched(explored, contrast, asked.noising, spans)
     if found is not None:
-        st.markdown(literal(in_words(found, labels, measured(asked))))
+        said = in_words(found, labels, measured(asked))
+        st.markdown(literal(said))
         grids(explored, found, labels)
-        st.download_button(
-            "Every site as CSV",
-            csv_text(every_site(found, labels)),
-            file_name="patching.csv",
-            mime="text/csv",
-            on_click="ignore",
-            key="cause_csv",
-        )
+        exports(explored, asked, contrast, found, labels, said)
     session = st.session_state
     fields = {"corrupt": session.cause_corrupt, "target": session.cause_target, "against": session.cause_foil}
     linked = {name: url.url_text(value.strip()) for name, value in fields.items() if value.strip()}

@@ -263,3 +263,36 @@ def test_blue_means_one_thing_in_the_attribution_figure_and_each_scale_says_what
     assert not any(bluish(colour) for _, colour in attention.colorscale)
     assert any(bluish(colour) for _, colour in gradient.colorscale)  # blue: lowered, there only
     assert "blue lowered" in gradient.colorbar.title.text and "never negative" in attention.colorbar.title.text
+
+
+def test_the_patching_report_holds_every_grid_of_the_run_offline_and_escapes_user_text():
+    """Cause's offline report: the encoder's stream, its heads of every layer (the page shows one at a time), the
+    decoder's heads and stream, each grid's numbers the run's, the sentences escaped."""
+    from helpers import array
+
+    from transformer.analysis.interventions.sites import Patching
+    from transformer.viz.report import patching_report
+
+    rng = np.random.default_rng(0)
+    found = Patching(
+        encoder_residual=rng.normal(size=(3, 4)),
+        encoder_heads=rng.normal(size=(2, 4, 4)),
+        cross_heads=rng.normal(size=(2, 4)),
+        decoder_self_heads=rng.normal(size=(2, 4)),
+        decoder_residual=rng.normal(size=3),
+        metric_clean=1.0,
+        metric_corrupt=-1.0,
+        noising=False,
+    )
+    lines = {"Corrupted sentence": "<script>alert(1)</script> wide"}
+    page = patching_report(found, ["the", "<b>", "is", "tired"], "default", lines, "Patching “tired” restores 90%.")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; wide" in page and "<script>alert(1)" not in page
+    assert "Patching “tired” restores 90%." in page and 'src="http' not in page
+    specs = re.findall(r'<script type="application/json">(.*?)</script>', page, re.S)
+    figures = [json.loads(spec) for spec in specs]
+    grids = [found.encoder_residual, *found.encoder_heads, found.cross_heads, found.decoder_self_heads]
+    assert len(figures) == len(grids) + 1  # and the decoder's stream
+    for figure, grid in zip(figures, [*grids, found.decoder_residual[None]]):
+        assert np.allclose(array(figure["data"][0]["z"]), grid, atol=1e-6)
+    assert all("<" not in spec for spec in specs)  # no label inside a figure can end its element
+    assert "Encoder heads, layer 2" in page and "Cross-attention heads at the step" in page

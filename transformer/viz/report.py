@@ -18,6 +18,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from transformer.analysis.interventions.sites import Patching
 from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
 from transformer.analysis.words import merge_words, word_labels, word_spans
@@ -27,6 +28,7 @@ from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
 from transformer.viz.attention import attention_heatmap, heads_or_means
 from transformer.viz.charts import token_probabilities
+from transformer.viz.patching import patching_grids
 
 REPORT_FIGURES = 2 + len(AttentionKind)
 CARTESIAN_BUNDLE = Path(__file__).parent / "vendor" / "plotly-cartesian.min.js"
@@ -96,24 +98,44 @@ def html_report(
         drawn.append(figure_section(title, figure))
         if progress:
             progress(len(drawn))
-    sections = "\n".join(drawn)
     rows = "\n".join(
         f"<tr><td>{t + 1}</td><td>{html.escape(readable(piece))}</td><td>{float(p):.3f}</td></tr>"
         for t, (piece, p) in enumerate(zip(result.tgt_pieces, result.token_probs.tolist()))
     )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>Attention report</title>
-<script type="text/javascript">{plotly_js()}</script>
-<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}} td{{padding:0 1em}}</style></head>
-<body>
-<h1>Attention report</h1>
-<p><b>Checkpoint:</b> {html.escape(checkpoint_name)} · <b>decoding:</b> {html.escape(result.strategy)}</p>
+    header = f"""<p><b>Checkpoint:</b> {html.escape(checkpoint_name)} · <b>decoding:</b> {html.escape(result.strategy)}</p>
 <p><b>Source:</b> {html.escape(source_text)}{" (cut to the model's maximum length)" if result.truncated else ""}</p>
 <p><b>Output:</b> {html.escape(result.text)}</p>{"<p>Maps over words: each word's pieces merged.</p>" if words else ""}
 <table><tr><th>step</th><th>token</th><th>probability</th></tr>
 {rows}
-</table>
-{sections}
+</table>"""
+    return standalone_page("Attention report", header, drawn)
+
+
+def standalone_page(title: str, header: str, sections: list[str]) -> str:
+    """One HTML file: plotly.js inlined, the header (HTML, its user text escaped by the caller), then the figures'
+    sections, each drawn when it comes near the screen."""
+    joined = "\n".join(sections)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<script type="text/javascript">{plotly_js()}</script>
+<style>body{{font-family:sans-serif;max-width:1200px;margin:auto}} td{{padding:0 1em}}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+{header}
+{joined}
 {DRAW_NEAR_SCREEN}
 </body></html>
 """
+
+
+def patching_report(
+    found: Patching, source_labels: list[str], checkpoint_name: str, lines: dict[str, str], said: str
+) -> str:
+    """An activation patching run as one offline HTML file: what was compared (`lines`, each a label and its text),
+    the sentence that says what the grids show, and every grid, the encoder's heads of every layer."""
+    grids = patching_grids(found, source_labels)
+    named = [("Checkpoint", checkpoint_name), *lines.items()]
+    header = "\n".join(f"<p><b>{html.escape(name)}:</b> {html.escape(text)}</p>" for name, text in named)
+    header += f"\n<p>{html.escape(said)}</p>"
+    sections = [figure_section(figure.layout.title.text or "", figure) for figure in grids.all()]
+    return standalone_page("Activation patching report", header, sections)
