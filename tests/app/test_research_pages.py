@@ -763,7 +763,10 @@ def test_a_link_reproduces_the_packages_patching_and_says_what_it_shows():
     assert expected in shown and "“tired” alone at the encoder's input restores 100% of it" in shown
     assert len(at.get("plotly_chart")) == 5  # the stream, a layer's encoder heads, cross and self heads, decoder stream
     assert {name: at.query_params[name] for name in LINK} == LINK  # the page writes its own link back
-    assert {button.proto.label for button in at.get("download_button")} == {"Every site as CSV", "HTML report (offline)"}
+    assert {button.proto.label for button in at.get("download_button")} == {
+        "Every site as CSV",
+        "HTML report (offline)",
+    }
 
 
 def test_the_example_fills_the_form_and_patches():

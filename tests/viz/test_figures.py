@@ -247,6 +247,31 @@ def test_the_report_merges_pieces_into_words_when_the_page_did():
     assert "Maps over words" in html_report(result, text, "default", words=True)
 
 
+def test_the_reports_probabilities_are_by_word_when_its_maps_are():
+    """Tried as a new user would: the report merged pieces into words in its maps, but not in its table of token
+    probabilities and their bars."""
+    import html
+
+    from transformer.analysis.words import word_spans
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+    from transformer.text.pieces import readable
+    from transformer.viz.report import report_figures
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    text = "The animal didn't cross the street because it was too tired."
+    result = decode_with_chooser(shipped.model, shipped.tokenizer, text)
+    spans = word_spans(result.tgt_pieces)
+    start, end = next(span for span in spans if span[1] - span[0] > 1)  # a word of several pieces
+    word = readable("".join(result.tgt_pieces[start:end]))
+    probability = float(np.prod(result.token_probs.numpy()[start:end]))
+    page = html_report(result, text, "default", words=True)
+    assert f"<tr><td>{start + 1}–{end}</td><td>{html.escape(word)}</td><td>{probability:.3f}</td></tr>" in page
+    assert page.count("<tr><td>") == len(spans) < len(result.tgt_pieces)
+    bars = next(figure for title, figure in report_figures(result, words=True) if title == "Output")
+    assert len(bars.data[0].x) == len(spans) and np.isclose(bars.data[0].y[spans.index((start, end))], probability)
+    assert html_report(result, text, "default").count("<tr><td>") == len(result.tgt_pieces)  # pieces: as before
+
+
 def test_blue_means_one_thing_in_the_attribution_figure_and_each_scale_says_what():
     """Blue was a positive share in the attention rows and "lowered the probability" in the gradient rows."""
     from plotly.colors import hex_to_rgb, unlabel_rgb

@@ -48,3 +48,14 @@ def over_words(values: np.ndarray, pieces: list[str], words: bool) -> tuple[np.n
         return values, list(pieces)
     spans = word_spans(list(pieces))
     return keys_as_words(values, spans), word_labels(list(pieces), spans)
+
+
+def probabilities_over_words(
+    probabilities: np.ndarray, pieces: list[str], words: bool
+) -> tuple[np.ndarray, list[str], list[tuple[int, int]]]:
+    """Each output token's probability and label, or each word's where asked: the product of its pieces' (the
+    probability the model wrote the whole word, each piece given those before it); and the [start, end) steps of
+    each."""
+    spans = word_spans(list(pieces)) if words else [(step, step + 1) for step in range(len(pieces))]
+    merged = np.array([np.prod(probabilities[start:end]) for start, end in spans], dtype=np.float64)
+    return merged, word_labels(list(pieces), spans), spans

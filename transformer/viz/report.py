@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from transformer.analysis.interventions.sites import Patching
 from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
-from transformer.analysis.words import merge_words, word_labels, word_spans
+from transformer.analysis.words import merge_words, probabilities_over_words, word_labels, word_spans
 from transformer.decoding.result import DecodeResult
 from transformer.model.heads import layer_names
 from transformer.model.kinds import AttentionKind
@@ -31,6 +31,7 @@ from transformer.viz.charts import token_probabilities
 from transformer.viz.patching import patching_grids
 
 REPORT_FIGURES = 2 + len(AttentionKind)
+WORDS_NOTE = "<p>Maps over words: each word's pieces merged; a word's probability is the product of its pieces'.</p>"
 CARTESIAN_BUNDLE = Path(__file__).parent / "vendor" / "plotly-cartesian.min.js"
 
 
@@ -43,11 +44,10 @@ def plotly_js() -> str:
 def report_figures(result: DecodeResult, words: bool = False) -> Iterator[tuple[str, go.Figure]]:
     """The REPORT_FIGURES figures of the report, one at a time (each takes a while): output probabilities, each
     kind's heads by layer, and the encoder rollout; the maps over words where asked, as the page shows them."""
-    probabilities = result.token_probs.numpy()
-    yield (
-        "Output",
-        token_probabilities(result.tgt_pieces, probabilities, "probability of each output token", result.forced),
-    )
+    probabilities, labels, spans = probabilities_over_words(result.token_probs.numpy(), result.tgt_pieces, words)
+    forced = sum(end <= result.forced for _, end in spans)
+    title = "probability of each output word" if words else "probability of each output token"
+    yield "Output", token_probabilities(labels, probabilities, title, forced)
     for kind in AttentionKind:
         view = attention_view(result, kind, words=words)
         rows = layer_names(view.maps.shape[0])
@@ -98,14 +98,16 @@ def html_report(
         drawn.append(figure_section(title, figure))
         if progress:
             progress(len(drawn))
+    probabilities, labels, spans = probabilities_over_words(result.token_probs.numpy(), result.tgt_pieces, words)
     rows = "\n".join(
-        f"<tr><td>{t + 1}</td><td>{html.escape(readable(piece))}</td><td>{float(p):.3f}</td></tr>"
-        for t, (piece, p) in enumerate(zip(result.tgt_pieces, result.token_probs.tolist()))
+        f"<tr><td>{start + 1 if end == start + 1 else f'{start + 1}–{end}'}</td>"
+        f"<td>{html.escape(readable(label))}</td><td>{float(p):.3f}</td></tr>"
+        for (start, end), label, p in zip(spans, labels, probabilities)
     )
     header = f"""<p><b>Checkpoint:</b> {html.escape(checkpoint_name)} · <b>decoding:</b> {html.escape(result.strategy)}</p>
 <p><b>Source:</b> {html.escape(source_text)}{" (cut to the model's maximum length)" if result.truncated else ""}</p>
-<p><b>Output:</b> {html.escape(result.text)}</p>{"<p>Maps over words: each word's pieces merged.</p>" if words else ""}
-<table><tr><th>step</th><th>token</th><th>probability</th></tr>
+<p><b>Output:</b> {html.escape(result.text)}</p>{WORDS_NOTE if words else ""}
+<table><tr><th>step</th><th>{"word" if words else "token"}</th><th>probability</th></tr>
 {rows}
 </table>"""
     return standalone_page("Attention report", header, drawn)
