@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from transformer.model.heads import head_name, head_names, layer_names
+from transformer.text.pieces import PRODUCES
 from transformer.viz.style import COLORSCALE, MASKED_COLOR, axis_labels, fit_labels
 
 HOVER = "query %{y}<br>key %{x}<br>weight %{z:.3f}<extra>%{fullData.name}</extra>"
@@ -65,7 +66,10 @@ def attention_heatmap(
     """One attention map (Q, K): rows are queries, columns keys; cells where mask is True are masked (grey)."""
     fig = go.Figure(_heatmap_trace(weights, axis_labels(query_pieces), axis_labels(key_pieces), mask, "attention"))
     fig.update_xaxes(title="key")
-    fig.update_yaxes(title="query")
+    # A decoder row reads one token and writes the next: say which its label names first, so that a row is not read
+    # by the word it is fed as if it were the word it writes (Bahdanau's figure reads rows by the word written).
+    written = any(PRODUCES in piece for piece in query_pieces)
+    fig.update_yaxes(title="query: token fed → token written" if written else "query")
     return _attention_layout(fig, height=max(320, 140 + 22 * len(query_pieces)), title=title)
 
 

@@ -43,13 +43,14 @@ TEXTBOOK = {
             "The agreement on the European Economic Area was signed in August 1992.",
             "Bahdanau et al.'s figure. This model writes \"L'accord sur l'Europe est signé en août 1992.\": "
             "it drops Economic Area, so its own output has no crossing to show. The button teacher-forces the "
-            "paper's reference instead and opens *Teacher forcing* below the step view at layer 1, head 6, pieces merged "
-            "into words: the row "
-            'fed *économique* (labelled "économique → européenne") looks at Economic (1.00) and the row fed '
-            "*européenne* at European (0.96), the crossing; layer 3's mean shows two of its three links.",
+            "paper's reference instead and opens *Teacher forcing* below the step view at layer 3, the mean of its "
+            "heads, pieces merged into words. Read each row by the word it writes, as the paper does (a row is "
+            'labelled "fed → written"): the row that writes *économique* looks most at Economic (0.39) and the one '
+            "that writes *européenne* at European (0.41), the crossing; *zone* looks at Economic (0.27) more than at "
+            "Area (0.13), so two of its three links. Layer 1's head 6 shows the crossing shifted by one row: the row "
+            "*fed* *économique*, which writes *européenne*, looks at Economic (1.00).",
             reference="L'accord sur la zone économique européenne a été signé en août 1992.",
-            layer=1,
-            head=6,
+            layer=3,
         ),
         TextbookSentence(
             "The animal didn't cross the street because it was too tired.",
