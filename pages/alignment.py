@@ -1,5 +1,6 @@
 """Alignment: which heads align words, scored against gold alignments (AER), with any sentence's links drawn."""
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,9 +61,19 @@ class Asked:
     flow: bool
 
 
+def work_name(gradients: bool, flow: bool) -> str:
+    """The work as timed on this server: its pace depends on the methods asked for."""
+    return "alignment" + "+gradients" * gradients + "+flow" * flow
+
+
+@functools.cache
+def example_pairs() -> int:
+    return len((EXAMPLE / "en.txt").read_text(encoding="utf-8").splitlines())
+
+
 def the_form(explored: Explored) -> tuple[bool, Asked]:
     """The files and settings, with the pace to expect; whether Align and score was pressed."""
-    with st.form("alignment"):
+    with st.container(border=True):  # no form: the time to expect follows the settings as they change
         source_file = st.file_uploader("Source sentences, one a line", key="align_src")
         target_file = st.file_uploader("Their translations, line by line", key="align_tgt")
         gold_file = st.file_uploader("Gold alignments (Pharaoh: i-j sure, i?j or ipj possible)", key="align_gold")
@@ -80,18 +91,9 @@ def the_form(explored: Explored) -> tuple[bool, Asked]:
             help="Maximum flow over every layer, the residual mixed in (Abnar and Zuidema 2020, carried into the "
             "decoder): longer pairs are left out of every method, so that all are scored on the same pairs.",
         )
-        run = st.form_submit_button("Align and score")
-        pairs = int(st.session_state.get("align_limit", 200))
-        st.caption(
-            " ".join(
-                f"{label}{pace(work, explored.checkpoint_key, 'pair', pairs)}"
-                for label, work in (
-                    ("", "alignment"),
-                    ("With gradients: ", "alignment+gradients"),
-                    ("With flow: ", "alignment+flow"),
-                )
-            )
-        )
+        run = st.button("Align and score", key="align_run")
+        pairs = min(int(limit), example_pairs()) if example else int(limit)
+        st.caption(pace(work_name(gradients, flow), explored.checkpoint_key, "pair", pairs))
     asked = Asked(source_file, target_file, gold_file, example, counted, threshold, int(limit), gradients, flow)
     return run, asked
 
@@ -132,8 +134,7 @@ def align(explored: Explored, asked: Asked, files: tuple[str, list[str], list[st
             count = min(asked.limit, len(sources))
             sources, targets, golds = sources[:count], targets[:count], golds[:count]
             costs = [len(s) * len(t) + 1 for s, t in zip(sources, targets)]
-            work = "alignment" + "+gradients" * gradients + "+flow" * flow
-            timed = (work, explored.checkpoint_key, count)
+            timed = (work_name(gradients, flow), explored.checkpoint_key, count)
             progress = ProgressBar("Aligning", count, "pairs", costs, stop_key="align_stop", timed=timed)
             with heavy_job("alignments") as should_stop:
                 report = align_corpus(

@@ -93,13 +93,11 @@ def corpus_sample(explored: Explored, kind: AttentionKind) -> None:
     """The statistics averaged over a sample of a file the visitor gives, computed on request."""
     session, checkpoint = st.session_state, explored.checkpoint
     st.subheader("Over a corpus sample")
-    with st.form("corpus_statistics"):
+    with st.container(border=True):  # no form: the time to expect follows the slider as it moves
         uploaded = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="stats_file")
         sample = st.slider("Sentences to use (from the top of the file)", 10, 500, 100, step=10, key="stats_sample")
-        run = st.form_submit_button("Compute")
-        st.caption(
-            pace("corpus statistics", explored.checkpoint_key, "sentence", int(session.get("stats_sample", 100)))
-        )
+        run = st.button("Compute", key="stats_run")
+        st.caption(pace("corpus statistics", explored.checkpoint_key, "sentence", sample))
     if run and uploaded is not None:
         try:
             sentences = [s for s in uploads.uploaded_lines(uploaded) if s.strip()][:sample]

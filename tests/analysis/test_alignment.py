@@ -267,7 +267,7 @@ def test_align_refuses_a_bad_gold_file_in_one_line(tmp_path, capsys):
 
 
 def submit(at):
-    return at.button(key="FormSubmitter:alignment-Align and score").click().run(timeout=300)
+    return at.button(key="align_run").click().run(timeout=300)
 
 
 def test_the_alignment_page_ranks_the_example_draws_the_grids_and_a_pairs_gold_links(default):

@@ -118,7 +118,7 @@ def test_compare_and_which_heads_matter_say_in_one_line_what_an_empty_translatio
     at = start({"ckpt": "reverse"}).switch_page("pages/heads.py").run()
     at.file_uploader(key="matter_src").set_value(("src.txt", "\u200b\n".encode(), "text/plain"))
     at.radio(key="matter_measure").set_value("gradient")
-    at.button(key="FormSubmitter:head_importance-Measure the heads").click().run()
+    at.button(key="matter_run").click().run()
     assert not at.exception, at.exception
     assert len(at.error) == 1 and "sentence 1's translation is empty" in errors(at), errors(at)
 

@@ -397,12 +397,41 @@ def test_head_statistics_over_an_uploaded_corpus_and_the_time_to_expect_before_t
     assert any("Not yet timed on this server with this model" in c.value for c in at.caption)
     text = b"A dog runs.\nTwo men talk.\n\nA girl sings.\n"
     at.file_uploader(key="stats_file").set_value(("sample.txt", text, "text/plain"))
-    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    at.button(key="stats_run").click().run()
     assert not at.exception
     assert any("Averaged over 3 sentences" in c.value for c in at.caption)
     assert len(at.dataframe) == 2
     pace = next(c.value for c in at.caption if "At the pace measured" in c.value)
     assert re.search(r"about \d+ s a sentence, about \d+ s for 100\.", pace), pace
+
+
+def test_the_time_to_expect_before_the_click_follows_the_settings_on_screen(monkeypatch):
+    """Tried as a new user would: after a gradient-only run, choosing ablation still said "about 2 min for 50"; with
+    the 24-pair example ticked, Alignment said "about 9 min for 200". The estimate is the settings' on screen."""
+    import ui.widgets.progress
+    from ui.services.checkpoints import checkpoint_key
+    from ui.services.work import Timings
+
+    timings = Timings()
+    monkeypatch.setattr(ui.widgets.progress, "TIMINGS", timings)
+    key = checkpoint_key(DEFAULT_CHECKPOINT)
+    for work, seconds in (("head importance (gradient)", 1.0), ("head importance (both)", 6.0), ("alignment", 2.7)):
+        timings.record(work, key, 1, seconds)
+    timings.record("corpus statistics", key, 1, 0.5)
+
+    def expected(at: AppTest) -> list[str]:
+        return [c.value for c in at.caption if "At the pace measured" in c.value]
+
+    heads = start().switch_page("pages/heads.py").run()
+    assert "about 50 s for 50" in " ".join(expected(heads))  # gradient only, 50 sentences: 1 s a sentence
+    heads = heads.radio(key="matter_measure").set_value("both").run()
+    assert "about 5 min for 50" in " ".join(expected(heads)), expected(heads)  # 6 s a sentence, without a click
+    heads = heads.slider(key="stats_sample").set_value(200).run()
+    assert "about 2 min for 200" in " ".join(expected(heads))  # Head statistics' own sample: 0.5 s a sentence
+    alignment = start().switch_page("pages/alignment.py").run()
+    assert "about 9 min for 200" in " ".join(expected(alignment))
+    alignment = alignment.checkbox(key="align_example").check().run()
+    assert "about 65 s for 24" in " ".join(expected(alignment)), expected(alignment)
 
 
 def test_corpus_mode_scores_sentences_and_opens_one_in_the_explorer():
@@ -459,7 +488,7 @@ def test_a_gzip_bomb_is_refused_at_the_upload_limit_while_decompressing(monkeypa
     assert cost.peak_growth_mb < 100, cost  # the whole file was decompressed at once: 400 MB here
     at = at.switch_page("pages/heads.py").run()
     at.file_uploader(key="stats_file").set_value(("bomb.gz", bomb, "application/gzip"))
-    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    at.button(key="stats_run").click().run()
     assert "over the limit of 1 MB (after decompression)" in errors(at)
 
 
@@ -477,7 +506,7 @@ def test_an_upload_of_millions_of_short_lines_costs_the_lines_a_page_uses():
     at.file_uploader(key="stats_file").set_value(("lines.gz", bomb, "application/gzip"))
     at.slider(key="stats_sample").set_value(10)
     with measured() as cost:
-        at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+        at.button(key="stats_run").click().run()
     assert not at.exception and cost.peak_growth_mb < 100, cost
 
 
@@ -488,7 +517,7 @@ def test_a_line_longer_than_a_paragraph_is_refused_before_it_is_held():
     for key, data in (("align_src", b"a dog\n"), ("align_tgt", b"un chien\n"), ("align_gold", long_line)):
         at.file_uploader(key=key).set_value((f"{key}.txt", data, "text/plain"))
     with measured() as cost:
-        at.button(key="FormSubmitter:alignment-Align and score").click().run()
+        at.button(key="align_run").click().run()
     assert not at.exception and "line 1 is longer than 20,000 bytes" in errors(at)
     assert cost.peak_growth_mb < 150, cost  # the upload itself is 40 MB
 
@@ -550,7 +579,7 @@ def test_a_file_without_sentences_gets_a_message_on_corpus_and_head_statistics(c
     assert not at.exception and "has no sentences" in at.warning[0].value
     at = at.switch_page("pages/heads.py").run()
     at.file_uploader(key="stats_file").set_value(("none.txt", content, "text/plain"))
-    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    at.button(key="stats_run").click().run()
     assert not at.exception and "has no sentences" in at.warning[0].value
     assert at.get("plotly_chart")  # the rest of the page is still drawn
 
@@ -630,7 +659,7 @@ def test_head_statistics_use_one_sequential_range_per_statistic_for_both_maps():
     at.file_uploader(key="stats_file").set_value(
         ("sample.txt", b"A dog runs.\nTwo men talk in the park.\n", "text/plain")
     )
-    at.button(key="FormSubmitter:corpus_statistics-Compute").click().run()
+    at.button(key="stats_run").click().run()
     for statistic in ("entropy", "distance", "same"):
         at.selectbox(key="sentence_statistic").set_value(statistic).run()
         at.selectbox(key="corpus_statistic").set_value(statistic).run()
@@ -680,13 +709,13 @@ def test_which_heads_matter_measures_every_head_draws_its_roles_and_links_each_p
     at.slider(key="matter_sample").set_value(10)
     at.radio(key="matter_measure").set_value("both")
     at.checkbox(key="matter_prune").set_value(True)
-    at.button(key="FormSubmitter:head_importance-Measure the heads").click().run()
+    at.button(key="matter_run").click().run()
     assert not at.exception, at.exception
     from ui.services.work import TIMINGS
 
     work = next(key for key in TIMINGS._totals if key[0] == "head importance (both, pruning)")
     timed = TIMINGS._totals[work]
-    at.button(key="FormSubmitter:head_importance-Measure the heads").click().run()  # the same sample: the cache's
+    at.button(key="matter_run").click().run()  # the same sample: the cache's
     assert TIMINGS._totals[work] == timed  # a result the cache held is not timed as an instant run
     run = at.session_state["heads_matter"].survey
     assert at.session_state["heads_matter"].sentences == 10 and len(run.table) == 80 and run.given_references
@@ -737,7 +766,7 @@ def test_which_heads_matter_refuses_a_hostile_treebank_in_one_line_and_measures_
     at.file_uploader(key="matter_treebank").set_value(("t.conllu", treebank, "text/plain"))
     at.slider(key="matter_sample").set_value(10)
     with measured() as cost:
-        at.button(key="FormSubmitter:head_importance-Measure the heads").click().run()
+        at.button(key="matter_run").click().run()
     assert not at.exception, at.exception
     assert len(at.error) == 1 and said in at.error[0].value and "\n" not in at.error[0].value, at.error
     assert "heads_matter" not in at.session_state and cost.peak_growth_mb < 100, cost

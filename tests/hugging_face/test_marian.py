@@ -167,7 +167,7 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
             at = at.button(key="FormSubmitter:corpus-Translate the file").click().run()
         if page == "alignment":
             at.checkbox(key="align_example").check()
-            at = at.button(key="FormSubmitter:alignment-Align and score").click().run()
+            at = at.button(key="align_run").click().run()
         if page == "cause":  # patched against a source of as many pieces (the first found), at the first output token
             first = at.session_state["result"].tgt_pieces[0].lstrip("▁Ġ")
             at = at.text_input(key="cause_target").input(first).run()

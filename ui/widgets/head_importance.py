@@ -70,7 +70,7 @@ def section(explored: Explored) -> None:
         "2019) and the gradient of a gate on its output; each head's roles (Voita et al. 2019); with gold parses, "
         "its syntactic accuracy; and the pruning curve: BLEU as heads are switched off together."
     )
-    with st.form("head_importance"):
+    with st.container(border=True):  # no form: the time to expect follows the settings as they change
         sources = st.file_uploader("Source sentences, one a line (any text file, or gzipped)", key="matter_src")
         references = st.file_uploader(
             "Their reference translations, line by line (optional: else the model's own output)", key="matter_ref"
@@ -82,7 +82,7 @@ def section(explored: Explored) -> None:
             "Importance by", list(MEASURES), format_func=MEASURES.get, key="matter_measure", horizontal=True
         )
         prune = st.checkbox("Also the pruning curve (10 % of the heads off at a time, up to 60 %)", key="matter_prune")
-        run = st.form_submit_button("Measure the heads")
+        run = st.button("Measure the heads", key="matter_run")
         st.caption(pace(work_name(measure, prune), explored.checkpoint_key, "sentence", count))
     if any(session.get(f"matter_stop_{phase}") for phase in PHASES):  # this run is its Stop's: the work ended
         st.info(STOPPED)
