@@ -15,7 +15,7 @@ from transformer.io.export import csv_text, npz_bytes, position_labels
 from transformer.model.heads import head_name, layer_name
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
-from transformer.viz.attribution import measures_over_tokens
+from transformer.viz.attribution import UNSIGNED, measures_over_tokens
 from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from transformer.viz.style import plotly_text
@@ -265,12 +265,14 @@ def every_step(reading: Reading, source_labels: list[str]) -> None:
     for tab, (rows, title, shares, key) in zip(tabs, over_the_source):
         with tab:
             matrix = over_words(rows, result.src_pieces, reading.words)[0]
-            show(matrix_heatmap(matrix, title, probabilities=shares, y_title="output token", **source_axes), key=key)
+            # Shares in the top figure's green: blue on this page means "lowered the probability"
+            colours = dict(probabilities=shares, sequential=UNSIGNED, upright_columns=True)
+            show(matrix_heatmap(matrix, title, y_title="output token", **colours, **source_axes), key=key)
     with tabs[5]:
         target = over_words(found.integrated_gradients_target, found.decoder_input_pieces, reading.words)
         title = "integrated gradients over the output so far"
         labels = (result.tgt_pieces, target[1], step, "decoder input token", "output token")
-        show(matrix_heatmap(target[0], title, *labels), key="all_prefix")
+        show(matrix_heatmap(target[0], title, *labels, upright_columns=True), key="all_prefix")
     with tabs[6]:
         steps = list(range(1, result.steps + 1))
         shares = {

@@ -381,6 +381,51 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
 
 
+# Each figure on screen as a room reads it: its tick labels' smallest size, the pairs of labels of one axis over each
+# other, and its widest map's share of the figure's width.
+FIGURES_READ = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.getBoundingClientRect().width > 0)
+  .map(plot => {
+    const width = plot.getBoundingClientRect().width;
+    const overlapping = [];
+    for (const axis of ['.xtick text', '.ytick text']) {
+      const ticks = [...plot.querySelectorAll(axis)].filter(t => t.getBoundingClientRect().width > 0);
+      ticks.forEach((a, i) => ticks.slice(0, i).forEach(b => {
+        const r = a.getBoundingClientRect(), q = b.getBoundingClientRect();
+        if (r.left < q.right && q.left < r.right && r.top < q.bottom && q.top < r.bottom) {
+          overlapping.push(`${b.textContent}/${a.textContent}`);
+        }
+      }));
+    }
+    const maps = [...plot.querySelectorAll('.heatmaplayer image')].map(m => m.getBoundingClientRect().width);
+    const fonts = [...plot.querySelectorAll('.xtick text, .ytick text')].map(t => parseFloat(getComputedStyle(t).fontSize));
+    return {title: plot.querySelector('.gtitle')?.textContent, smallest: Math.min(...fonts), overlapping,
+            map: maps.length ? Math.max(...maps) / width : 1};
+  })"""
+
+
+def test_attribution_reads_on_a_projector(server, browser):
+    """Tried as a new user would: at 1024x768 the five measures' map was 181 px of an 864 px figure, its 15 source
+    labels over each other in 14 pairs, and the "Over every step" shares blue, the colour that says "lowered" there.
+    Every figure of the tired/wide lesson's page, each tab's too: labels of 18 px or more, none over another, maps
+    using the width."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/attribution?{urlencode({'text': CLEAN, 'step': 17, 'presentation': 1})}")
+    wait_for_heatmaps(page, 4, timeout=180_000)
+    wait_idle(page, timeout=180_000)
+    tabs = page.get_by_role("tab")
+    for tab in range(tabs.count()):
+        tabs.nth(tab).click()
+        page.wait_for_timeout(800)  # Plotly draws a tab's figure as it opens
+        for figure in page.evaluate(FIGURES_READ):
+            assert figure["smallest"] >= 18 and figure["overlapping"] == [] and figure["map"] > 0.55, figure
+        scales = page.evaluate(
+            "[...document.querySelectorAll('.js-plotly-plot')].filter(p => p.getBoundingClientRect().width > 0)"
+            ".flatMap(p => p.data.filter(t => t.type === 'heatmap').map(t => JSON.stringify(t.colorscale)))"
+        )
+        assert not any("Blues" in scale or "rgb(8,48,107)" in scale for scale in scales), (tab, scales)
+        assert page.evaluate(VIEW_PROBLEMS, True) == [], tab
+
+
 # The beam tree's box: the steps said to be in view, and whether the current step's and the last column lie in it.
 TREE_BOX = f"""() => {{
   const scroller = {PLAYER}.querySelector('.tree-scroller');

@@ -205,11 +205,12 @@ def test_a_gradient_that_lowered_the_output_stays_negative_beside_attention():
     np.testing.assert_allclose(gradient.z[1], [0.75, -0.25])  # a share of the row's |value|, with its sign
     assert np.isnan(attention.z[1]).all() and np.isnan(gradient.z[0]).all()
     assert gradient.zmid == 0 and gradient.zmin == -0.75 and attention.zmin == 0
-    # two scales one above the other, apart at any width (side by side, their titles overlapped at 1024 px)
-    (upper_top, upper_bottom), (lower_top, lower_bottom) = (
-        (bar.y + bar.len / 2, bar.y - bar.len / 2) for bar in (attention.colorbar, gradient.colorbar)
+    # two scales side by side above the map, apart (beside it, they took half a projector's width from the map)
+    (left_start, left_end), (right_start, right_end) = (
+        (bar.x, bar.x + bar.len) for bar in (attention.colorbar, gradient.colorbar)
     )
-    assert upper_bottom > lower_top and lower_bottom >= 0 and upper_top <= 1
+    assert 0 <= left_start < left_end < right_start < right_end <= 1
+    assert all(bar.orientation == "h" and bar.y >= 1 for bar in (attention.colorbar, gradient.colorbar))
 
 
 def test_a_grid_too_narrow_for_its_key_labels_wraps_its_heads_onto_more_lines():

@@ -29,16 +29,26 @@ def measures_over_tokens(
     is_signed = np.array([name in signed for name in names])
     x = axis_labels(pieces)
     fig = go.Figure()
-    titles = ((False, "share (never negative)"), (True, "signed share: red raised, blue lowered"))
+    titles = ((False, "share<br>(never negative)"), (True, "signed share:<br>red raised, blue lowered"))
     scales = [(rows, name) for rows, name in titles if (is_signed == rows).any()]
     for signed_rows, scale in scales:
         z = np.where((is_signed == signed_rows)[:, None], shares, np.nan)
         bound = max(float(np.nanmax(np.abs(z))), 1e-6)
         colours = diverging_scale(bound) if signed_rows else dict(colorscale=UNSIGNED, zmin=0, zmax=bound)
         hover = f"%{{y}}<br>token %{{x}}<br>{scale} %{{z:.3f}}<br>value %{{customdata:.4g}}<extra></extra>"
-        # Two scales one above the other: side by side, their titles overlapped on a narrow figure.
-        place = dict(len=0.9, y=0.5) if len(scales) == 1 else dict(len=0.42, y=0.77 - 0.54 * len(fig.data))
-        colorbar = dict(thickness=10, title=scale, yanchor="middle", **place)
+        # Above the map, side by side: beside it, the bars and their titles took half a projector's width from the
+        # map (181 px of 864), and a one-row map's bar was too short for its numbers.
+        place = dict(len=1.0, x=0.0) if len(scales) == 1 else dict(len=0.48, x=0.52 * len(fig.data))
+        colorbar = dict(
+            orientation="h",
+            thickness=10,
+            title=dict(text=scale, side="top"),
+            xanchor="left",
+            y=1.0,
+            yanchor="bottom",
+            ypad=8,
+            **place,
+        )
         fig.add_trace(
             go.Heatmap(
                 z=z,
@@ -54,7 +64,11 @@ def measures_over_tokens(
                 **colours,
             )
         )
-    fig.update_layout(title=title, height=140 + 46 * len(names), margin=dict(l=10, r=10, t=50, b=10))
-    fig.update_xaxes(type="category", showgrid=False, tickangle=-45)
+    fig.update_layout(
+        title=dict(text=title, yref="paper", y=1.0, yanchor="bottom", pad=dict(b=70)),  # above the colour bars
+        height=230 + 46 * len(names),
+        margin=dict(l=10, r=10, t=150, b=10),
+    )
+    fig.update_xaxes(type="category", showgrid=False, tickangle=-90)  # upright labels take a column's width alone
     fig.update_yaxes(type="category", showgrid=False, autorange="reversed", categoryorder="array", categoryarray=names)
     return fit_labels(fig)

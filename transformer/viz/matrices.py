@@ -23,6 +23,9 @@ def _labels(pieces: list[str] | None) -> list[str] | None:
     return axis_labels(pieces) if pieces is not None else None
 
 
+OUTLINE = dict(color="#e4572e", width=3)  # the row of the step on screen
+
+
 def matrix_heatmap(
     matrix: np.ndarray,
     title: str,
@@ -35,18 +38,18 @@ def matrix_heatmap(
     value_range: tuple[float, float] | None = None,
     cell_text: np.ndarray | None = None,
     signed_bound: float | None = None,
+    sequential: str = "Blues",
+    upright_columns: bool = False,
 ) -> go.Figure:
     """A real matrix with its shape in the title; -inf cells (masked) grey; one row outlined if asked; `cell_text`,
-    a few words written in each cell (a head's roles on a grid of heads).
-
-    Probabilities (0..1), or values of a given non-negative range, get the attention's sequential colour
-    scale; anything else a diverging one centred on 0, within ±signed_bound where given (figures that share a
-    scale), else holding every value.
-    """
+    a few words written in each cell (a head's roles on a grid of heads); `upright_columns`: column labels upright,
+    each in its column's width alone (a projector's). Probabilities (0..1), or values of a given non-negative
+    range, get a sequential scale (`sequential`: another hue where blue means "lowered" beside it); anything else a
+    diverging one centred on 0, within ±signed_bound where given (figures that share a scale), else holding all."""
     z = np.asarray(matrix, dtype=np.float32)
     rows, columns = z.shape
     z = np.where(np.isneginf(z), np.float32("nan"), z)
-    scale = _colour_scale(z, (0.0, 1.0) if probabilities else value_range, signed_bound)
+    scale = _colour_scale(z, (0.0, 1.0) if probabilities else value_range, signed_bound, sequential)
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -67,28 +70,33 @@ def matrix_heatmap(
         margin=dict(l=10, r=10, t=50, b=10),
         plot_bgcolor=MASKED_COLOR,
     )
-    numbered = "linear"  # an axis without tokens: positions or dimensions, numbered from 0
+    # An axis without tokens is numbered from 0 (positions or dimensions)
     fig.update_xaxes(
-        type="category" if column_pieces else numbered, title=x_title, showgrid=False, range=[-0.5, columns - 0.5]
+        type="category" if column_pieces else "linear",
+        title=x_title,
+        showgrid=False,
+        range=[-0.5, columns - 0.5],
+        tickangle=-90 if upright_columns else None,
     )
     fig.update_yaxes(
-        type="category" if row_pieces else numbered, title=y_title, showgrid=False, range=[rows - 0.5, -0.5]
+        type="category" if row_pieces else "linear", title=y_title, showgrid=False, range=[rows - 0.5, -0.5]
     )
     if highlight_row is not None:
-        outline = dict(color="#e4572e", width=3)
         fig.add_shape(
-            type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5, line=outline
+            type="rect", x0=-0.5, x1=columns - 0.5, y0=highlight_row - 0.5, y1=highlight_row + 0.5, line=OUTLINE
         )
     return fit_labels(fig)
 
 
-def _colour_scale(z: np.ndarray, value_range: tuple[float, float] | None, signed_bound: float | None = None) -> dict:
+def _colour_scale(
+    z: np.ndarray, value_range: tuple[float, float] | None, signed_bound: float | None = None, sequential: str = "Blues"
+) -> dict:
     """A given range on the attention's sequential scale; without one, a diverging scale around 0 within
     ±signed_bound, or holding every value."""
     if signed_bound is not None:
         return diverging_scale(signed_bound)
     if value_range is not None:
-        return dict(colorscale="Blues", zmin=value_range[0], zmax=value_range[1])
+        return dict(colorscale=sequential, zmin=value_range[0], zmax=value_range[1])
     finite = np.abs(z[np.isfinite(z)])
     return diverging_scale(float(finite.max()) if finite.size else 1.0)
 

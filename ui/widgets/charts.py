@@ -32,6 +32,8 @@ def _enlarge(figure: go.Figure) -> None:
         figure.update_layout(legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
     if len(lines) > 1:
         figure.update_layout(title_text="<br>".join(lines), margin_t=top + 26 * (len(lines) - 1))
+        if figure.layout.title.yanchor == "bottom" and figure.layout.title.pad.b:  # above colour bars: kept clear
+            figure.update_layout(title_pad_b=figure.layout.title.pad.b + 26 * (len(lines) - 1))
 
 
 def table(data, **dataframe_options) -> None:
