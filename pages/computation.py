@@ -73,6 +73,7 @@ class Walk:
             columns,
             self.row if highlight else None,
             probabilities=probabilities,
+            upright_columns=columns is not None,  # tokens upright: at an angle "sleeping" and "on" ran together
         )
         show(figure, key=f"walk_{name}")
 

@@ -17,10 +17,9 @@ from ui.widgets import frame
 from ui.widgets.text import literal
 
 INTRO = (
-    "The same model, saved after each epoch of its training, reads the same sentence and its reference translation "
-    "(teacher forcing, so every epoch's maps have the same rows and columns). Step through the epochs, or press "
-    "Play, and watch attention form: the blur of the untrained weights, then each word of the translation finding "
-    "the word it translates. The arrow keys step too."
+    "The same model after each epoch of its training reads one sentence and its reference (teacher forcing: every "
+    "epoch's maps have the same rows and columns). Press Play, or step with the buttons or the arrow keys, and watch "
+    "attention form, from the blur of the untrained weights to each word finding the word it translates."
 )
 
 
@@ -71,9 +70,10 @@ def typed_sentence() -> str:
     if "learned_text" not in session:
         session.learned_text = st.query_params.get("sentence", "")[: keys.MAX_CHARACTERS]
     return st.text_input(
-        "Or type a sentence of your own (read at every epoch whose checkpoint is here)",
+        "Or type a sentence of your own",
         key="learned_text",
         max_chars=keys.MAX_CHARACTERS,
+        help="Read at every epoch whose checkpoint is here, on the final model's own translation.",
     ).strip()
 
 
@@ -148,8 +148,11 @@ def player(timeline: Timeline, probe: int, shown_name: str) -> None:
 def page(explored: Explored) -> None:
     name, timeline = shown_timeline(explored)
     st.markdown(INTRO)
-    probe, shown_name = chosen_probe(timeline), name
-    typed = typed_sentence()
+    probe_column, typed_column = st.columns(2)  # side by side: the player's map starts on a 768-pixel screen
+    with probe_column:
+        probe, shown_name = chosen_probe(timeline), name
+    with typed_column:
+        typed = typed_sentence()
     if typed:
         timeline, probe, shown_name = read_through_the_run(name, timeline, typed), 0, f"{name}\n{typed}"
     player(timeline, probe, shown_name)
