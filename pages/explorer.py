@@ -274,13 +274,15 @@ def attention_edit(explored: Explored) -> dict[str, str]:
 
 def page(explored: Explored) -> None:
     config = explored.checkpoint.model.config
-    # Computed before anything of the result is written, so that the new output and its step view appear together.
-    candidate_words = (
-        models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
-        if worked_out_at_open(config)
-        else None
-    )
-    contributions = models.contributions_cached(explored.checkpoint, explored.identity, _result=explored.result)
+    # Computed before anything of the result is written, so that the new output and its step view appear together;
+    # under a spinner, as the decode before it: after Translate the old page stood faded up to 12 s with no word.
+    with st.spinner("Reading the translation: each step's candidates and how much each word drew on the source ..."):
+        candidate_words = (
+            models.candidate_words_cached(explored.checkpoint, explored.identity, _result=explored.result)
+            if worked_out_at_open(config)
+            else None
+        )
+        contributions = models.contributions_cached(explored.checkpoint, explored.identity, _result=explored.result)
     header(explored)
     words_column, content_column = st.columns(2)
     words = words_toggle(words_column)

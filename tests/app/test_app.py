@@ -760,3 +760,41 @@ def test_the_step_views_maps_go_content_only_with_the_attention_pages_switch(exp
     assert view["self_labels"][0] == [] and "<s>" not in view["self_labels"][3]  # the first step reads only <s>
     at = explorer.switch_page("pages/attention.py").run()
     assert at.toggle(key="widget_attention_content").value  # one choice for every map view
+
+
+def test_the_work_after_translate_runs_under_a_spinner(monkeypatch):
+    """Tried as a new user would: after Translate the spinner ended with the decode, and the old page stood faded for
+    up to 12 s while each step's candidates and the contributions were worked out, with nothing saying so."""
+    import contextlib
+
+    import streamlit
+
+    import ui.services.models
+
+    spinning, seen = [], {}
+    spinner = streamlit.spinner
+
+    @contextlib.contextmanager
+    def recorded(*args, **kwargs):
+        spinning.append(True)
+        try:
+            with spinner(*args, **kwargs):
+                yield
+        finally:
+            spinning.pop()
+
+    def watched(name):
+        computed = getattr(ui.services.models, name)
+
+        def run(*args, **kwargs):
+            seen[name] = bool(spinning)
+            return computed(*args, **kwargs)
+
+        return run
+
+    monkeypatch.setattr(streamlit, "spinner", recorded)
+    for name in ("contributions_cached", "candidate_words_cached"):
+        monkeypatch.setattr(ui.services.models, name, watched(name))
+    at = translate(start(), "A spinner stays up until the new page is drawn.")
+    assert not at.exception
+    assert seen == {"contributions_cached": True, "candidate_words_cached": True}
