@@ -134,7 +134,8 @@ def computed(explored: Explored, n_steps: int) -> Attribution:
     with heavy_job("attributions") as should_stop:
         # Each step's backward pass runs through the whole input: their costs are equal
         timed = ("attribution", explored.checkpoint_key, result.steps * (len(result.src_ids) + result.steps) * n_steps)
-        progress = ProgressBar("Integrated gradients", result.steps, "output tokens", timed=timed)
+        # One unit more than the output's tokens: the other measures, after the integrated gradients
+        progress = ProgressBar("Attribution", result.steps + 1, "output tokens' worth", timed=timed)
         found = models.attribution_cached(
             checkpoint,
             request,

@@ -478,9 +478,17 @@ def test_long_work_reports_progress_with_the_time_left_weighted_by_cost(shipped,
     import ui.widgets.progress
 
     result = decode_with_chooser(shipped.model, shipped.tokenizer, "A little girl in a pink dress climbs the stairs.")
-    heard = []
+    import transformer.analysis.attribution.measures as measures
+
+    heard, when_weighted = [], []
+    weighted = measures.value_weighted_attention
+    monkeypatch.setattr(
+        measures, "value_weighted_attention", lambda *args: when_weighted.append(heard[-1]) or weighted(*args)
+    )
     attribute(shipped.model, result, n_steps=4, progress=lambda done, total: heard.append((done, total)))
-    assert heard[-1] == (result.steps, result.steps) and [d for d, _ in heard] == sorted({d for d, _ in heard})
+    assert heard[-1] == (result.steps + 1, result.steps + 1) and [d for d, _ in heard] == sorted({d for d, _ in heard})
+    # Tried as a new user would: the bar stood full for 7 s while the measures after the integrated gradients ran
+    assert when_weighted == [(result.steps, result.steps + 1)]
 
     shown = []
     monkeypatch.setattr(

@@ -85,14 +85,24 @@ def attribute(
     """Every measure for every step of a decode result (greedy, beam, sampling, a branch or teacher forcing).
 
     `should_stop` is asked before each step's backward pass; AttributionStopped is raised once it says yes.
-    `progress` hears (output steps' worth of work done, output steps): integrated gradients are nearly all of it.
+    `progress` hears (work done, work in all), in output steps' worth: one for each step's integrated gradients, and
+    one for the other measures after them (which took 7 s on a long sentence under a bar already full).
     """
     steps = torch.arange(result.steps)
     tokens = torch.tensor(result.tgt_ids)
+    total = result.steps + 1
+
+    def integrated_progress(done: int, _: int) -> None:
+        if progress is not None:
+            progress(done, total)
+
     integrated = integrated_gradients(
-        model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps, should_stop, progress
+        model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps, should_stop, integrated_progress
     )
     gradient = gradient_x_input(model, result.src_ids, result.tgt_ids, steps, tokens)
+    weighted = value_weighted_attention(model, result.src_ids, result.tgt_ids)
+    if progress is not None:
+        progress(total, total)
     return Attribution(
         source_pieces=result.src_pieces,
         target_pieces=result.tgt_pieces,
@@ -104,7 +114,7 @@ def attribute(
         convergence_delta=integrated.delta,
         log_probs=integrated.at_input,
         baseline_log_probs=integrated.at_baseline,
-        value_weighted=value_weighted_attention(model, result.src_ids, result.tgt_ids),
+        value_weighted=weighted,
         agreement_per_step=agreement(result.cross.numpy(), integrated.source),
         n_steps=n_steps,
     )
