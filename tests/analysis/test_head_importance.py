@@ -325,3 +325,59 @@ def test_every_part_of_the_survey_stops_when_asked():
         head_roles(model, tokenizer, corpus, lambda: True)
     with pytest.raises(ImportanceStopped):
         syntactic_roles(model, tokenizer, [ParsedSentence("one two", ())], None, lambda: True)
+
+
+def test_every_part_of_the_survey_reports_its_start_before_its_work(monkeypatch):
+    """Tried as a new user would: gradient only, 21 s with no bar and no Stop; with the ablation, 74 s before its
+    first report (the intact translation and a first batch); the treebank's and pruning's parts alike. Each part's
+    first report, done 0 with its total, comes before any of its work."""
+    import transformer.analysis.heads.survey as survey
+    from transformer.analysis.heads.syntax import ParsedSentence
+
+    checkpoint = load_checkpoint(REVERSE)
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    sources, references = reversal_sample(3, seed=4)
+    heard, at_work = [], {}
+
+    def watched(name, work):
+        def run(*args, **kwargs):
+            at_work[name] = heard[-1] if heard else None
+            return work(*args, **kwargs)
+
+        return run
+
+    for name in ("ablation_importance", "gradient_importance", "syntactic_roles", "pruning_curves"):
+        monkeypatch.setattr(survey, name, watched(name, getattr(survey, name)))
+    treebank = [ParsedSentence("one two", ())]
+    survey.survey_heads(
+        model, tokenizer, sources, references, True, treebank, "ablation", lambda *event: heard.append(event)
+    )
+    rows = len(every_head(model.config)) * len(sources)
+    assert at_work["ablation_importance"] == ("ablation", 0, rows)
+    assert at_work["gradient_importance"] == ("gradient", 0, 2)
+    assert at_work["syntactic_roles"] == ("treebank", 0, 1)
+    first_pruning = next(event for event in heard if event[0] == "pruning")
+    assert first_pruning[1] == 0 and first_pruning[2] > 0
+
+
+def test_a_parts_bar_says_no_time_left_from_its_first_batch(monkeypatch):
+    """Pruning's first estimate, from a first batch of the shortest sentences, said "about 1 s left" with 113 s to
+    go: a part's bar waits for UPDATES_BEFORE_ESTIMATE updates with work done."""
+    import types
+
+    import ui.services.work
+    import ui.widgets.progress
+    from ui.widgets.head_importance import UPDATES_BEFORE_ESTIMATE, PhasedProgress
+
+    shown = []
+    bar = types.SimpleNamespace(progress=lambda value, text: shown.append(text), empty=lambda: None)
+    monkeypatch.setattr(ui.services.work.st, "progress", lambda value, text: bar)
+    monkeypatch.setattr(ui.widgets.progress.st, "button", lambda *args, **kwargs: False)
+    clock = iter(range(100, 200, 5))
+    monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: next(clock))
+    progress = PhasedProgress()
+    for done in range(0, 5):
+        progress("pruning", done * 10, 100)
+    said_left = ["left" in text for text in shown]
+    assert said_left == [False] * UPDATES_BEFORE_ESTIMATE + [True] * (len(shown) - UPDATES_BEFORE_ESTIMATE)
+    assert shown[0].startswith("Pruning: 0 of 100")  # the bar from the part's first report

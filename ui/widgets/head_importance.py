@@ -36,7 +36,15 @@ from ui.widgets.text import literal
 
 MAX_SENTENCES = 200  # the sample's cap: every head off over 200 sentences is 16,000 greedy decodes for the default
 MAX_TREEBANK_SENTENCES = 2000
-PHASE_NAMES = {"ablation": "Switching each head off", "treebank": "Reading the gold parses", "pruning": "Pruning"}
+PHASE_NAMES = {
+    "ablation": "Switching each head off",
+    "gradient": "The gradient of each head's gate, then its roles",
+    "treebank": "Reading the gold parses",
+    "pruning": "Pruning",
+}
+# Updates a part's bar waits for before it says the time left: from its first batch (the shortest sentences first)
+# pruning said "about 1 s left" with 113 s to go
+UPDATES_BEFORE_ESTIMATE = 3
 STOPPED = "Stopped: nothing was kept. Measure again when you are ready."
 MEASURES = {"gradient": "the gradient of a gate on each head (seconds)", "both": "also each head switched off"}
 # What the grids can draw, by the table's column, as a reader names it.
@@ -196,7 +204,13 @@ class PhasedProgress:
         if phase != self.phase:
             self.close()
             self.phase = phase
-            self.bar = ProgressBar(PHASE_NAMES[phase], total, PHASES[phase], stop_key=f"matter_stop_{phase}")
+            self.bar = ProgressBar(
+                PHASE_NAMES[phase],
+                total,
+                PHASES[phase],
+                stop_key=f"matter_stop_{phase}",
+                estimate_after=UPDATES_BEFORE_ESTIMATE,
+            )
         self.bar(done, total)
 
     def close(self) -> None:

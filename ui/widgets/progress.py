@@ -45,11 +45,14 @@ class ProgressBar:
         costs: Sequence[float] | None = None,
         stop_key: str | None = None,
         timed: tuple[str, str, float] | None = None,
+        estimate_after: int = 1,
     ) -> None:
         """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done.
         `timed`: (work, checkpoint key, units of cost): the time the whole work took is recorded in TIMINGS, which
-        the bar states from the start where this work was timed here before."""
+        the bar states from the start where this work was timed here before. `estimate_after`: the updates with work
+        done before the time left is said (a first batch of the shortest sentences says too little)."""
         self.what, self.total, self.unit, self.timed = what, total, unit, timed
+        self.estimate_after, self.updates = estimate_after, 0  # updates with work done before the time left is said
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
         self.started = computing_clock()
         self.frame = st.empty()
@@ -65,7 +68,9 @@ class ProgressBar:
         total = total or self.total
         share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
         elapsed = computing_clock() - self.started
-        left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 else ""
+        self.updates += done > 0
+        sure = self.updates >= self.estimate_after
+        left = f" · {duration(elapsed / share * (1 - share))} left" if 0 < share < 1 and sure else ""
         self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
         if done >= total and self.timed is not None:
             TIMINGS.record(*self.timed, elapsed)

@@ -218,6 +218,8 @@ def ablated_rows(
         key=lambda row: len(corpus.sources[row[1]]),
     )
     outputs = {head: ([""] * len(corpus.sources), [0.0] * len(corpus.sources)) for head in heads}
+    if progress:
+        progress(0, len(rows))  # the part's bar from its first second, not after its first batch
     for start in range(0, len(rows), rows_per_batch):
         if should_stop():
             raise ImportanceStopped

@@ -26,12 +26,13 @@ from transformer.analysis.heads.syntax import ParsedSentence, SyntacticRoles, sy
 from transformer.analysis.heads.table import head_table
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
-from transformer.model.heads import Head
+from transformer.model.heads import Head, every_head
 from transformer.text.tokenizer import TokenizerBase
 
 # What a survey reports as it goes: (phase, done, total), the phase one of these.
 PHASES = {
     "ablation": "rows (a head off, a sentence)",
+    "gradient": "parts (the gradient, then the roles)",
     "treebank": "gold-parsed sentences",
     "pruning": "rows (a set of heads off, a sentence)",
 }
@@ -73,15 +74,25 @@ def survey_heads(
         return None if progress is None else lambda done, total: progress(phase, done, total)
 
     ablated = None
+    # Each part reports its start, so that its bar and Stop show from its first second (the ablation's first report
+    # came after the intact translation and a first batch: 74 s with neither)
     if ablation:
+        if progress is not None:
+            progress("ablation", 0, len(every_head(model.config)) * len(sources))
         ablated = ablation_importance(
             model, tokenizer, sources, references, progress=reporting("ablation"), should_stop=should_stop
         )
+    if progress is not None:
+        progress("gradient", 0, 2)
     intact = ablated.intact if ablated is not None else translate_texts(model, tokenizer, sources)
     measured_against = list(references) if references is not None else intact
     corpus = corpus_of(model, tokenizer, sources, measured_against)
     gradient = gradient_importance(model, corpus, should_stop=should_stop)
+    if progress is not None:
+        progress("gradient", 1, 2)
     roles = head_roles(model, tokenizer, corpus, should_stop)
+    if treebank and progress is not None:
+        progress("treebank", 0, len(treebank))
     syntax = syntactic_roles(model, tokenizer, treebank, reporting("treebank"), should_stop) if treebank else None
     table = head_table(model, ablated, gradient, roles, syntax)
     curves = None
