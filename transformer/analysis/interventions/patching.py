@@ -183,6 +183,12 @@ def stream_metrics(
     return found
 
 
+def shares_of(found: np.ndarray, base: float, difference: float) -> np.ndarray:
+    """Patched runs' metrics as shares of the clean and corrupted metrics' difference, from the unpatched run's
+    `base`; NaN where the two metrics are equal (nothing to restore)."""
+    return (found - base) / difference if difference else np.full(found.shape, np.nan)
+
+
 @torch.inference_mode()
 def patch_encoder_stream(
     model: Transformer,
@@ -202,6 +208,5 @@ def patch_encoder_stream(
         else (contrast.corrupt_src, corrupt_streams, clean_streams, metric_corrupt)
     )
     found = stream_metrics(model, contrast, run_src, run_streams, patched_from, sites_per_batch, spans=spans)
-    difference = metric_clean - metric_corrupt
-    shares = (found - base) / difference if difference else np.full(found.shape, np.nan)
+    shares = shares_of(found, base, metric_clean - metric_corrupt)
     return EncoderPatching(shares, metric_clean, metric_corrupt, noising)

@@ -20,6 +20,7 @@ from transformer.analysis.interventions.patching import (
     Contrast,
     Span,
     metric,
+    shares_of,
     step_logits,
     stream_metrics,
 )
@@ -228,7 +229,7 @@ def patch_every_site(
             raise PatchingStopped()
 
     def shares(found: np.ndarray) -> np.ndarray:
-        return (found - run.metric) / difference if difference else np.full(found.shape, np.nan)
+        return shares_of(found, run.metric, difference)
 
     stream = stream_metrics(
         model, contrast, run_src, run.encoder_streams, source.encoder_streams, sites_per_batch, after_batch, spans
