@@ -227,7 +227,7 @@ def edit_controls(explored: Explored) -> tuple[AttentionEdit, dict[str, str]]:
     positions = tuple(p for word in blocked for p in range(*spans[word]))
     pins = () if pin_word is None else (Pin(pin[0], pin[1], tuple(range(*spans[pin_word]))),)
     edit = AttentionEdit(positions, tuple(chosen_layers), pins)
-    linked = {"cut": ",".join(str(word + 1) for word in blocked)} if blocked else {}
+    linked = {"cut": url.choices_text(blocked, words, name=lambda word: str(word + 1))} if blocked else {}
     if chosen_layers != layers:
         linked["cut_layers"] = url.choices_text(chosen_layers, layers, name=lambda layer: str(layer + 1))
     if pin_word is not None:
