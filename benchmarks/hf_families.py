@@ -155,14 +155,14 @@ def save_nllb_at_size(directory: Path, shape: str = "600M") -> None:
 IMPORT_SCRIPT = """
 import json, re, sys, time
 import torch
-from transformer.hugging_face.directory import load_checkpoint_or_hf
+from transformer.toolkits.opening import load_any_checkpoint
 from transformer.decoding.strategies import DecodeSettings, decode_text
 torch.set_grad_enabled(False)
 def memory_mb(field):  # this process's own figures (ru_maxrss would carry the parent's over exec)
     return int(re.search(field + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) / 1024
 before = memory_mb("VmRSS")
 loaded = time.perf_counter()
-checkpoint = load_checkpoint_or_hf(sys.argv[1])
+checkpoint = load_any_checkpoint(sys.argv[1])
 imported, held, import_peak = time.perf_counter(), memory_mb("VmRSS"), memory_mb("VmHWM")
 result = decode_text(checkpoint.model, checkpoint.tokenizer, "w1 w2 w3 w4 w5 w6 w7 w8", DecodeSettings(max_new_tokens=20))
 decoded = time.perf_counter()

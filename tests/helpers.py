@@ -246,3 +246,56 @@ def weights_megabytes(directory: Path) -> str:
     """A Hugging Face directory's weight files' size, as its label in the checkpoint list gives it."""
     sizes = [p.stat().st_size for p in directory.iterdir() if p.suffix in (".safetensors", ".bin")]
     return f"{sum(sizes) / 1e6:.1f} MB"
+
+
+PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computation", "learned", "checkpoints",
+         "compare", "heads", "corpus", "alignment", "cause"]  # fmt: skip
+
+
+def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
+    """A model directory (Hugging Face's, fairseq's) placed among the checkpoints beside the default: listed as
+    `label`, chosen, translating, and every page drawn on it without an exception; the app as the last page left
+    it."""
+    import shutil
+
+    import ui.services.checkpoints
+
+    shutil.copy(REPO / "checkpoints" / "en-fr-captions.safetensors", tmp_path / "en-fr-captions.safetensors")
+    shutil.copytree(directory, tmp_path / directory.name)
+    shutil.copytree(directory, tmp_path / "hf-copy")  # the same tokenizer: Compare draws the maps
+    monkeypatch.setattr(ui.services.checkpoints, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.checkpoints, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    at = start()
+    assert label in at.selectbox(key="widget_checkpoint").options
+    at.selectbox(key="widget_checkpoint").set_value(directory.name).run()
+    at = translate(at, "the red dog runs")
+    assert not at.exception and step_view(at)["step"] == 0
+    for page in PAGES:
+        at = at.switch_page(f"pages/{page}.py").run()
+        if page == "explorer":  # the first word blocked in every decoder layer, and the first head pinned to it
+            at = at.multiselect(key="knockout_words").set_value([0]).run()
+            at = at.selectbox(key="knockout_pin").set_value((0, 0)).run()
+            assert any("**With the edit** ·" in m.value for m in at.markdown), page
+        if page == "compare":
+            at = at.selectbox(key="compare_with").set_value("hf-copy").run()
+        if page == "corpus":
+            at.file_uploader(key="corpus_src").set_value(("src.txt", b"the dog runs\na red cat\n", "text/plain"))
+            at = at.button(key="FormSubmitter:corpus-Translate the file").click().run()
+        if page == "alignment":
+            at.checkbox(key="align_example").check()
+            at = at.button(key="align_run").click().run()
+        if page == "cause":  # patched against a source of as many pieces (the first found), at the first output token
+            first = at.session_state["result"].tgt_pieces[0].lstrip("▁Ġ")
+            at = at.text_input(key="cause_target").input(first).run()
+            same = at.session_state["applied_text"]  # last: the sentence itself, nothing to trace, said so
+            for corrupt in ("the red cat runs", "the blue dog runs", "a red dog runs", "the red dog sits", same):
+                at = at.text_input(key="cause_corrupt").input(corrupt).run()
+                if not any("pieces and the corrupted one" in error.value for error in at.error):
+                    break
+        assert not at.exception, page
+        assert page != "cause" or not at.error, [e.value for e in at.error]
+        if page == "learned":  # no timeline in this checkpoints folder, the default's included: the page says so
+            assert "No timeline is shipped" in at.info[-1].value
+            continue
+        assert at.get("plotly_chart") or at.dataframe or at.get("bidi_component"), page
+    return at

@@ -20,7 +20,8 @@ ALLOWED = {
     "hugging_face": {"model", "text", "decoding", "io"},
     "viz": {"model", "text", "decoding", "analysis"},
     "training": {"model", "text", "decoding", "analysis", "io"},
-    "cli": {"model", "text", "decoding", "analysis", "io", "hugging_face", "viz", "training"},
+    "toolkits": {"model", "text", "decoding", "io", "hugging_face"},
+    "cli": {"model", "text", "decoding", "analysis", "io", "hugging_face", "toolkits", "viz", "training"},
 }
 
 

@@ -11,7 +11,13 @@ import shutil
 
 import pytest
 from fixtures.hf_models import EditedCopy, hf_greedy, save_bart, save_mbart50
-from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
+from helpers import (
+    assert_follows_the_format,
+    assert_same_as_transformers,
+    make_sentences,
+    open_on_every_page,
+    weights_megabytes,
+)
 from transformers import (
     BartForConditionalGeneration,
     BartTokenizer,
@@ -147,7 +153,6 @@ def test_what_cannot_be_read_is_one_clear_line(mbart_dir, tmp_path):
 
 
 def test_a_bart_directory_among_the_checkpoints_works_on_every_page(bart_dir, tmp_path, monkeypatch):
-    from test_marian import open_on_every_page
 
     open_on_every_page(
         bart_dir, tmp_path, monkeypatch, f"{bart_dir.name} · Hugging Face BART · {weights_megabytes(bart_dir)}"
@@ -157,7 +162,6 @@ def test_a_bart_directory_among_the_checkpoints_works_on_every_page(bart_dir, tm
 def test_an_mbart_directory_works_on_every_page_and_translates_into_the_language_chosen(
     mbart_dir, tmp_path, monkeypatch
 ):
-    from test_marian import open_on_every_page
 
     at = open_on_every_page(
         mbart_dir,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fixtures.hf_models import TINY, EditedCopy, hf_greedy, save_m2m100, save_nllb, weights_as_a_pickle
-from helpers import assert_same_as_transformers, make_sentences, step_view, weights_megabytes
+from helpers import assert_same_as_transformers, make_sentences, open_on_every_page, step_view, weights_megabytes
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
 from transformer.decoding.greedy import decode_with_chooser
@@ -126,7 +126,6 @@ def test_the_command_line_converts_and_translates(m2m_dir, tmp_path, capsys):
 
 
 def test_an_m2m100_directory_among_the_checkpoints_works_on_every_page(m2m_dir, tmp_path, monkeypatch):
-    from test_marian import open_on_every_page
 
     at = open_on_every_page(
         m2m_dir, tmp_path, monkeypatch, f"{m2m_dir.name} · en→fr · Hugging Face M2M100 · {weights_megabytes(m2m_dir)}"
@@ -199,7 +198,6 @@ def test_a_vocab_size_far_past_the_tokens_is_refused_before_anything_is_built(fa
 
 
 def test_an_nllb_directory_works_on_every_page_in_the_language_chosen(nllb_dir, tmp_path, monkeypatch):
-    from test_marian import open_on_every_page
 
     at = open_on_every_page(
         nllb_dir,

@@ -10,7 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 from fixtures.hf_models import EditedCopy, hf_greedy, save_t5
-from helpers import assert_follows_the_format, assert_same_as_transformers, make_sentences, weights_megabytes
+from helpers import (
+    assert_follows_the_format,
+    assert_same_as_transformers,
+    make_sentences,
+    open_on_every_page,
+    weights_megabytes,
+)
 from transformers import MT5ForConditionalGeneration, T5ForConditionalGeneration, T5Tokenizer
 
 from transformer.analysis.walkthrough import attention_stages, sublayer_inputs
@@ -134,7 +140,6 @@ def test_a_config_value_of_the_wrong_type_is_refused_before_it_is_used(t5, tmp_p
 
 
 def test_a_t5_directory_works_on_every_page(t5, tmp_path, monkeypatch):
-    from test_marian import open_on_every_page
 
     directory, *_ = t5
     label = describe_hf(directory)

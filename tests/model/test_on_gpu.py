@@ -18,11 +18,11 @@ from transformer.analysis.attribution.measures import attribute
 from transformer.analysis.contributions import contributions
 from transformer.decoding.forcing import teacher_force
 from transformer.decoding.strategies import DecodeSettings, decode_text
-from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
+from transformer.toolkits.opening import load_any_checkpoint
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU on this machine")
 
@@ -98,7 +98,7 @@ def test_an_imported_hugging_face_model_on_the_gpu(tmp_path: Path, family):
         directory = save_marian(tmp_path, sentences, sentences)
     else:
         directory = save_t5(tmp_path, sentences)
-    cpu, gpu = load_checkpoint_or_hf(directory), load_checkpoint_or_hf(directory, "cuda")
+    cpu, gpu = load_any_checkpoint(directory), load_any_checkpoint(directory, "cuda")
     assert next(gpu.model.parameters()).device.type == "cuda"
     assert_same_result(
         decode_text(cpu.model, cpu.tokenizer, sentences[0], DecodeSettings(max_new_tokens=12)),

@@ -10,7 +10,7 @@ from transformer.cli.common import (
     add_checkpoint,
     device,
 )
-from transformer.hugging_face.directory import load_checkpoint_or_hf
+from transformer.toolkits.opening import load_any_checkpoint
 
 
 def cmd_align(args: argparse.Namespace) -> int:
@@ -62,7 +62,7 @@ def _aligned(
 
     from transformer.analysis.alignment import align_corpus
 
-    checkpoint = load_checkpoint_or_hf(checkpoint_path, device(args.device))
+    checkpoint = load_any_checkpoint(checkpoint_path, device(args.device))
     with tqdm(total=len(sources), desc=what, unit="pair") as bar:
         return align_corpus(
             checkpoint.model,

@@ -14,10 +14,10 @@ import torch
 
 from transformer.decoding.result import DecodeResult, truncation_note
 from transformer.decoding.strategies import DecodeSettings, decode_text
-from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint
 from transformer.model.config import TransformerConfig
 from transformer.text.tokenizer import LONE_SURROGATE
+from transformer.toolkits.opening import load_any_checkpoint
 
 FIELD_HELP = {
     "train_src": "training source files, one per corpus",
@@ -53,7 +53,8 @@ def add_checkpoint(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
         default=str(DEFAULT_CHECKPOINT),
-        help="checkpoint file, or a Hugging Face model directory (Marian, M2M100, NLLB, mBART-50, BART, T5) (default: %(default)s)",
+        help="checkpoint file, a Hugging Face model directory (Marian, M2M100, NLLB, mBART-50, BART, T5) or a fairseq "
+        "model (its directory or .pt file) (default: %(default)s)",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
 
@@ -68,7 +69,7 @@ def decode_argument(args: argparse.Namespace) -> tuple[Checkpoint, DecodeResult]
     target = getattr(args, "target", None)
     if target is not None and not target.strip():
         raise ValueError("--target is empty: give the translation to read, or leave --target out to decode")
-    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
     if target is not None:  # a command that reads a given translation: teacher forced
         from transformer.decoding.forcing import teacher_force
 

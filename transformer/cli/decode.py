@@ -15,14 +15,14 @@ from transformer.cli.common import (
 )
 from transformer.cli.heads import head_argument, heads_off_probe
 from transformer.decoding.result import source_ids, truncation_note
-from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.text.files import TEXT_FILE, decoded_lines, open_regular
+from transformer.toolkits.opening import load_any_checkpoint
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
     from transformer.decoding.translate import translate_texts
 
-    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
     source = args.input or "standard input"
     if args.input:
         with open_regular(args.input, TEXT_FILE) as handle:

@@ -9,7 +9,7 @@ from transformer.cli.common import (
     add_checkpoint,
     device,
 )
-from transformer.hugging_face.directory import load_checkpoint_or_hf
+from transformer.toolkits.opening import load_any_checkpoint
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -20,7 +20,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     runs = [(src, ref, beam) for src, ref in zip(args.src, args.ref) for beam in args.beam]
     if len(runs) > 1 and (args.output or args.save):
         raise ValueError("--output and --save take one set and one beam width")
-    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))  # once for every set and width
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))  # once for every set and width
     if len(runs) > 1:
         print("| set | decoding | BLEU | chrF |\n| --- | --- | --- | --- |")
     for src, ref, beam in runs:

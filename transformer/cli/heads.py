@@ -11,10 +11,10 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from transformer.cli.common import add_checkpoint, device
-from transformer.hugging_face.directory import load_checkpoint_or_hf
 from transformer.model.heads import Head
 from transformer.model.probes import Probe
 from transformer.text.files import MAX_LINE_BYTES, TEXT_FILE, iter_text_lines, open_regular
+from transformer.toolkits.opening import load_any_checkpoint
 
 SHOWN = 5  # heads printed at each end of each measure's ranking
 
@@ -41,7 +41,7 @@ def cmd_heads(args: argparse.Namespace) -> int:
     from transformer.analysis.heads.syntax import read_treebank
     from transformer.io.export import csv_text
 
-    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
     sources, references = read_sample(args)
     ablation = args.measure in ("ablation", "both")
     prune_by = (args.prune_by or ("ablation" if ablation else "gradient")) if args.prune else None

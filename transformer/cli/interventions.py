@@ -14,12 +14,12 @@ def cmd_patch(args: argparse.Namespace) -> int:
     from transformer.analysis.interventions.patching import contrast_of_texts
     from transformer.analysis.interventions.sites import patch_every_site
     from transformer.analysis.words import word_labels, word_spans
-    from transformer.hugging_face.directory import load_checkpoint_or_hf
     from transformer.model.heads import Head
     from transformer.model.kinds import AttentionKind
     from transformer.text.pieces import readable
+    from transformer.toolkits.opening import load_any_checkpoint
 
-    checkpoint = load_checkpoint_or_hf(args.checkpoint, device(args.device))
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
     step = None if args.step is None else args.step - 1
     contrast, clean = contrast_of_texts(model, tokenizer, args.clean, args.corrupt, args.target, args.foil, step)

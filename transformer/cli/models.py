@@ -1,4 +1,5 @@
-"""`import-hf` (a Hugging Face directory as a checkpoint of this project) and `train-lens` (a tuned lens fitted to a checkpoint)."""
+"""`import-hf` and `import-fairseq` (a toolkit's model as a checkpoint of this project, converted once) and
+`train-lens` (a tuned lens fitted to a checkpoint)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ import torch
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 
 
-def cmd_import_hf(args: argparse.Namespace) -> int:
-    from transformer.hugging_face.directory import import_hf
+def cmd_import(args: argparse.Namespace) -> int:
     from transformer.io.checkpoint import save_checkpoint
 
-    checkpoint = import_hf(args.directory)
+    checkpoint = args.importer(args.directory)
     save_checkpoint(args.out, checkpoint.model, checkpoint.tokenizer, checkpoint.metadata, getattr(torch, args.dtype))
     config = checkpoint.config
     print(
@@ -22,6 +22,18 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
         f"{config.n_decoder_layers} layers, {config.n_heads} heads, vocabulary {config.src_vocab_size:,}"
     )
     return 0
+
+
+def _import_hf(directory: str):
+    from transformer.hugging_face.directory import import_hf
+
+    return import_hf(directory)
+
+
+def _import_fairseq(directory: str):
+    from transformer.toolkits.fairseq import import_fairseq
+
+    return import_fairseq(directory)
 
 
 def cmd_train_lens(args: argparse.Namespace) -> int:
@@ -63,7 +75,15 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     hf.add_argument("directory", help="saved by the model's and the tokenizer's save_pretrained")
     hf.add_argument("--out", required=True, help="the checkpoint file to write")
     hf.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    hf.set_defaults(run=cmd_import_hf)
+    hf.set_defaults(run=cmd_import, importer=_import_hf)
+
+    fairseq = commands.add_parser("import-fairseq", help="convert a fairseq translation model (docs/fairseq.md)")
+    fairseq.add_argument(
+        "directory", help="its checkpoint (.pt), the data-bin's dict.SRC.txt and dict.TGT.txt, its SentencePiece model"
+    )
+    fairseq.add_argument("--out", required=True, help="the checkpoint file to write")
+    fairseq.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    fairseq.set_defaults(run=cmd_import, importer=_import_fairseq)
 
     lens = commands.add_parser("train-lens", help="fit a tuned lens (an affine map per decoder layer) to a checkpoint")
     lens.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint file (default: %(default)s)")

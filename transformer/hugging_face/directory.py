@@ -12,7 +12,7 @@ from transformer.hugging_face.files import read_config_json, read_json, regular_
 from transformer.hugging_face.m2m100 import import_m2m100, is_nllb
 from transformer.hugging_face.marian import describe_marian, import_marian
 from transformer.hugging_face.t5 import import_t5
-from transformer.io.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from transformer.io.checkpoint import Checkpoint, CheckpointError
 
 IMPORTERS: dict[str, Callable[..., Checkpoint]] = {
     "marian": import_marian,
@@ -98,8 +98,3 @@ def import_hf(directory: str | Path, device: torch.device | str = "cpu") -> Chec
             f"{str(kind)[:40]!r}"
         )
     return IMPORTERS[kind](directory, device)
-
-
-def load_checkpoint_or_hf(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
-    """A checkpoint file, or a Hugging Face directory converted as it is read (the CLI's and the app's --checkpoint)."""
-    return import_hf(path, device) if Path(path).is_dir() else load_checkpoint(path, device)

@@ -14,7 +14,6 @@ import torch
 
 from transformer.analysis.timeline import Timeline
 from transformer.analysis.tuned_lens import TunedLens
-from transformer.hugging_face.directory import describe_hf, is_hf_directory, load_checkpoint_or_hf
 from transformer.io.checkpoint import (
     CHECKPOINT_DIR,
     DEFAULT_CHECKPOINT,
@@ -23,6 +22,7 @@ from transformer.io.checkpoint import (
 )
 from transformer.io.timeline_file import load_timeline, timeline_path
 from transformer.io.tuned_lens_file import file_sha256, load_tuned_lens, tuned_lens_path
+from transformer.toolkits.opening import describe_directory, is_model_directory, load_any_checkpoint
 
 
 def serving_device() -> torch.device:
@@ -30,30 +30,31 @@ def serving_device() -> torch.device:
 
 
 def checkpoint_files() -> dict[str, Path]:
-    """Checkpoints in the checkpoints folder by name, the default first: files, and Marian model directories."""
+    """Checkpoints in the checkpoints folder by name, the default first: files, then model directories (Hugging
+    Face's, fairseq's)."""
     # Regular files only (is_file reads the inode, opening nothing): a pipe or a device named *.safetensors would
     # block or stream forever when its header is read for the list.
     files = sorted(
         (path for path in CHECKPOINT_DIR.glob("*.safetensors") if path.is_file()),
         key=lambda p: (p != DEFAULT_CHECKPOINT, p.name),
     )
-    directories = sorted(path for path in CHECKPOINT_DIR.iterdir() if is_hf_directory(path))
+    directories = sorted(path for path in CHECKPOINT_DIR.iterdir() if is_model_directory(path))
     return {path.stem: path for path in files} | {path.name: path for path in directories}
 
 
 def describe_checkpoint(path: Path) -> str:
-    """The checkpoint list's label: name, language pair, size, or that it is a Hugging Face Marian model."""
-    return describe_hf(path) if path.is_dir() else describe(path)
+    """The checkpoint list's label: name, language pair, size, and the toolkit of a model directory."""
+    return describe_directory(path) if path.is_dir() else describe(path)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
 def _load_shared(path: str, modified_ns: int, device_name: str) -> Checkpoint:
     """One copy per process of each checkpoint file version (a replaced file has a new mtime and reloads)."""
-    return load_checkpoint_or_hf(path, device_name)
+    return load_any_checkpoint(path, device_name)
 
 
 def load(path: Path) -> Checkpoint:
-    return _load_shared(str(path), path.stat().st_mtime_ns, str(serving_device()))
+    return _load_shared(str(path), modified_ns(path), str(serving_device()))
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
@@ -150,5 +151,13 @@ def with_languages(opened: KeyedCheckpoint, source: str, target: str) -> KeyedCh
     return KeyedCheckpoint(checkpoint, f"{opened.key}|{source}>{target}")
 
 
+def modified_ns(path: Path) -> int:
+    """When a checkpoint last changed: a file's modification time, or a model directory's newest among itself and its
+    files (a checkpoint copied over another in place leaves the directory's own time as it was)."""
+    if not path.is_dir():
+        return path.stat().st_mtime_ns
+    return max([path.stat().st_mtime_ns] + [file.stat().st_mtime_ns for file in path.iterdir() if file.is_file()])
+
+
 def checkpoint_key(path: Path) -> str:
-    return f"{path}:{path.stat().st_mtime_ns}"
+    return f"{path}:{modified_ns(path)}"
