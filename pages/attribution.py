@@ -306,13 +306,7 @@ def agreeing_heads(reading: Reading) -> None:
 def contrastive(reading: Reading, source_labels: list[str]) -> tuple[int | None, list[int]]:
     """Integrated gradients of the difference between the token and a foil the visitor picks; the foil and the
     candidates it was picked from."""
-    explored, step, words, piece, n_steps = (
-        reading.explored,
-        reading.step,
-        reading.words,
-        reading.piece,
-        reading.n_steps,
-    )
+    explored, step, n_steps, piece = reading.explored, reading.step, reading.n_steps, reading.piece
     result, checkpoint = explored.result, explored.checkpoint
     st.subheader("Contrastive: why this token rather than another")
     candidates = [int(i) for i in result.topk_ids[step].tolist() if int(i) != result.tgt_ids[step]]
@@ -324,7 +318,10 @@ def contrastive(reading: Reading, source_labels: list[str]) -> tuple[int | None,
         key=f"attribution_foil_{step}",
     )
     if foil is not None:
-        with heavy_job("attributions") as should_stop, st.spinner("Integrated gradients of the difference ..."):
+        with heavy_job("attributions") as should_stop:
+            # One backward pass through the source and the output so far, at every interpolation point
+            timed = ("contrastive", explored.checkpoint_key, (len(result.src_ids) + step + 1) * n_steps)
+            progress = ProgressBar("Integrated gradients of the difference", 1, "passes", timed=timed)
             source, prefix_rows, foil_delta = models.contrastive_cached(
                 checkpoint,
                 explored.identity,
@@ -333,11 +330,13 @@ def contrastive(reading: Reading, source_labels: list[str]) -> tuple[int | None,
                 n_steps,
                 _result=result,
                 _should_stop=should_stop,
+                _progress=progress,
             )
+            progress.close()
         foil_piece = readable(checkpoint.tokenizer.id_to_piece(foil))
         show(
             measures_over_tokens(
-                {"source": over_words(source, result.src_pieces, words)[0]},
+                {"source": over_words(source, result.src_pieces, reading.words)[0]},
                 source_labels,
                 f"why '{plotly_text(piece)}' rather than '{plotly_text(foil_piece)}': integrated "
                 "gradients of the difference",

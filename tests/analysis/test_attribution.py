@@ -559,3 +559,37 @@ def test_attribution_can_be_stopped_and_started_again(monkeypatch):
     assert any("Attribution stopped" in i.value for i in at.info)  # stays stopped: the page does not start again
     at.button(key="attribution_resume").click().run()
     assert not at.exception and len(at.get("plotly_chart")) >= 3 and not at.info
+
+
+def test_the_contrastive_section_runs_under_a_bar_that_says_what_to_expect(monkeypatch):
+    """Tried as a new user would: Attribution said "expect about 18 s" and took 51 s, its last 10 s under the
+    contrastive section's spinner, which no estimate covered. The section has a bar of its own now, timed like the
+    others: from its second run on it says what to expect."""
+    from helpers import start, translate
+
+    import ui.widgets.progress
+    from ui.services.work import TIMINGS
+
+    bars = []
+
+    class Recorded(ui.widgets.progress.ProgressBar):
+        def __init__(self, what, total, unit, **kwargs):
+            bars.append((what, kwargs.get("timed")))
+            super().__init__(what, total, unit, **kwargs)
+
+    monkeypatch.setattr(ui.widgets.progress, "ProgressBar", Recorded)
+    at = translate(start(), "Two dogs play in the snow.")
+    at = at.switch_page("pages/attribution.py").run()
+    assert not at.exception
+    contrastive_bars = [timed for what, timed in bars if what == "Integrated gradients of the difference"]
+    assert len(contrastive_bars) == 1 and contrastive_bars[0][0] == "contrastive"
+    assert TIMINGS.expected(*contrastive_bars[0]) > 0  # timed: the next one says what to expect
+
+
+def test_contrastive_attribution_reports_its_backward_passes(model, tokenizer):
+    result = decode_with_chooser(model, tokenizer, "the cat sits on the mat")
+    heard = []
+    contrastive(
+        model, result, 2, int(result.topk_ids[2, 1]), 8, progress=lambda done, total: heard.append((done, total))
+    )
+    assert heard and heard[-1][0] == heard[-1][1] and [done for done, _ in heard] == list(range(1, len(heard) + 1))

@@ -197,9 +197,10 @@ def contrastive_cached(
     *,
     _result: DecodeResult,
     _should_stop: Callable[[], bool],
+    _progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Integrated gradients of log p(output token) - log p(foil) at one step."""
-    return contrastive(_checkpoint.model, _result, step, foil, n_steps, _should_stop)
+    return contrastive(_checkpoint.model, _result, step, foil, n_steps, _should_stop, _progress)
 
 
 @RESULTS

@@ -83,8 +83,8 @@ def integrated_gradients(
                     for total, gradient in zip(totals, torch.autograd.grad(hidden, scaled, outward, retain_graph=True)):
                         total[index] += gradient.sum(0) / n_steps
                     done += 1
-                    if progress and done % len(passes) == 0:  # in output steps' worth of work
-                        progress(done // len(passes), len(positions))
+                    if progress:  # in backward passes: one output step at a few interpolation points
+                        progress(done, len(positions) * len(passes))
     source, prefix = ((total * e).sum(-1).float().cpu().numpy() for total, e in zip(totals, embedded))
     with torch.no_grad():
         ends = tuple(torch.cat([e, torch.zeros_like(e)]) for e in embedded)

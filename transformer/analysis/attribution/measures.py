@@ -92,9 +92,13 @@ def attribute(
     tokens = torch.tensor(result.tgt_ids)
     total = result.steps + 1
 
-    def integrated_progress(done: int, _: int) -> None:
-        if progress is not None:
-            progress(done, total)
+    reported = [0]
+
+    def integrated_progress(done: int, work: int) -> None:
+        steps_done = done * result.steps // work  # backward passes, said in output steps' worth
+        if progress is not None and steps_done > reported[0]:
+            reported[0] = steps_done
+            progress(steps_done, total)
 
     integrated = integrated_gradients(
         model, result.src_ids, result.tgt_ids, steps, tokens, None, n_steps, should_stop, integrated_progress
@@ -151,10 +155,12 @@ def contrastive(
     foil: int,
     n_steps: int = DEFAULT_STEPS,
     should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Why the output token rather than `foil` at `step`: integrated gradients of log p(token) - log p(foil).
 
-    Returns the source row (S,), the prefix row (T,) and the convergence delta.
+    Returns the source row (S,), the prefix row (T,) and the convergence delta. `progress` hears (backward passes
+    done, in all): one step's gradients take seconds on a long sentence, and a page shows them on a bar.
     """
     integrated = integrated_gradients(
         model,
@@ -165,6 +171,7 @@ def contrastive(
         torch.tensor([foil]),
         n_steps,
         should_stop,
+        progress,
     )
     return integrated.source[0], integrated.prefix[0], float(integrated.delta[0])
 
