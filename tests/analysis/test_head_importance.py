@@ -375,9 +375,71 @@ def test_a_parts_bar_says_no_time_left_from_its_first_batch(monkeypatch):
     monkeypatch.setattr(ui.widgets.progress.st, "button", lambda *args, **kwargs: False)
     clock = iter(range(100, 200, 5))
     monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: next(clock))
-    progress = PhasedProgress()
+    progress = PhasedProgress(["pruning"], "a checkpoint", 10)
     for done in range(0, 5):
         progress("pruning", done * 10, 100)
     said_left = ["left" in text for text in shown]
     assert said_left == [False] * UPDATES_BEFORE_ESTIMATE + [True] * (len(shown) - UPDATES_BEFORE_ESTIMATE)
     assert shown[0].startswith("Pruning: 0 of 100")  # the bar from the part's first report
+
+
+def test_a_parts_bar_says_the_whole_runs_time_left_from_the_paces_of_the_parts_to_come(monkeypatch):
+    """Tried as a new user would: the treebank's part ended at 100 s, then 54 s with a full, frozen bar, then
+    pruning's first estimate said "about 1 s left" with 113 s to go. Each part's pace is recorded, and a part's bar
+    says the whole run's time left: its own, and the parts to come at their recorded paces."""
+    import types
+
+    import ui.services.work
+    import ui.widgets.progress
+    from ui.widgets.head_importance import PhasedProgress
+
+    shown, now = [], [0.0]
+    bar = types.SimpleNamespace(progress=lambda value, text: shown.append(text), empty=lambda: None)
+    monkeypatch.setattr(ui.services.work.st, "progress", lambda value, text: bar)
+    monkeypatch.setattr(ui.widgets.progress.st, "button", lambda *args, **kwargs: False)
+    monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: now[0])
+
+    def run(seconds: dict[str, float]) -> None:
+        progress = PhasedProgress(["ablation", "gradient", "pruning"], "whole-run test", 10)
+        for part, updates in (("ablation", 8), ("gradient", 2), ("pruning", 5)):
+            for done in range(updates + 1):
+                now[0] += seconds[part] / updates if done else 0
+                progress(part, done, updates)
+        progress.finish()
+
+    run({"ablation": 40, "gradient": 10, "pruning": 30})  # the first run: each part timed
+    shown.clear()
+    run({"ablation": 40, "gradient": 10, "pruning": 30})
+    halfway = next(text for text in shown if text.startswith("Switching each head off: 4 of 8"))
+    assert halfway.endswith("about 20 s left in this part, about 60 s in all")  # 20 s here, then 10 and 30
+    assert not any("in all" in text for text in shown if text.startswith("Pruning"))  # the last part: its own
+
+
+def test_a_survey_hands_over_its_table_before_the_parts_that_may_be_stopped():
+    """What a Stop keeps: the table of the parts that finished, handed over before the treebank's part and pruning;
+    stopped during pruning, the survey raises ImportanceStopped with the table already handed over."""
+    from transformer.analysis.heads.survey import survey_heads
+    from transformer.analysis.heads.syntax import ParsedSentence
+
+    checkpoint = load_checkpoint(REVERSE)
+    sources, references = reversal_sample(3, seed=4)
+    kept = []
+    with pytest.raises(ImportanceStopped):
+        survey_heads(
+            checkpoint.model,
+            checkpoint.tokenizer,
+            sources,
+            references,
+            False,
+            None,
+            "gradient",
+            should_stop=lambda: bool(kept),
+            kept=kept.append,
+        )
+    assert len(kept) == 1 and kept[0].curves is None and len(kept[0].table) == len(every_head(checkpoint.config))
+    treebank, kept = [ParsedSentence("one two", ())], []
+    whole = survey_heads(
+        checkpoint.model, checkpoint.tokenizer, sources, references, True, treebank, "ablation", kept=kept.append
+    )
+    assert [k.syntax is None for k in kept] == [True, False] and whole.curves and whole.pruned_by == "ablation"
+    assert whole.table.equals(kept[1].table)

@@ -830,7 +830,34 @@ def test_the_run_after_stop_on_which_heads_matter_says_it_stopped():
     assert not any("Stopped" in info.value for info in at.info)
     at.session_state["matter_stop_ablation"] = True  # the value a pressed Stop has on the run it starts
     at = at.run()
-    assert not at.exception and any(info.value.startswith("Stopped: nothing was kept") for info in at.info)
+    assert not at.exception and any(info.value.startswith("Stopped: nothing had finished") for info in at.info)
+
+
+def test_stop_during_pruning_keeps_the_table_of_the_parts_that_finished():
+    """Stop said "nothing was kept" even when only the pruning curve was left: the table had finished."""
+    from transformer.analysis.heads.survey import survey_heads
+    from transformer.io.checkpoint import CHECKPOINT_DIR, load_checkpoint
+    from ui.services.checkpoints import checkpoint_key
+    from ui.state.keys import HeadsRun
+
+    path = CHECKPOINT_DIR / "reverse.safetensors"
+    reverse, kept = load_checkpoint(path), []
+    survey_heads(
+        reverse.model,
+        reverse.tokenizer,
+        ["one two three"],
+        ["three two one"],
+        False,
+        None,
+        "gradient",
+        kept=kept.append,
+    )
+    at = start({"ckpt": "reverse"}).switch_page("pages/heads.py").run()
+    at.session_state["heads_matter_kept"] = HeadsRun(checkpoint_key(path), "src.txt", 1, kept[0])
+    at.session_state["matter_stop_pruning"] = True  # the value a pressed Stop has on the run it starts
+    at = at.run()
+    assert not at.exception and any(info.value.startswith("Stopped: the parts that had finished") for info in at.info)
+    assert at.session_state["heads_matter"].survey is kept[0] and len(at.get("plotly_chart")) >= 3
 
 
 def test_words_patch_each_words_pieces_together_on_the_page():
@@ -840,3 +867,66 @@ def test_words_patch_each_words_pieces_together_on_the_page():
     assert "“tired.” alone at the encoder's input restores 100% of it" in shown  # "tired" and "." are one word
     stream = figure(at, 0)
     assert array(stream["data"][0]["z"]).shape == (5, 12)  # 15 pieces, 12 words
+
+
+def test_which_heads_matter_says_the_whole_runs_time_left_within_a_factor_of_2_with_a_slowed_part(monkeypatch):
+    """Tried as a new user would (issue: a part's bar froze full, the next said "about 1 s left" with 113 s to go).
+    Pruning is slowed here to most of the run; the first run times each part, and in a second run over other
+    sentences, the ablation's bar, from its first update with an estimate, says a time for the whole run within a
+    factor of 2 of what the run then took."""
+    import random
+    import re
+    import time
+
+    import streamlit
+
+    import transformer.analysis.heads.survey as survey
+
+    pruning = survey.pruning_curves
+
+    def slowed(*args, progress=None, **kwargs):
+        def reporting(done, total):
+            time.sleep(0.4)  # a part slower than its work alone
+            progress(done, total)
+
+        return pruning(*args, progress=reporting, **kwargs)
+
+    monkeypatch.setattr(survey, "pruning_curves", slowed)
+    said, real_progress = [], streamlit.progress
+
+    def recorded(value, text=None):
+        element = real_progress(value, text=text)
+        said.append((time.monotonic(), text))
+
+        class Bar:
+            def progress(self, value, text=None):
+                said.append((time.monotonic(), text))
+                element.progress(value, text=text)
+
+            def empty(self):
+                element.empty()
+
+        return Bar()
+
+    monkeypatch.setattr(streamlit, "progress", recorded)
+    at = start({"ckpt": "reverse"}).switch_page("pages/heads.py").run()
+    words, rng = "one two three four five six seven eight nine ten".split(), random.Random(1)
+    for _ in range(2):  # other sentences the second time: not the cache's
+        sentences = [[rng.choice(words) for _ in range(rng.randint(3, 8))] for _ in range(50)]
+        sources = "\n".join(" ".join(sentence) for sentence in sentences)
+        references = "\n".join(" ".join(reversed(sentence)) for sentence in sentences)
+        at.file_uploader(key="matter_src").set_value(("src.txt", sources.encode(), "text/plain"))
+        at.file_uploader(key="matter_ref").set_value(("ref.txt", references.encode(), "text/plain"))
+        at.slider(key="matter_sample").set_value(50)
+        at.radio(key="matter_measure").set_value("both")
+        at.checkbox(key="matter_prune").set_value(True)
+        said.clear()
+        at.button(key="matter_run").click().run()
+        assert not at.exception, at.exception
+    estimates = [(when, text) for when, text in said if text and "in all" in text]
+    assert estimates and estimates[0][1].startswith("Switching each head off")
+    when, text = estimates[0]
+    amount, unit = re.search(r"about (\d+) (s|min) in all", text).groups()
+    promised = int(amount) * (60 if unit == "min" else 1)
+    took = said[-1][0] - when
+    assert took / 2 <= promised <= 2 * took, (text, took)

@@ -216,9 +216,11 @@ def heads_survey_cached(
     _progress: Callable[[str, int, int], None],
     _should_stop: Callable[[], bool],
     _computed: Callable[[float], None],
+    _kept: Callable[[Survey], None] | None = None,
 ) -> Survey:
     """Every measure of every head over a sample (a classroom measuring the teacher's file measures it once);
-    `_computed` hears the computing seconds of a survey made here, never of one the cache held (a page's pace)."""
+    `_computed` hears the computing seconds of a survey made here, never of one the cache held (a page's pace);
+    `_kept`, the survey as it stands as each part ends with more to come (what a Stop keeps)."""
     from transformer.analysis.heads.survey import survey_heads  # pandas and sacrebleu: only this page needs them
 
     started = computing_clock()
@@ -232,6 +234,7 @@ def heads_survey_cached(
         prune_by,
         _progress,
         _should_stop,
+        _kept,
     )
     _computed(computing_clock() - started)
     return survey

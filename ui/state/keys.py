@@ -170,6 +170,7 @@ KEYS: dict[str, Key] = {
     "compare_with": Key(str, None, "the checkpoint Compare checkpoints compares with (its widget, named in the link)"),
     "pe_dims": Key(list, None, "the dimensions Positional encoding draws (its widget, named in the link)"),
     "heads_matter": Key(HeadsRun, None, "every head's importance, roles and pruning curve over the visitor's sample"),
+    "heads_matter_kept": Key(HeadsRun, None, "what finished of the run under way: what its Stop keeps"),
     "ablate_heads": Key(list, None, "the heads picked on Head statistics, as Head values (its widget)"),
     "step_layers": Key(str, None, "the window of layers the explorer's step view is sent ('9-12'; its widget, linked)"),
     "knockout_source": Key(tuple, None, "the checkpoint key and source ids the knockout's choices are for"),

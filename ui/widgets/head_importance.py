@@ -15,7 +15,7 @@ import streamlit as st
 
 from transformer.analysis.heads.importance import ImportanceStopped
 from transformer.analysis.heads.pruning import LEAST_FIRST, MOST_FIRST, PruningCurve
-from transformer.analysis.heads.survey import PHASES
+from transformer.analysis.heads.survey import PHASES, Survey
 from transformer.analysis.heads.syntax import READINGS, ParsedSentence, TreebankError, parse_treebank
 from transformer.analysis.heads.table import ROLE_MEANINGS, role_labels, role_tags
 from transformer.decoding.result import DecodeInputError
@@ -27,7 +27,7 @@ from transformer.viz.charts import lines
 from transformer.viz.matrices import matrix_heatmap
 from ui.services import models, uploads
 from ui.services.explorer import Explored
-from ui.services.work import TIMINGS, heavy_job
+from ui.services.work import TIMINGS, computing_clock, heavy_job
 from ui.state import keys
 from ui.state.url import MAX_PAGE_VALUE, choices_text, url_text
 from ui.widgets.charts import show, table
@@ -45,7 +45,11 @@ PHASE_NAMES = {
 # Updates a part's bar waits for before it says the time left: from its first batch (the shortest sentences first)
 # pruning said "about 1 s left" with 113 s to go
 UPDATES_BEFORE_ESTIMATE = 3
-STOPPED = "Stopped: nothing was kept. Measure again when you are ready."
+STOPPED = "Stopped: nothing had finished, so nothing was kept. Measure again when you are ready."
+STOPPED_KEPT = (
+    "Stopped: the parts that had finished are kept below (the table); the part stopped and any after it are not. "
+    "Measure again for the rest."
+)
 MEASURES = {"gradient": "the gradient of a gate on each head (seconds)", "both": "also each head switched off"}
 # What the grids can draw, by the table's column, as a reader names it.
 COLUMNS = {
@@ -93,7 +97,7 @@ def section(explored: Explored) -> None:
         run = st.button("Measure the heads", key="matter_run")
         st.caption(pace(work_name(measure, prune), explored.checkpoint_key, "sentence", count))
     if any(session.get(f"matter_stop_{phase}") for phase in PHASES):  # this run is its Stop's: the work ended
-        st.info(STOPPED)
+        stopped(explored)
     if run:
         sample = uploaded_sample(sources, references, count)
         if sample is not None:
@@ -161,8 +165,16 @@ def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, pr
     """Every measure asked for, the treebank's parsing included, in one heavy-job turn with a bar per long part;
     None (and a note) if the visitor stopped it or the treebank was refused. The same sample and settings are
     measured once per server (the shared results cache)."""
-    progress, timed = PhasedProgress(), (work_name(measure, prune), explored.checkpoint_key, len(sample.sources))
     ablation = measure == "both"
+    parts = ["ablation"] * ablation + ["gradient"] + ["treebank"] * (treebank is not None) + ["pruning"] * prune
+    progress = PhasedProgress(parts, explored.checkpoint_key, len(sample.sources))
+    session = st.session_state
+    session.pop("heads_matter_kept", None)
+
+    def kept(survey: Survey) -> None:
+        session.heads_matter_kept = keys.HeadsRun(explored.checkpoint_key, sample.name, len(sample.sources), survey)
+
+    timed = (work_name(measure, prune), explored.checkpoint_key, len(sample.sources))
     try:
         with heavy_job("head measurements") as should_stop:
             parsed = None if treebank is None else parsed_upload(treebank, should_stop)
@@ -177,9 +189,11 @@ def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, pr
                 _progress=progress,
                 _should_stop=should_stop,
                 _computed=lambda seconds: TIMINGS.record(*timed, seconds),
+                _kept=kept,
             )
+            progress.finish()
     except ImportanceStopped:
-        st.info(STOPPED)
+        stopped(explored)
         return None
     except TreebankError as error:
         st.error(literal(f"The gold parses cannot be read: {error}"))
@@ -193,16 +207,28 @@ def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, pr
 
 
 class PhasedProgress:
-    """A survey's progress: a bar for each long part in turn (switching heads off, reading gold parses, pruning),
-    each with its Stop button."""
+    """A survey's progress: a bar for each part in turn (switching heads off, the gradient and roles, reading gold
+    parses, pruning), each with its Stop button. Each part's pace is recorded here per sentence of the sample, so
+    that a part's bar says, beside its own time left, the whole run's: its own and the parts to come at the paces
+    they were measured at (a part that ended showed a full, frozen bar for 54 s, then the next's "about 1 s left")."""
 
-    def __init__(self) -> None:
+    def __init__(self, parts: list[str], checkpoint_key: str, sentences: int) -> None:
+        self.parts, self.checkpoint_key, self.sentences = parts, checkpoint_key, sentences
         self.phase: str | None = None
         self.bar: ProgressBar | None = None
 
+    def timing(self, phase: str) -> tuple[str, str, float]:
+        return f"heads part: {phase}", self.checkpoint_key, self.sentences
+
+    def after(self, phase: str) -> float | None:
+        """Seconds the parts after `phase` should take at their measured paces; None for the last part, or if one
+        to come was never timed."""
+        expected = [TIMINGS.expected(*self.timing(part)) for part in self.parts[self.parts.index(phase) + 1 :]]
+        return None if not expected or None in expected else sum(expected)  # type: ignore[arg-type]
+
     def __call__(self, phase: str, done: int, total: int) -> None:
         if phase != self.phase:
-            self.close()
+            self.finish()
             self.phase = phase
             self.bar = ProgressBar(
                 PHASE_NAMES[phase],
@@ -210,13 +236,32 @@ class PhasedProgress:
                 PHASES[phase],
                 stop_key=f"matter_stop_{phase}",
                 estimate_after=UPDATES_BEFORE_ESTIMATE,
+                after=self.after(phase) if phase in self.parts else None,
             )
         self.bar(done, total)
+
+    def finish(self) -> None:
+        """The part under way ended: its pace recorded, its bar gone."""
+        if self.bar is not None and self.phase is not None:
+            TIMINGS.record(*self.timing(self.phase), computing_clock() - self.bar.started)
+        self.close()
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+
+def stopped(explored: Explored) -> None:
+    """What a stopped run says; what finished before its Stop (the table, when the treebank's part or pruning was
+    stopped) becomes the run shown."""
+    session = st.session_state
+    kept = session.pop("heads_matter_kept", None)
+    if kept is None or kept.checkpoint_key != explored.checkpoint_key:
+        st.info(STOPPED)
+        return
+    session.heads_matter = kept
+    st.info(STOPPED_KEPT)
 
 
 def show_run(run: keys.HeadsRun, explored: Explored) -> None:

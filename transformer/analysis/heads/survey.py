@@ -9,8 +9,9 @@ by the log-probability they cost when ablated, else by their gradient.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
 from transformer.analysis.heads.importance import (
@@ -21,12 +22,13 @@ from transformer.analysis.heads.importance import (
     scores,
 )
 from transformer.analysis.heads.pruning import PruningCurve, pruning_curves, ranking_by
-from transformer.analysis.heads.roles import head_roles
+from transformer.analysis.heads.roles import HeadRoles, head_roles
 from transformer.analysis.heads.syntax import ParsedSentence, SyntacticRoles, syntactic_roles
 from transformer.analysis.heads.table import head_table
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.heads import Head, every_head
+from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import TokenizerBase
 
 # What a survey reports as it goes: (phase, done, total), the phase one of these.
@@ -51,6 +53,9 @@ class Survey:
     syntax: SyntacticRoles | None
     curves: list[PruningCurve] | None
     pruned_by: str | None
+    intact: list[str] = field(default_factory=list, repr=False)  # the intact model's greedy outputs
+    gradient: dict[AttentionKind, np.ndarray] = field(default_factory=dict, repr=False)  # the table's sources
+    roles: HeadRoles | None = field(default=None, repr=False)
 
 
 def survey_heads(
@@ -63,10 +68,12 @@ def survey_heads(
     prune_by: str | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    kept: Callable[[Survey], None] | None = None,
 ) -> Survey:
     """The gradient and the roles always; the ablation, the syntax (with a treebank) and the pruning curve (ranked
     by `prune_by`: "ablation", which needs the ablation, or "gradient") when asked. `should_stop` ends the long
-    parts with importance.ImportanceStopped."""
+    parts with importance.ImportanceStopped. `kept` hears the survey as it stands when a part after the table's
+    first ends with more to come (the table, without the syntax or the curve still to come): what a Stop keeps."""
     if prune_by == "ablation" and not ablation:
         raise ValueError("pruning by the ablation needs the ablation")
 
@@ -82,32 +89,56 @@ def survey_heads(
         ablated = ablation_importance(
             model, tokenizer, sources, references, progress=reporting("ablation"), should_stop=should_stop
         )
+    survey = _gradient_and_roles(model, tokenizer, sources, references, ablated, reporting("gradient"), should_stop)
+    if kept is not None and (treebank or prune_by):
+        kept(survey)
+    if treebank:
+        if progress is not None:
+            progress("treebank", 0, len(treebank))
+        syntax = syntactic_roles(model, tokenizer, treebank, reporting("treebank"), should_stop)
+        table = head_table(model, ablated, survey.gradient, survey.roles, syntax)
+        survey = replace(survey, table=table, syntax=syntax)
+        if kept is not None and prune_by:
+            kept(survey)
+    if prune_by is None:
+        return survey
+    column, sign = RANKINGS[prune_by]
+    importance = {Head.numbered(r.kind, r.layer, r.head): sign * getattr(r, column) for r in survey.table.itertuples()}
+    curves = pruning_curves(
+        model,
+        tokenizer,
+        sources,
+        survey.references,
+        ranking_by(importance),
+        survey.intact,
+        progress=reporting("pruning"),
+        should_stop=should_stop,
+    )
+    return replace(survey, curves=curves, pruned_by=prune_by)
+
+
+def _gradient_and_roles(
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    sources: Sequence[str],
+    references: Sequence[str] | None,
+    ablated: Ablation | None,
+    progress: Callable[[int, int], None] | None,
+    should_stop: Callable[[], bool],
+) -> Survey:
+    """The survey's table from the gradient and the roles (and the ablation, where it ran), over the references or,
+    without them, the intact model's outputs."""
     if progress is not None:
-        progress("gradient", 0, 2)
+        progress(0, 2)
     intact = ablated.intact if ablated is not None else translate_texts(model, tokenizer, sources)
     measured_against = list(references) if references is not None else intact
     corpus = corpus_of(model, tokenizer, sources, measured_against)
     gradient = gradient_importance(model, corpus, should_stop=should_stop)
     if progress is not None:
-        progress("gradient", 1, 2)
+        progress(1, 2)
     roles = head_roles(model, tokenizer, corpus, should_stop)
-    if treebank and progress is not None:
-        progress("treebank", 0, len(treebank))
-    syntax = syntactic_roles(model, tokenizer, treebank, reporting("treebank"), should_stop) if treebank else None
-    table = head_table(model, ablated, gradient, roles, syntax)
-    curves = None
-    if prune_by is not None:
-        column, sign = RANKINGS[prune_by]
-        importance = {Head.numbered(r.kind, r.layer, r.head): sign * getattr(r, column) for r in table.itertuples()}
-        curves = pruning_curves(
-            model,
-            tokenizer,
-            sources,
-            measured_against,
-            ranking_by(importance),
-            intact,
-            progress=reporting("pruning"),
-            should_stop=should_stop,
-        )
+    table = head_table(model, ablated, gradient, roles, None)
     bleu = scores(intact, measured_against)[0]
-    return Survey(table, measured_against, references is not None, bleu, ablated, syntax, curves, prune_by)
+    return Survey(
+        table, measured_against, references is not None, bleu, ablated, None, None, None, intact, gradient, roles
+    )
