@@ -19,6 +19,8 @@ from transformer.hugging_face.files import hf_weights, optional_object, read_con
 from transformer.hugging_face.seq2seq import (
     ACTIVATION_NAMES,
     FINAL_NORMS,
+    POSITION_TABLES,
+    SIDE_NORMS,
     check_special_ids,
     checkpoint_from_state,
     marian_state,
@@ -32,14 +34,6 @@ from transformer.text.json_tokenizer import JsonTokenizer
 
 FAMILIES = {"bart": "BART", "mbart": "mBART-50"}
 POSITION_OFFSET = 2  # BartLearnedPositionalEmbedding's: rows 0 and 1 are never read
-SIDE_NORMS = {
-    "model.encoder.layernorm_embedding": "src_position.norm",
-    "model.decoder.layernorm_embedding": "tgt_position.norm",
-}
-POSITION_TABLES = {
-    "model.encoder.embed_positions.weight": "src_position.table",
-    "model.decoder.embed_positions.weight": "tgt_position.table",
-}
 
 
 def bart_config(hf: dict[str, Any], tokenizer: JsonTokenizer) -> TransformerConfig:

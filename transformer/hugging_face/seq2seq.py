@@ -25,6 +25,14 @@ LAYER_PARTS = {
     "final_layer_norm": {"encoder": "ff_block.norm", "decoder": "ff_block.norm"},
 }
 FINAL_NORMS = {"model.encoder.layer_norm": "encoder_norm", "model.decoder.layer_norm": "decoder_norm"}  # pre-norm's
+SIDE_NORMS = {  # a layer norm on each side's embedded input (BART's, mBART's, fairseq's layernorm_embedding)
+    "model.encoder.layernorm_embedding": "src_position.norm",
+    "model.decoder.layernorm_embedding": "tgt_position.norm",
+}
+POSITION_TABLES = {  # learned positions (BART's, mBART's, fairseq's --*-learned-pos)
+    "model.encoder.embed_positions.weight": "src_position.table",
+    "model.decoder.embed_positions.weight": "tgt_position.table",
+}
 LAYER_NAME = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.([a-z_0-9]+)\.(.+)")
 
 

@@ -19,7 +19,13 @@ from typing import Any
 import torch
 
 from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, read_bounded, regular_file
-from transformer.hugging_face.seq2seq import FINAL_NORMS, checkpoint_from_state, marian_state
+from transformer.hugging_face.seq2seq import (
+    FINAL_NORMS,
+    POSITION_TABLES,
+    SIDE_NORMS,
+    checkpoint_from_state,
+    marian_state,
+)
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerError
@@ -35,9 +41,6 @@ NEVER_WRITTEN = -1e4
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh", "swish": "swish"}
 # Options whose model this format cannot hold (yet), each with what it is; refused naming it.
 REFUSED_OPTIONS = {
-    "encoder_learned_pos": "learned source positions",
-    "decoder_learned_pos": "learned target positions",
-    "layernorm_embedding": "a layer norm on the embeddings (layernorm_embedding)",
     "no_token_positional_embeddings": "no positions",
     "adaptive_input": "adaptive input embeddings",
     "cross_self_attention": "cross+self-attention",
@@ -153,6 +156,11 @@ def fairseq_config(options: dict[str, Any], vocabulary_size: int, tied: bool) ->
         unsupported.insert(0, f"the architecture {shown(arch, 40)} (fairseq's transformer family is read)")
     if options.get("adaptive_softmax_cutoff"):
         unsupported.append("an adaptive softmax")
+    learned = bool(options.get("encoder_learned_pos"))
+    if bool(options.get("decoder_learned_pos")) != learned:
+        unsupported.append("learned positions on one side only")
+    if learned and options.get("max_source_positions") != options.get("max_target_positions"):
+        unsupported.append("learned position tables of different lengths")
     for part in ("embed_dim", "ffn_embed_dim", "attention_heads", "normalize_before"):
         if options.get(f"encoder_{part}") != options.get(f"decoder_{part}"):
             unsupported.append(f"encoder and decoder of different {part.replace('_', ' ')}")
@@ -181,9 +189,11 @@ def fairseq_config(options: dict[str, Any], vocabulary_size: int, tied: bool) ->
         tie_embeddings=tied,
         activation=ACTIVATIONS[options.get("activation_fn", "relu")],
         scale_embedding=not options.get("no_scale_embedding"),
+        positional="learned" if learned else "sinusoidal",
+        embedding_norm=bool(options.get("layernorm_embedding")),
         sinusoid_layout="halves",
         sinusoid_frequencies="tensor2tensor",
-        position_offset=2,  # pad + 1
+        position_offset=2,  # pad + 1: the first row a position reads, learned or not
         decoder_start_id=2,  # </s>
     )
 
@@ -244,7 +254,9 @@ def fairseq_state(
     """fairseq's weights under this project's names: its layers' names are Hugging Face's M2M100's without the
     `model.` prefix; with two dictionaries, each embedding laid out over the joint vocabulary (`joint_vocabulary`)."""
     renamed = {f"model.{name}": tensor.float() for name, tensor in weights.items() if not name.endswith("version")}
-    state = marian_state(renamed, config, FINAL_NORMS)
+    state = marian_state(renamed, config, FINAL_NORMS | SIDE_NORMS)
+    if config.positional == "learned":
+        state |= {ours: renamed[theirs] for theirs, ours in POSITION_TABLES.items() if theirs in renamed}
     if config.tie_embeddings:
         return state
     names = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight")
