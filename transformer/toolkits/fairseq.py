@@ -5,8 +5,9 @@ data-bin's dictionaries `dict.SRC.txt` and `dict.TGT.txt`, and the SentencePiece
 (`sentencepiece.bpe.model`, `spm.model` or `sentencepiece.model`). The checkpoint is read by the allow-listed
 unpickler (`pickled`): nothing in it runs. fairseq's `transformer` is the model Hugging Face's M2M100 was ported from,
 without language codes: post-norm by default (pre-norm with a final norm on each side under --*-normalize-before),
-sinusoids in halves with tensor2tensor's frequencies from row pad + 1, embeddings times sqrt(d), the decoder started
-from </s> and every source ended with it. A dictionary puts <s>, <pad>, </s>, <unk> at ids 0-3 before its file's
+sinusoids in halves with tensor2tensor's frequencies from row pad + 1 (or learned positions from there, and a layer
+norm on the embeddings, where it was trained with them), embeddings times sqrt(d), the decoder started from </s> and
+every source ended with it. A dictionary puts <s>, <pad>, </s>, <unk> at ids 0-3 before its file's
 symbols. Two dictionaries are read as one vocabulary (`joint_vocabulary`).
 """
 
