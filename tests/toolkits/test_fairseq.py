@@ -243,3 +243,16 @@ def test_a_checkpoint_written_over_in_place_is_read_anew_by_the_app(tmp_path):
     later = max(before, (directory / "checkpoint_best.pt").stat().st_mtime_ns) + 10**9
     os.utime(directory / "checkpoint_best.pt", ns=(later, later))
     assert directory.stat().st_mtime_ns == before and checkpoint_key(directory) != key
+
+
+def test_files_linked_from_a_folder_inside_the_directory_are_read_by_their_names_there(tmp_path):
+    """A SentencePiece model or dictionary linked from a folder inside (data/spm-en-fr.model) was looked up by its
+    target's name in the directory itself, and refused as missing."""
+    directory = copied(tmp_path)
+    (directory / "data").mkdir()
+    for name, target in (("sentencepiece.bpe.model", "spm-en-fr.model"), ("dict.fr.txt", "fr.dict")):
+        (directory / name).rename(directory / "data" / target)
+        (directory / name).symlink_to(Path("data") / target)
+    checkpoint = import_fairseq(directory)
+    sentence = recorded("fairseq-joined")[0]
+    assert decode_text(checkpoint.model, checkpoint.tokenizer, sentence["source"]).text == sentence["output"]

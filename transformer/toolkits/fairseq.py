@@ -56,7 +56,7 @@ class FairseqFiles:
 
     directory: Path
     checkpoint: Path
-    sentencepiece: Path
+    sentencepiece: str  # its name in the directory, read there (a link to a file further in keeps its own name)
 
 
 def find_files(path: Path) -> FairseqFiles:
@@ -64,7 +64,7 @@ def find_files(path: Path) -> FairseqFiles:
     CheckpointError naming what is missing."""
     directory = path.parent if path.is_file() else path
     checkpoint = path if path.is_file() else _checkpoint_in(directory)
-    sentencepiece = next((regular_file(directory, n) for n in SENTENCEPIECE_NAMES if regular_file(directory, n)), None)
+    sentencepiece = next((name for name in SENTENCEPIECE_NAMES if regular_file(directory, name) is not None), None)
     if sentencepiece is None:
         bpe = " (bpecodes is subword-nmt's BPE, which is not read)" if (directory / "bpecodes").exists() else ""
         raise CheckpointError(
@@ -89,7 +89,7 @@ def language_pair(saved: dict[str, Any], directory: Path) -> tuple[str, str]:
     """Source and target language: as the options name them (fairseq-train -s SRC -t TGT), else as the data-bin's name
     does (fairseq infers the pair from its files; its examples name it data-bin/NAME.SRC-TGT), else as the
     directory's name does; CheckpointError where none says which of the two dictionaries is the source's."""
-    languages = sorted(p.name.split(".")[1] for p in directory.glob("dict.*.txt"))
+    languages = dictionary_languages(directory)
     if len(languages) != 2:
         raise CheckpointError(
             f"{directory.name}: a fairseq model needs its data-bin's two dictionaries (dict.SRC.txt and dict.TGT.txt) "
@@ -110,14 +110,19 @@ def language_pair(saved: dict[str, Any], directory: Path) -> tuple[str, str]:
     )
 
 
+def dictionary_languages(directory: Path) -> list[str]:
+    """The languages the directory's dictionaries name (dict.en.txt: en), in order."""
+    return sorted(path.name.split(".")[1] for path in directory.glob("dict.*.txt"))
+
+
 def dictionary_path(directory: Path, language: str) -> Path:
-    path = regular_file(directory, f"dict.{language}.txt")
-    if path is None:
+    """The dictionary of `language` in the directory, by its name there; CheckpointError where it is missing."""
+    if regular_file(directory, f"dict.{language}.txt") is None:
         raise CheckpointError(
             f"{directory.name} lacks dict.{language}.txt: fairseq-preprocess writes the dictionaries into the "
             "data-bin; put them beside the checkpoint"
         )
-    return path
+    return directory / f"dict.{language}.txt"
 
 
 def read_dictionary(path: Path) -> list[str]:
@@ -224,9 +229,7 @@ def import_fairseq(path: str | Path, device: torch.device | str = "cpu") -> Chec
     tied = bool(options.get("share_all_embeddings")) and source == target
     try:
         config = fairseq_config(options, len(pieces), tied)
-        tokenizer = Tokenizer(
-            read_bounded(files.directory, files.sentencepiece.name, MAX_TOKENIZER_BYTES), None, pieces
-        )
+        tokenizer = Tokenizer(read_bounded(files.directory, files.sentencepiece, MAX_TOKENIZER_BYTES), None, pieces)
     except (ConfigError, TypeError, ValueError, OverflowError, TokenizerError) as error:
         raise CheckpointError(f"{files.directory.name}: {str(error)[:300]}") from None
     state = fairseq_state(weights, config, len(target), source_rows)
@@ -254,19 +257,18 @@ def fairseq_state(
 ) -> dict[str, torch.Tensor]:
     """fairseq's weights under this project's names: its layers' names are Hugging Face's M2M100's without the
     `model.` prefix; with two dictionaries, each embedding laid out over the joint vocabulary (`joint_vocabulary`)."""
-    renamed = {f"model.{name}": tensor.float() for name, tensor in weights.items() if not name.endswith("version")}
+    # Stored types kept: the model lays each weight out in float32 as it takes it (a copy of all of them here first
+    # held an F16 model twice)
+    renamed = {f"model.{name}": tensor for name, tensor in weights.items() if not name.endswith("version")}
     state = marian_state(renamed, config, FINAL_NORMS | SIDE_NORMS)
     if config.positional == "learned":
         state |= {ours: renamed[theirs] for theirs, ours in POSITION_TABLES.items() if theirs in renamed}
     if config.tie_embeddings:
         return state
+    if "decoder.output_projection.weight" not in weights:
+        raise CheckpointError("the checkpoint lacks decoder.output_projection.weight")
     names = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight")
-    missing = [name for name in names if name not in weights]
-    if missing:
-        raise CheckpointError(f"the checkpoint lacks {', '.join(missing)}")
-    source_embedding, target_embedding, output = (weights[name].float() for name in names)
-    if len(source_rows) < target_size or max(source_rows) >= len(source_embedding):
-        raise CheckpointError("the embeddings do not fit the dictionaries")
+    source_embedding, target_embedding, output = (weights[name] for name in names)  # their rows checked on reading
     beyond = len(source_rows) - target_size  # rows of pieces only the source knows, never written
     state["src_embed.lookup.weight"] = source_embedding[source_rows]
     state["tgt_embed.lookup.weight"] = torch.cat([target_embedding, target_embedding.new_zeros(beyond, config.d_model)])
@@ -283,9 +285,8 @@ def is_fairseq_directory(path: Path) -> bool:
 def describe_fairseq(directory: Path) -> str:
     """The checkpoint list's label for a fairseq directory, read without unpickling: its name, the language pair its
     dictionaries name, and the checkpoint's size."""
-    languages = sorted(p.name.split(".")[1] for p in directory.glob("dict.*.txt"))
     try:
-        size = f"{find_files(directory).checkpoint.stat().st_size / 1e6:.1f} MB"
+        size = f"{_checkpoint_in(directory).stat().st_size / 1e6:.1f} MB"
     except (CheckpointError, OSError):
         size = "no checkpoint to read"
-    return " · ".join((directory.name, "/".join(languages), "fairseq", size))
+    return " · ".join((directory.name, "/".join(dictionary_languages(directory)), "fairseq", size))

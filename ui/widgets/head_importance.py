@@ -192,6 +192,7 @@ def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, pr
                 _kept=kept,
             )
             progress.finish()
+            session.pop("heads_matter_kept", None)  # the whole run finished: nothing partial to keep
     except ImportanceStopped:
         stopped(explored)
         return None

@@ -92,12 +92,13 @@ def attribute(
     tokens = torch.tensor(result.tgt_ids)
     total = result.steps + 1
 
-    reported = [0]
+    reported = 0
 
     def integrated_progress(done: int, work: int) -> None:
+        nonlocal reported
         steps_done = done * result.steps // work  # backward passes, said in output steps' worth
-        if progress is not None and steps_done > reported[0]:
-            reported[0] = steps_done
+        if progress is not None and steps_done > reported:
+            reported = steps_done
             progress(steps_done, total)
 
     integrated = integrated_gradients(
