@@ -299,3 +299,13 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
             continue
         assert at.get("plotly_chart") or at.dataframe or at.get("bidi_component"), page
     return at
+
+
+class WritesAMarker:
+    """An object whose unpickling writes "ran" to `marker`: a file holding it shows whether a reader ran its pickle."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "ran"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import pickle
 import re
 import urllib.parse
@@ -18,6 +17,7 @@ from fixtures.patching_pair import CLEAN, CORRUPT
 from helpers import (
     REPO,
     SMALL_FILE_HUGE_CONFIG,
+    WritesAMarker,
     array,
     errors,
     figure,
@@ -41,16 +41,6 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint, load_
 from transformer.io.header import read_header
 from ui.players.packing import unpacked
 from ui.services.uploads import upload_cost
-
-
-class RunsCode:
-    """A pickle that would create a file if it were ever loaded with pickle."""
-
-    def __init__(self, marker: str) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
 
 
 def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
@@ -314,7 +304,7 @@ def test_damaged_uploads_are_refused_with_a_reason(checkpoint_path, make, messag
 
 def test_a_pickle_upload_is_refused_and_never_runs(tmp_path):
     marker = tmp_path / "ran"
-    at = upload(start(), "model.safetensors", pickle.dumps(RunsCode(str(marker))))
+    at = upload(start(), "model.safetensors", pickle.dumps(WritesAMarker(marker)))
     assert "refused" in errors(at) and "pickle" in errors(at)
     assert not marker.exists()
 

@@ -1,4 +1,4 @@
-"""`import-hf` and `import-fairseq` (a toolkit's model as a checkpoint of this project, converted once) and
+"""`import-hf`, `import-fairseq` and `import-marian` (a toolkit's model as a checkpoint of this project, converted once) and
 `train-lens` (a tuned lens fitted to a checkpoint)."""
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ def _import_fairseq(directory: str):
     return import_fairseq(directory)
 
 
+def _import_marian(directory: str):
+    from transformer.toolkits.marian import import_marian_npz
+
+    return import_marian_npz(directory)
+
+
 def cmd_train_lens(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
@@ -66,24 +72,34 @@ def cmd_train_lens(args: argparse.Namespace) -> int:
     return 0
 
 
+# Each toolkit's converter: what it converts, what the directory holds, and the reader.
+IMPORTERS = {
+    "import-hf": (
+        "convert a Hugging Face model directory (Marian, M2M100, NLLB, mBART-50, BART, T5)",
+        "saved by the model's and the tokenizer's save_pretrained",
+        _import_hf,
+    ),
+    "import-fairseq": (
+        "convert a fairseq translation model (docs/fairseq.md)",
+        "its checkpoint (.pt), the data-bin's dict.SRC.txt and dict.TGT.txt, its SentencePiece model",
+        _import_fairseq,
+    ),
+    "import-marian": (
+        "convert a model trained with Marian (docs/marian.md)",
+        "its model.npz, the model.npz.decoder.yml naming its vocabularies, those .spm files",
+        _import_marian,
+    ),
+}
+
+
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     """Registers this module's commands."""
-    hf = commands.add_parser(
-        "import-hf",
-        help="convert a Hugging Face model directory (Marian, M2M100, NLLB, mBART-50, BART, T5)",
-    )
-    hf.add_argument("directory", help="saved by the model's and the tokenizer's save_pretrained")
-    hf.add_argument("--out", required=True, help="the checkpoint file to write")
-    hf.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    hf.set_defaults(run=cmd_import, importer=_import_hf)
-
-    fairseq = commands.add_parser("import-fairseq", help="convert a fairseq translation model (docs/fairseq.md)")
-    fairseq.add_argument(
-        "directory", help="its checkpoint (.pt), the data-bin's dict.SRC.txt and dict.TGT.txt, its SentencePiece model"
-    )
-    fairseq.add_argument("--out", required=True, help="the checkpoint file to write")
-    fairseq.add_argument("--dtype", choices=["float32", "float16"], default="float32")
-    fairseq.set_defaults(run=cmd_import, importer=_import_fairseq)
+    for name, (summary, holds, importer) in IMPORTERS.items():
+        parser = commands.add_parser(name, help=summary)
+        parser.add_argument("directory", help=holds)
+        parser.add_argument("--out", required=True, help="the checkpoint file to write")
+        parser.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+        parser.set_defaults(run=cmd_import, importer=importer)
 
     lens = commands.add_parser("train-lens", help="fit a tuned lens (an affine map per decoder layer) to a checkpoint")
     lens.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint file (default: %(default)s)")

@@ -31,14 +31,12 @@ from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 from transformer.toolkits.pickled import options_of, read_pickled
+from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
 
 CHECKPOINT_NAMES = ("checkpoint_best.pt", "checkpoint_last.pt", "model.pt")
 SENTENCEPIECE_NAMES = ("sentencepiece.bpe.model", "spm.model", "sentencepiece.model")
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>"]  # fairseq's Dictionary, ids 0-3
 MAX_DICTIONARY_LINES = 1_000_000
-# A piece only the source dictionary holds, in the output layer of a joint vocabulary: a score no softmax gives
-# weight to (exp(-10^4) is 0 in float32), finite so that entropies and sums stay numbers.
-NEVER_WRITTEN = -1e4
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh", "swish": "swish"}
 # Options whose model this format cannot hold (yet), each with what it is; refused naming it.
 REFUSED_OPTIONS = {
@@ -204,16 +202,6 @@ def fairseq_config(options: dict[str, Any], vocabulary_size: int, tied: bool) ->
     )
 
 
-def joint_vocabulary(source: list[str], target: list[str]) -> tuple[list[str], list[int]]:
-    """One vocabulary for two dictionaries: the target's symbols at their own ids (so output ids are fairseq's), then
-    those only the source has; and for each of its ids the source dictionary's id, <unk>'s where the source lacks
-    the symbol (what fairseq's source side reads it as)."""
-    known = set(target)
-    pieces = target + [symbol for symbol in source if symbol not in known]
-    source_ids = {symbol: i for i, symbol in enumerate(source)}
-    return pieces, [source_ids.get(piece, SPECIALS.index("<unk>")) for piece in pieces]
-
-
 def import_fairseq(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
     """A fairseq model directory (or its `.pt` file, its dictionaries and SentencePiece model beside it) as a
     checkpoint of this project."""
@@ -221,7 +209,7 @@ def import_fairseq(path: str | Path, device: torch.device | str = "cpu") -> Chec
     saved = read_pickled(files.checkpoint)
     options, pair = model_options(saved), language_pair(saved, files.directory)
     source, target = (read_dictionary(dictionary_path(files.directory, language)) for language in pair)
-    pieces, source_rows = joint_vocabulary(source, target)
+    pieces, source_rows = joint_vocabulary(source, target, SPECIALS.index("<unk>"))
     weights = saved.get("model")
     if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
         raise CheckpointError(f"{files.checkpoint.name} holds no state dict of tensors under 'model'")
@@ -232,7 +220,7 @@ def import_fairseq(path: str | Path, device: torch.device | str = "cpu") -> Chec
         tokenizer = Tokenizer(read_bounded(files.directory, files.sentencepiece, MAX_TOKENIZER_BYTES), None, pieces)
     except (ConfigError, TypeError, ValueError, OverflowError, TokenizerError) as error:
         raise CheckpointError(f"{files.directory.name}: {str(error)[:300]}") from None
-    state = fairseq_state(weights, config, len(target), source_rows)
+    state = fairseq_state(weights, config, source_rows)
     metadata = {
         "languages": {"src": pair[0], "tgt": pair[1]},
         "imported": {"from": "fairseq", "directory": files.directory.name, "file": files.checkpoint.name},
@@ -253,7 +241,7 @@ def _check_rows(weights: dict[str, torch.Tensor], sides: dict[str, tuple[list[st
 
 
 def fairseq_state(
-    weights: dict[str, torch.Tensor], config: TransformerConfig, target_size: int, source_rows: list[int]
+    weights: dict[str, torch.Tensor], config: TransformerConfig, source_rows: list[int]
 ) -> dict[str, torch.Tensor]:
     """fairseq's weights under this project's names: its layers' names are Hugging Face's M2M100's without the
     `model.` prefix; with two dictionaries, each embedding laid out over the joint vocabulary (`joint_vocabulary`)."""
@@ -269,12 +257,7 @@ def fairseq_state(
         raise CheckpointError("the checkpoint lacks decoder.output_projection.weight")
     names = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight")
     source_embedding, target_embedding, output = (weights[name] for name in names)  # their rows checked on reading
-    beyond = len(source_rows) - target_size  # rows of pieces only the source knows, never written
-    state["src_embed.lookup.weight"] = source_embedding[source_rows]
-    state["tgt_embed.lookup.weight"] = torch.cat([target_embedding, target_embedding.new_zeros(beyond, config.d_model)])
-    state["generator.weight"] = torch.cat([output, output.new_zeros(beyond, config.d_model)])
-    state["generator.bias"] = torch.cat([torch.zeros(target_size), torch.full((beyond,), NEVER_WRITTEN)])
-    return state
+    return state | joint_embeddings(source_embedding, target_embedding, output, None, source_rows)
 
 
 def is_fairseq_directory(path: Path) -> bool:
