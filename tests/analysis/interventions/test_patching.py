@@ -18,6 +18,7 @@ from transformer.analysis.interventions.patching import (
     metric,
     patch_encoder_stream,
     step_logits,
+    stream_metrics,
 )
 from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.result import source_ids
@@ -101,6 +102,21 @@ def test_sites_in_a_batch_give_what_each_gives_alone(shipped, pronoun):
     alone = patch_encoder_stream(double, pronoun, noising=True, sites_per_batch=1)
     np.testing.assert_allclose(batched.shares, alone.shares, atol=1e-5)
     assert batched.noising and batched.shares.min() < -0.5  # corrupting "tired" alone takes most of il away
+
+
+def test_sites_of_several_boundaries_share_a_pass_each_joining_at_its_own_boundary(shipped, pronoun):
+    """The stream grid's sites run 32 a pass across boundaries (3 passes for 5 boundaries of 15 positions, where one
+    pass a boundary took 5), and give what each boundary's sites give in passes of their own."""
+    double = in_float64(shipped)
+    clean, _ = encoder_streams(double, pronoun.clean_src, pronoun)
+    corrupt, _ = encoder_streams(double, pronoun.corrupt_src, pronoun)
+    passes = []
+    with torch.inference_mode():
+        shared = stream_metrics(double, pronoun, pronoun.corrupt_src, corrupt, clean, 32, lambda: passes.append(1))
+        by_boundary = stream_metrics(double, pronoun, pronoun.corrupt_src, corrupt, clean, len(pronoun.corrupt_src))
+    assert shared.shape == (len(clean), len(pronoun.corrupt_src)) == (5, 15)
+    assert len(passes) == 3
+    np.testing.assert_allclose(shared, by_boundary, atol=1e-9)
 
 
 def test_sources_of_different_piece_counts_are_refused_naming_both():

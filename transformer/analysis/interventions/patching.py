@@ -25,7 +25,7 @@ from transformer.model.probes import Probe
 from transformer.text.pieces import WORD_START
 from transformer.text.tokenizer import TokenizerBase
 
-SITES_PER_BATCH = 32  # patched runs in one forward pass, all at one layer boundary
+SITES_PER_BATCH = 32  # patched runs in one forward pass
 # The built-in pair (Vig et al. 2020's kind): the page's example, the benchmark's and the tests'
 CLEAN_EXAMPLE = "The animal didn't cross the street because it was too tired."
 CORRUPT_EXAMPLE = "The animal didn't cross the street because it was too wide."
@@ -125,12 +125,12 @@ def step_logits(
 ) -> torch.Tensor:
     """The output layer's scores at the step (B, V) for sources (B, S), the encoder's stream edited as asked (and
     begun at a boundary's stream, as encode's `start`), the heads' outputs as the probe asks, and the decoder's
-    stream as asked."""
+    stream as asked. One source (1, S) serves a batch of streams: its mask broadcasts over them."""
     config, device = model.config, src.device
-    decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
-    decoder_input = decoder_input.expand(src.size(0), -1)
     src_mask = padding_mask(src, config.pad_id)
     memory = model.encode(src, src_mask, probe=probe, between_layers=between_layers, start=start).memory
+    decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
+    decoder_input = decoder_input.expand(memory.size(0), -1)  # the batch the encoder's edits made (one source: its
     tgt_mask = target_mask(decoder_input, config.pad_id)
     decoded = model.decode(
         decoder_input, memory, src_mask, tgt_mask, probe=probe, between_layers=between_decoder_layers
@@ -164,23 +164,34 @@ def stream_metrics(
     spans: list[Span] | None = None,
 ) -> np.ndarray:
     """The metric of the run of `run_src` (its streams `run_streams`) with each boundary's stream over each span
-    given `patched_from`'s, (boundaries, spans): one batch a boundary's sites (up to sites_per_batch), each
-    beginning at the run's own stream there. `after_batch` is called after each batch (a progress bar's step; it
-    may raise to stop the work)."""
+    given `patched_from`'s, (boundaries, spans). The sites, boundary by boundary, run up to sites_per_batch in a
+    pass, which begins at its first site's boundary: each site's run joins the batch at its own boundary, from the
+    run's own stream there (below it, every site's run is the run itself). `after_batch` is called after each pass
+    (a progress bar's step; it may raise to stop the work)."""
     spans = spans or [(position, position + 1) for position in range(len(run_src))]
-    found = np.empty((len(run_streams), len(spans)))
-    device = model_device(model)
-    for layer in range(len(run_streams)):
-        for first in range(0, len(spans), sites_per_batch):
-            batch = spans[first : first + sites_per_batch]
-            stream = run_streams[layer][None].repeat(len(batch), 1, 1)
-            for row, (start, end) in enumerate(batch):
-                stream[row, start:end] = patched_from[layer][start:end]
-            src = torch.tensor([run_src], device=device).expand(len(batch), -1)
-            logits = step_logits(model, src, contrast, start=(layer, stream))
-            found[layer, first : first + len(batch)] = metric(logits, contrast).double().cpu().numpy()
-            after_batch()
-    return found
+    sites = [(boundary, span) for boundary in range(len(run_streams)) for span in spans]
+    found = np.empty(len(sites))
+    src = torch.tensor([run_src], device=model_device(model))
+    for first in range(0, len(sites), sites_per_batch):
+        batch = sites[first : first + sites_per_batch]
+
+        def entering(boundary: int) -> torch.Tensor:
+            """The streams of the batch's sites at `boundary`, each the run's own with its span patched."""
+            rows = [span for at, span in batch if at == boundary]
+            stream = run_streams[boundary][None].repeat(len(rows), 1, 1)
+            for row, (start, end) in enumerate(rows):
+                stream[row, start:end] = patched_from[boundary][start:end]
+            return stream
+
+        begin = batch[0][0]
+
+        def join(boundary: int, x: torch.Tensor) -> torch.Tensor:
+            return x if boundary == begin else torch.cat([x, entering(boundary)])
+
+        logits = step_logits(model, src, contrast, between_layers=join, start=(begin, entering(begin)))
+        found[first : first + len(batch)] = metric(logits, contrast).double().cpu().numpy()
+        after_batch()
+    return found.reshape(len(run_streams), len(spans))
 
 
 def shares_of(found: np.ndarray, base: float, difference: float) -> np.ndarray:

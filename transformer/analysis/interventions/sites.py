@@ -193,7 +193,7 @@ def batches(model: Transformer, positions: int, per_batch: int) -> int:
     """The forward passes patch_every_site makes after its two recorded runs over `positions` sites (source
     positions, or words): what its progress counts."""
     config = model.config
-    stream = (config.n_encoder_layers + 1) * -(-positions // per_batch)
+    stream = -(-(config.n_encoder_layers + 1) * positions // per_batch)
     heads = config.n_encoder_layers * -(-(config.n_heads * positions) // per_batch)
     return stream + heads + 2 * config.n_decoder_layers + 1
 
