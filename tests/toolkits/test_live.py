@@ -1,0 +1,61 @@
+"""The toolkits themselves, run live on the models they trained: what they write now is what they recorded, which the
+fairseq and Marian readers' tests hold our decode to. Not in the default run (pymarian is a 600 MB wheel, fairseq
+wants its own environment): `pytest -m toolkit`, with MARIAN_PYTHON and FAIRSEQ_PYTHON naming the Python of each
+toolkit's environment (tests/fixtures/toolkits/make_marian.py and make_fairseq.py say how to make them)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+
+import pytest
+from helpers import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
+TOOLKITS = {  # the models each toolkit made, its environment's variable, the script that made them
+    "MARIAN_PYTHON": ("make_marian.py", ["marian-tied", "marian-untied", "marian-prenorm"]),
+    "FAIRSEQ_PYTHON": ("make_fairseq.py", ["fairseq-joined", "fairseq-separate"]),
+}
+CASES = [(variable, script, name) for variable, (script, names) in TOOLKITS.items() for name in names]
+
+
+def largest_difference(now: list, then: list) -> float:
+    """The largest difference of two lists of numbers (or of rows of numbers) of the same shape."""
+    flat_now, flat_then = flat(now), flat(then)
+    assert len(flat_now) == len(flat_then)
+    return max((abs(a - b) for a, b in zip(flat_now, flat_then)), default=0.0)
+
+
+def flat(values: list) -> list[float]:
+    return [x for value in values for x in (flat(value) if isinstance(value, list) else [value])]
+
+
+@pytest.mark.toolkit
+@pytest.mark.parametrize("variable, script, name", CASES, ids=[case[2] for case in CASES])
+def test_the_toolkit_run_live_writes_what_it_recorded(variable, script, name):
+    python = os.environ.get(variable)
+    assert python, f"{variable} must name the Python of an environment with the toolkit: see {script}'s docstring"
+    run = subprocess.run(
+        [python, str(FIXTURES / script), "--outputs-of", str(FIXTURES / name)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    live = json.loads(run.stdout)
+    recorded = json.loads(gzip.decompress((FIXTURES / name / "outputs.json.gz").read_bytes()))["sentences"]
+    assert len(live) == len(recorded) == 20
+    for now, then in zip(live, recorded, strict=True):
+        assert (now["source_ids"], now["output_ids"], now["output"]) == (
+            then["source_ids"],
+            then["output_ids"],
+            then["output"],
+        )
+        assert largest_difference(now["log_probabilities"], then["log_probabilities"]) < 1e-5
+        assert largest_difference(now["attention"], then["attention"]) < 1e-5
+        if "scored" in then:  # Marian's scorer on the same translation
+            assert now["scored"]["target_ids"] == then["scored"]["target_ids"]
+            assert largest_difference(now["scored"]["log_probabilities"], then["scored"]["log_probabilities"]) < 1e-5
