@@ -331,6 +331,7 @@ def test_every_part_of_the_survey_reports_its_start_before_its_work(monkeypatch)
     """Tried as a new user would: gradient only, 21 s with no bar and no Stop; with the ablation, 74 s before its
     first report (the intact translation and a first batch); the treebank's and pruning's parts alike. Each part's
     first report, done 0 with its total, comes before any of its work."""
+    import transformer.analysis.heads.importance as importance
     import transformer.analysis.heads.survey as survey
     from transformer.analysis.heads.syntax import ParsedSentence
 
@@ -341,23 +342,29 @@ def test_every_part_of_the_survey_reports_its_start_before_its_work(monkeypatch)
 
     def watched(name, work):
         def run(*args, **kwargs):
-            at_work[name] = heard[-1] if heard else None
+            at_work.setdefault(name, heard[-1] if heard else None)  # its first call
             return work(*args, **kwargs)
 
         return run
 
-    for name in ("ablation_importance", "gradient_importance", "syntactic_roles", "pruning_curves"):
+    for name in ("gradient_importance", "syntactic_roles", "pruning_curves"):
         monkeypatch.setattr(survey, name, watched(name, getattr(survey, name)))
+    # the ablation's first work: the intact translation, inside ablation_importance (which reports its rows itself)
+    monkeypatch.setattr(importance, "translate_texts", watched("ablation", importance.translate_texts))
     treebank = [ParsedSentence("one two", ())]
     survey.survey_heads(
         model, tokenizer, sources, references, True, treebank, "ablation", lambda *event: heard.append(event)
     )
     rows = len(every_head(model.config)) * len(sources)
-    assert at_work["ablation_importance"] == ("ablation", 0, rows)
+    assert at_work["ablation"] == ("ablation", 0, rows)
     assert at_work["gradient_importance"] == ("gradient", 0, 2)
     assert at_work["syntactic_roles"] == ("treebank", 0, 1)
     first_pruning = next(event for event in heard if event[0] == "pruning")
     assert first_pruning[1] == 0 and first_pruning[2] > 0
+    heard.clear()  # the ablation called alone, from Python, reports its rows first too
+    at_work.clear()
+    importance.ablation_importance(model, tokenizer, sources, references, progress=lambda *event: heard.append(event))
+    assert at_work["ablation"] == (0, rows)
 
 
 def test_a_parts_bar_says_no_time_left_from_its_first_batch(monkeypatch):

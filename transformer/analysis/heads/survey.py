@@ -27,7 +27,7 @@ from transformer.analysis.heads.syntax import ParsedSentence, SyntacticRoles, sy
 from transformer.analysis.heads.table import head_table
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
-from transformer.model.heads import Head, every_head
+from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import TokenizerBase
 
@@ -81,11 +81,8 @@ def survey_heads(
         return None if progress is None else lambda done, total: progress(phase, done, total)
 
     ablated = None
-    # Each part reports its start, so that its bar and Stop show from its first second (the ablation's first report
-    # came after the intact translation and a first batch: 74 s with neither)
+    # Each part reports its start, so that its bar and Stop show from its first second
     if ablation:
-        if progress is not None:
-            progress("ablation", 0, len(every_head(model.config)) * len(sources))
         ablated = ablation_importance(
             model, tokenizer, sources, references, progress=reporting("ablation"), should_stop=should_stop
         )
