@@ -246,6 +246,27 @@ def test_an_array_of_another_model_is_refused_naming_it(tmp_path):
         import_marian_npz(directory)
 
 
+def test_an_older_models_untransposed_output_layer_reads_as_the_transposed_one(tmp_path):
+    """Marian stored the output layer as `_W` (width, vocabulary) before `_Wt` (vocabulary, width)."""
+    directory = copied(tmp_path, "marian-untied")
+    arrays = read_npz(directory / "model.npz")
+    legacy = {name: array for name, array in arrays.items() if name != "decoder_ff_logit_out_Wt"}
+    rewritten(directory / "model.npz", {**legacy, "decoder_ff_logit_out_W": arrays["decoder_ff_logit_out_Wt"].T})
+    ours, theirs = import_marian_npz(directory).model, import_marian_npz(FIXTURES / "marian-untied").model
+    assert torch.equal(ours.generator.weight, theirs.generator.weight)
+
+
+def test_a_model_without_an_output_bias_reads_with_zeros_there(tmp_path):
+    """--output-omit-bias: no decoder_ff_logit_out_b; the added start row is still never written."""
+    directory = copied(tmp_path, "marian-untied")
+    arrays = read_npz(directory / "model.npz")
+    rewritten(directory / "model.npz", {name: a for name, a in arrays.items() if name != "decoder_ff_logit_out_b"})
+    checkpoint = import_marian_npz(directory)
+    bias, start = checkpoint.model.generator.bias, checkpoint.config.start_id
+    target = len(Tokenizer((directory / "vocab.fr.spm").read_bytes()).pieces)
+    assert (bias[:target] == 0).all() and bias[start] == -1e4
+
+
 def test_the_command_line_translates_with_it_and_converts_it_once(tmp_path):
     directory = FIXTURES / "marian-untied"
     sentence = recorded("marian-untied")[0]
