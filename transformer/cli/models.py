@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
 import torch
@@ -14,7 +15,8 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT
 def cmd_import(args: argparse.Namespace) -> int:
     from transformer.io.checkpoint import save_checkpoint
 
-    checkpoint = args.importer(args.directory)
+    module, reader = args.importer  # imported only when a conversion runs: the command line starts without it
+    checkpoint = getattr(importlib.import_module(module), reader)(args.directory)
     save_checkpoint(args.out, checkpoint.model, checkpoint.tokenizer, checkpoint.metadata, getattr(torch, args.dtype))
     config = checkpoint.config
     print(
@@ -22,24 +24,6 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"{config.n_decoder_layers} layers, {config.n_heads} heads, vocabulary {config.src_vocab_size:,}"
     )
     return 0
-
-
-def _import_hf(directory: str):
-    from transformer.hugging_face.directory import import_hf
-
-    return import_hf(directory)
-
-
-def _import_fairseq(directory: str):
-    from transformer.toolkits.fairseq import import_fairseq
-
-    return import_fairseq(directory)
-
-
-def _import_marian(directory: str):
-    from transformer.toolkits.marian import import_marian_npz
-
-    return import_marian_npz(directory)
 
 
 def cmd_train_lens(args: argparse.Namespace) -> int:
@@ -72,22 +56,22 @@ def cmd_train_lens(args: argparse.Namespace) -> int:
     return 0
 
 
-# Each toolkit's converter: what it converts, what the directory holds, and the reader.
+# Each toolkit's converter: what it converts, what the directory holds, and the reader (its module, its name).
 IMPORTERS = {
     "import-hf": (
         "convert a Hugging Face model directory (Marian, M2M100, NLLB, mBART-50, BART, T5)",
         "saved by the model's and the tokenizer's save_pretrained",
-        _import_hf,
+        ("transformer.hugging_face.directory", "import_hf"),
     ),
     "import-fairseq": (
         "convert a fairseq translation model (docs/fairseq.md)",
         "its checkpoint (.pt), the data-bin's dict.SRC.txt and dict.TGT.txt, its SentencePiece model",
-        _import_fairseq,
+        ("transformer.toolkits.fairseq", "import_fairseq"),
     ),
     "import-marian": (
         "convert a model trained with Marian (docs/marian.md)",
         "its model.npz, the model.npz.decoder.yml naming its vocabularies, those .spm files",
-        _import_marian,
+        ("transformer.toolkits.marian", "import_marian_npz"),
     ),
 }
 

@@ -186,7 +186,8 @@ def import_marian_npz(path: str | Path, device: torch.device | str = "cpu") -> C
     try:
         source, target = (Tokenizer(proto).pieces for proto in protos)
         _check_pieces(source, target, files.vocabularies)
-        pieces, source_rows = joint_vocabulary(source, target, source.index("<unk>"))
+        source_unk = source.index("<unk>")
+        pieces, source_rows = joint_vocabulary(source, target, source_unk)
         tokenizer = Tokenizer(protos[0], protos[1], [*pieces, START_PIECE])
         specials = {"start": len(pieces), "unk": tokenizer.unk_id, "eos": tokenizer.eos_id}
         config = marian_config(options, len(pieces) + 1, specials)
@@ -194,7 +195,7 @@ def import_marian_npz(path: str | Path, device: torch.device | str = "cpu") -> C
         raise CheckpointError(f"{files.directory.name}: {str(error)[:300]}") from None
     if config.tie_embeddings and source != target:
         raise CheckpointError("tied-embeddings-all with two different vocabularies: the files are not one model's")
-    state = npz_state(arrays, options, config, [*source_rows, source.index("<unk>")])
+    state = npz_state(arrays, options, config, [*source_rows, source_unk])  # the start row: no source piece
     metadata = {
         "languages": marian_languages(files.directory, files.vocabularies),
         "imported": {"from": "Marian", "directory": files.directory.name, "file": files.model.name},

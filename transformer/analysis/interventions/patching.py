@@ -130,7 +130,7 @@ def step_logits(
     src_mask = padding_mask(src, config.pad_id)
     memory = model.encode(src, src_mask, probe=probe, between_layers=between_layers, start=start).memory
     decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
-    decoder_input = decoder_input.expand(memory.size(0), -1)  # the batch the encoder's edits made (one source: its
+    decoder_input = decoder_input.expand(memory.size(0), -1)  # the batch the encoder's edits made, not the source's
     tgt_mask = target_mask(decoder_input, config.pad_id)
     decoded = model.decode(
         decoder_input, memory, src_mask, tgt_mask, probe=probe, between_layers=between_decoder_layers
