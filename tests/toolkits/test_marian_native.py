@@ -24,7 +24,13 @@ from helpers import REPO, WritesAMarker, open_on_every_page, run_cli
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.decoding.result import source_ids
 from transformer.decoding.strategies import DecodeSettings, decode_text
-from transformer.io.checkpoint import CheckpointError, load_checkpoint, model_from_tensors, unique_state
+from transformer.io.checkpoint import (
+    CheckpointError,
+    CheckpointTooLarge,
+    load_checkpoint,
+    model_from_tensors,
+    unique_state,
+)
 from transformer.model.config import ConfigError
 from transformer.text.tokenizer import Tokenizer
 from transformer.toolkits.arrays import read_npz
@@ -215,6 +221,22 @@ def test_an_array_declaring_more_than_the_archive_holds_is_refused_before_it_is_
             np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
             member.write(b"\0" * 64)
     with pytest.raises(CheckpointError, match="declares more data than the archive holds"):
+        read_npz(path)
+
+
+def test_an_archive_that_unpacks_past_the_memory_free_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """A compressed member is small in the file and large unpacked: the file's size alone let 200 MB be read where
+    50 MB was free."""
+    import transformer.toolkits.arrays as arrays
+
+    path = tmp_path / "model.npz"
+    np.savez_compressed(path, Wemb=np.zeros(50_000_000, np.float32))
+    assert path.stat().st_size < 1_000_000
+    monkeypatch.setattr(arrays, "file_limit", lambda available: 50_000_000)
+    with pytest.raises(CheckpointTooLarge, match="^model.npz unpacks to 0.20 GB; 0.05 GB opens now: not opened$"):
+        read_npz(path)
+    monkeypatch.setattr(arrays, "file_limit", lambda available: 1000)  # the file itself too large: said as such
+    with pytest.raises(CheckpointTooLarge, match="^model.npz is 0.00 GB; 0.00 GB opens now: not opened$"):
         read_npz(path)
 
 

@@ -1,6 +1,7 @@
 """A toolkit's NumPy archive (`.npz`, Marian's model file) read without running anything in it: each array by NumPy's
 own reader with pickles refused, after its header is read and its size held to what the archive stores, so that a
-crafted header cannot make the reader allocate more than the file holds."""
+crafted header cannot make the reader allocate more than the file holds; and what the archive unpacks to held to the
+memory free before any of it is read (a compressed member may unpack to far more than the file's size)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,15 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
                     f"{path.name} is {size / 1e9:.2f} GB; {limit / 1e9:.2f} GB opens now: not opened"
                 )
             with zipfile.ZipFile(file) as archive:
-                return {_array_name(info): _read_member(archive, info) for info in archive.infolist()}
+                members = archive.infolist()
+                unpacked = sum(info.file_size for info in members)  # what the arrays will hold: a compressed
+                if unpacked > limit:  # member may unpack to far more than the file's size
+                    raise CheckpointTooLarge(
+                        f"{path.name} unpacks to {unpacked / 1e9:.2f} GB; {limit / 1e9:.2f} GB opens now: not opened"
+                    )
+                return {_array_name(info): _read_member(archive, info) for info in members}
+    except CheckpointError:
+        raise  # too large: said as it is (a ValueError too, which the clause below would misname)
     except (OSError, FileRefused) as error:
         raise CheckpointError(f"{path.name} cannot be read: {str(error)[:200]}") from None
     except (zipfile.BadZipFile, ValueError, EOFError, NotImplementedError) as error:
