@@ -14,7 +14,7 @@ import sentencepiece as spm
 from safetensors import safe_open
 from tokenizers import Tokenizer as JsonTokenizer
 
-VERSIONS = ("1", "2", "3", "4", "5")
+VERSIONS = ("1", "2", "3", "4", "5", "6")
 DEFAULTS = {"d_model": 256, "n_heads": 8, "d_ff": 1024, "n_encoder_layers": 3, "n_decoder_layers": 3,
             "max_len": 256, "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3, "norm_first": False,
             "tie_embeddings": True, "positional": "sinusoidal", "activation": "relu", "layer_norm_eps": 1e-5,
@@ -42,6 +42,7 @@ class ReferenceModel:
             index = {piece: i for i, piece in enumerate(self.vocabulary or [])}
         self.source_code = [index[metadata["source_prefix"]]] if "source_prefix" in metadata else []
         self.target_code = [index[metadata["target_prefix"]]] if "target_prefix" in metadata else []
+        self.source_end = [] if metadata.get("source_eos") == "false" else [self.c["eos_id"]]
         c = self.c
         self.start = c["bos_id"] if c["decoder_start_id"] is None else c["decoder_start_id"]
         self.d_head = c["d_model"] // c["n_heads"]
@@ -58,8 +59,9 @@ class ReferenceModel:
             if text.startswith(">>") and "<<" in text:
                 code, text = [text[: text.index("<<") + 2]], text[text.index("<<") + 2 :]
             ids = [index.get(piece, self.c["unk_id"]) for piece in code + self.sp.EncodeAsPieces(text)]
-        ids = self.source_code + ids + [self.c["eos_id"]]
-        return ids if len(ids) <= self.c["max_len"] else ids[: self.c["max_len"] - 1] + [self.c["eos_id"]]
+        ids = self.source_code + ids + self.source_end
+        kept = self.c["max_len"] - len(self.source_end)
+        return ids if len(ids) <= self.c["max_len"] else ids[:kept] + self.source_end
 
     # section 5
     def linear(self, name: str, x: np.ndarray) -> np.ndarray:

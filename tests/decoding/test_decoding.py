@@ -9,7 +9,7 @@ from helpers import make_sentences
 from transformer.decoding.beam import beam_search, beam_search_batch, beam_search_ids
 from transformer.decoding.forcing import branch, teacher_force_ids
 from transformer.decoding.greedy import decode_ids, decode_with_chooser, sampling_chooser
-from transformer.decoding.result import DecodeInputError, source_ids
+from transformer.decoding.result import DecodeInputError, source_ids, truncation_note
 from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
@@ -100,6 +100,20 @@ def test_long_sentences_are_cut_to_max_len_and_say_so(model, tokenizer, config):
     assert truncated and len(ids) == config.max_len and ids[-1] == config.eos_id
     result = decode_ids(model, tokenizer, ids, truncated=truncated, max_new_tokens=3)
     assert result.truncated and result.steps <= 3
+
+
+def test_a_source_without_its_end_token_is_cut_to_its_first_max_len_pieces_and_the_note_says_so(tokenizer):
+    """A model trained on sources without </s> (eole's) reads none: nothing is appended, and a long source keeps its
+    first pieces only (before, the cut kept its last id in place of the end it does not have)."""
+    text = " ".join(f"dog{i} cat" for i in range(200))
+    pieces = tokenizer.encode(text)
+    ids, truncated = source_ids(tokenizer.without_source_eos(), text, 32)
+    assert truncated and ids == pieces[:32]
+    assert source_ids(tokenizer.without_source_eos(), "the dog", 32)[0] == tokenizer.encode("the dog")
+    assert source_ids(tokenizer, text, 32)[0] == [*pieces[:31], tokenizer.eos_id]
+    assert "32 tokens);" in truncation_note(tokenizer.without_source_eos(), 32)
+    assert "with the end token" in truncation_note(tokenizer, 32)
+    assert not tokenizer.same_as(tokenizer.without_source_eos())
 
 
 def test_batched_translation_equals_one_at_a_time(model, tokenizer):

@@ -30,6 +30,21 @@ from transformer.model.encoder_decoder import Transformer
 from transformer.model.linear import hold_transposed
 
 
+@pytest.mark.parametrize("source_eos", [True, False])
+def test_whether_a_source_ends_with_eos_is_kept_in_the_file(model, tokenizer, source_eos):
+    told = tokenizer if source_eos else tokenizer.without_source_eos()
+    data = checkpoint_bytes(model, told)
+    assert ("source_eos" in read_header(data)["__metadata__"]) != source_eos  # written where it is not the default
+    loaded = load_checkpoint_bytes(data)
+    assert loaded.tokenizer.source_eos == source_eos and loaded.tokenizer.same_as(told)
+
+
+def test_a_source_eos_other_than_true_or_false_is_refused_naming_it(model, tokenizer):
+    data = with_metadata(checkpoint_bytes(model, tokenizer), source_eos="no")
+    with pytest.raises(CheckpointError, match="source_eos is 'no', neither 'true' nor 'false'"):
+        load_checkpoint_bytes(data)
+
+
 def test_round_trip_gives_identical_outputs(checkpoint_path, model, tokenizer):
     loaded = load_checkpoint(checkpoint_path)
     assert loaded.config == model.config

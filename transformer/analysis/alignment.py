@@ -279,12 +279,13 @@ def read_pair(
     (with attention flow) than MAX_DECODER_FLOW_TOKENS."""
     eos, max_len = model.config.eos_id, model.config.max_len
     longest = min(max_len, MAX_DECODER_FLOW_TOKENS) if flow else max_len
-    src_ids, src_words = tokenizer.encode_words(source)
+    src_pieces, src_words = tokenizer.encode_words(source)
     tgt_ids, tgt_words = tokenizer.encode_words(target)
-    if not src_ids or not tgt_ids or len(src_ids) + 1 > longest or len(tgt_ids) + 1 > longest:
+    src_ids = tokenizer.source_ids_of(src_pieces)
+    if not src_pieces or not tgt_ids or len(src_ids) > longest or len(tgt_ids) + 1 > longest:
         return None
-    found = measures(model, tokenizer, [*src_ids, eos], [*tgt_ids, eos], integrated_gradients, flow)
-    return found, [*src_words, range(0)], [*tgt_words, range(0)]
+    found = measures(model, tokenizer, src_ids, [*tgt_ids, eos], integrated_gradients, flow)
+    return found, tokenizer.source_word_ranges(src_words), [*tgt_words, range(0)]
 
 
 def align_corpus(

@@ -77,7 +77,7 @@ def decode_argument(args: argparse.Namespace) -> tuple[Checkpoint, DecodeResult]
     else:
         result = decode_text(checkpoint.model, checkpoint.tokenizer, args.text, decode_settings(args))
     if result.truncated:
-        print(f"note: {truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1)}", file=sys.stderr)
+        print(f"note: {truncation_note(checkpoint.tokenizer, checkpoint.config.max_len)}", file=sys.stderr)
     return checkpoint, result
 
 

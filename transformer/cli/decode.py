@@ -35,7 +35,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
     for number, line in enumerate(lines, 1):
         ids, cut = source_ids(checkpoint.tokenizer, line, max_len) if line.strip() else ([], False)
         if cut:
-            print(f"{source}: line {number}: {truncation_note(max_len, len(ids) - 1)}", file=sys.stderr)
+            print(f"{source}: line {number}: {truncation_note(checkpoint.tokenizer, max_len)}", file=sys.stderr)
     probe = heads_off_probe(checkpoint.model, args.heads_off)
     for line in translate_texts(checkpoint.model, checkpoint.tokenizer, lines, decode_settings(args), probe=probe):
         print(line)

@@ -71,25 +71,30 @@ class DecodeResult:
 
 
 def source_ids(tokenizer: TokenizerBase, text: str, max_len: int, side: str = "source") -> tuple[list[int], bool]:
-    """Token ids of a sentence with eos appended (and the side's language code first, for a model that has
-    them), cut to max_len; and whether it was cut. side="target" for a translation the model is given."""
+    """Token ids of a sentence as the model reads it (the language code first and the end token last, for a model
+    that has them: `source_ids_of`), cut to max_len with its end kept; and whether it was cut. side="target" for a
+    translation the model is given, which always ends with eos."""
     if not text or not text.strip():
         raise DecodeInputError("the sentence is empty: type something to translate")
-    prefix = tokenizer.source_prefix_ids if side == "source" else tokenizer.target_prefix_ids
     try:
-        ids = prefix + tokenizer.encode(text) + [tokenizer.eos_id]
+        pieces = tokenizer.encode(text)
     except TokenizerError as error:  # a text the tokenizer's pipeline would grow past its bound, or fails on
         raise DecodeInputError(str(error)) from None
+    if side == "source":
+        ids, end = tokenizer.source_ids_of(pieces), len(tokenizer.source_end_ids)
+    else:
+        ids, end = [*tokenizer.target_prefix_ids, *pieces, tokenizer.eos_id], 1
     if len(ids) > max_len:
-        return ids[: max_len - 1] + [ids[-1]], True
+        return ids[: max_len - end] + ids[len(ids) - end :], True
     return ids, False
 
 
-def truncation_note(max_len: int, kept: int) -> str:
+def truncation_note(tokenizer: TokenizerBase, max_len: int) -> str:
     """What a reader is told when source_ids cut a sentence (the app and the command line say the same)."""
+    ends = bool(tokenizer.source_end_ids)
     return (
-        f"The sentence is longer than this model reads ({max_len} tokens with the end token); "
-        f"it was cut to its first {kept} tokens."
+        f"The sentence is longer than this model reads ({max_len} tokens{' with the end token' * ends}); "
+        f"it was cut to its first {max_len - ends} tokens."
     )
 
 

@@ -42,9 +42,10 @@ from transformer.text.json_tokenizer import JsonTokenizer
 from transformer.text.tokenizer import Tokenizer, TokenizerBase, TokenizerError
 
 FORMAT_NAME = "transformer-explorer-checkpoint"
-# FORMAT.md; versions 2 and 3 added the families' conventions to the config, each with the earlier version's defaults
-FORMAT_VERSION = "5"
-READABLE_VERSIONS = ("1", "2", "3", "4", "5")
+# FORMAT.md; versions 2 to 5 added the families' conventions to the config and 6 a source without its end token, each
+# with the earlier version's defaults
+FORMAT_VERSION = "6"
+READABLE_VERSIONS = ("1", "2", "3", "4", "5", "6")
 APP_ROOM_BYTES = 1024**3  # left free beside an opened checkpoint: the app, its visitors' decodes and maps
 UNKNOWN_MEMORY_LIMIT = 2 * 1024**3  # the file limit where the machine does not say how much memory is free
 COPY_BYTES = 8 * 1024**2  # what a metadata rewrite holds of the tensors at once
@@ -113,6 +114,8 @@ def checkpoint_header(model: Transformer, tokenizer: TokenizerBase, metadata: di
     for key in ("source_prefix", "target_prefix"):
         if getattr(tokenizer, key) is not None:
             header[key] = getattr(tokenizer, key)
+    if not tokenizer.source_eos:
+        header["source_eos"] = "false"
     return header
 
 
@@ -207,29 +210,35 @@ def _metadata_field(metadata: dict[str, str], key: str) -> str:
 
 def _tokenizer(meta: dict[str, Any]) -> TokenizerBase:
     """The tokenizer of FORMAT.md section 3: one SentencePiece model, source and target ones over a vocabulary, or a
-    tokenizer.json."""
+    tokenizer.json; with the language codes and the source's end it frames a text's ids with."""
     try:
         prefixes = [meta.get(key) for key in ("source_prefix", "target_prefix")]
         if not all(prefix is None or isinstance(prefix, str) for prefix in prefixes):
             raise TokenizerError("a language code is not a piece")
-        if "tokenizer_json" in meta:
-            return JsonTokenizer(_metadata_field(meta, "tokenizer_json"), *prefixes)
-        model = base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True)
-        target = base64.b64decode(meta["target_tokenizer"], validate=True) if "target_tokenizer" in meta else None
-        vocabulary = json.loads(meta["vocabulary"]) if "vocabulary" in meta else None
-        if vocabulary is not None and not (
-            isinstance(vocabulary, list) and all(isinstance(p, str) for p in vocabulary)
-        ):
-            raise TokenizerError("the vocabulary is not a list of pieces")
-        return Tokenizer(model, target, vocabulary, *prefixes)
+        if meta.get("source_eos", "true") not in ("true", "false"):
+            raise TokenizerError(f"source_eos is {shown(meta['source_eos'])}, neither 'true' nor 'false'")
+        tokenizer = _pieces_tokenizer(meta, prefixes)
     except (ValueError, TypeError, RecursionError) as error:  # bad base64 or JSON, non-ASCII text, a bad model
         raise CheckpointError(f"invalid tokenizer: {str(error)[:200]}") from None
+    return tokenizer.without_source_eos() if meta.get("source_eos") == "false" else tokenizer
+
+
+def _pieces_tokenizer(meta: dict[str, Any], prefixes: list[str | None]) -> TokenizerBase:
+    if "tokenizer_json" in meta:
+        return JsonTokenizer(_metadata_field(meta, "tokenizer_json"), *prefixes)
+    model = base64.b64decode(_metadata_field(meta, "tokenizer"), validate=True)
+    target = base64.b64decode(meta["target_tokenizer"], validate=True) if "target_tokenizer" in meta else None
+    vocabulary = json.loads(meta["vocabulary"]) if "vocabulary" in meta else None
+    if vocabulary is not None and not (isinstance(vocabulary, list) and all(isinstance(p, str) for p in vocabulary)):
+        raise TokenizerError("the vocabulary is not a list of pieces")
+    return Tokenizer(model, target, vocabulary, *prefixes)
 
 
 # What a loaded tokenizer holds per byte of its text in the file, in numbers of 4 bytes (a model's unit): a
 # tokenizer.json of 3.3M BPE merges held 31 bytes a byte; a SentencePiece model less.
 TOKENIZER_ELEMENTS_PER_BYTE = 8
 TOKENIZER_FIELDS = ("tokenizer", "target_tokenizer", "vocabulary", "tokenizer_json")
+SOURCE_FIELDS = ("source_prefix", "target_prefix", "source_eos")  # how a text's ids are framed (FORMAT.md 3)
 
 
 def load_cost(data: bytes) -> tuple[TransformerConfig, int]:
@@ -251,7 +260,7 @@ def file_model(path: str | Path) -> tuple[TransformerConfig, tuple]:
     compares, known before any weights are read."""
     header = read_file_header(path)
     meta = header["__metadata__"]
-    return _config_of(header), tuple(meta.get(name) for name in (*TOKENIZER_FIELDS, "source_prefix", "target_prefix"))
+    return _config_of(header), tuple(meta.get(name) for name in (*TOKENIZER_FIELDS, *SOURCE_FIELDS))
 
 
 def _config_of(header: dict[str, Any]) -> TransformerConfig:

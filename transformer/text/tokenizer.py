@@ -7,7 +7,7 @@ import copy
 import io
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Self
 
 import sentencepiece as spm
@@ -33,6 +33,7 @@ class TokenizerBase:
     unk_id: int
     bos_id: int
     eos_id: int
+    source_eos = True  # whether a source ends with eos_id (every model's but eole's)
 
     def _special_ids_from_pieces(self) -> None:
         """pad, unk and eos are the ids of <pad>, <unk> and </s>; bos that of <s>, or pad's where there is none
@@ -62,6 +63,25 @@ class TokenizerBase:
         other._set_prefixes(source_prefix, target_prefix)
         return other
 
+    def without_source_eos(self) -> Self:
+        """This tokenizer for a model trained on sources without the end token (eole's)."""
+        other = copy.copy(self)
+        other.source_eos = False
+        return other
+
+    @property
+    def source_end_ids(self) -> list[int]:
+        """What follows a source's pieces: the end token, where the model was trained with it."""
+        return [self.eos_id] if self.source_eos else []
+
+    def source_ids_of(self, piece_ids: Sequence[int]) -> list[int]:
+        """A source's ids as the model reads them (FORMAT.md section 3): its language code, its pieces, its end."""
+        return [*self.source_prefix_ids, *piece_ids, *self.source_end_ids]
+
+    def source_word_ranges(self, words: Sequence[range]) -> list[range]:
+        """The words of each id of source_ids_of (encode_words' ranges): none for the language code and the end."""
+        return [*(range(0) for _ in self.source_prefix_ids), *words, *(range(0) for _ in self.source_end_ids)]
+
     @property
     def vocab_size(self) -> int:
         return len(self.pieces)
@@ -70,7 +90,7 @@ class TokenizerBase:
         return self.pieces[token_id]
 
     def encode(self, text: str) -> list[int]:
-        """The ids of the pieces of any str (a source's eos and a language pair's codes are added by the caller)."""
+        """The ids of the pieces of any str (a source's end and a language pair's codes are added by source_ids_of)."""
         raise NotImplementedError
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
@@ -94,7 +114,7 @@ class TokenizerBase:
 
     def same_as(self, other: TokenizerBase) -> bool:
         """Whether two tokenizers give the same ids for every text (so their models' outputs compare)."""
-        return type(self) is type(other) and self.identity() == other.identity()
+        return type(self) is type(other) and (self.identity(), self.source_eos) == (other.identity(), other.source_eos)
 
 
 def word_ranges(text: str, spans: Iterable[tuple[int, int]]) -> list[range]:

@@ -66,7 +66,7 @@ def input_notes(checkpoint: Checkpoint, text: str, result: DecodeResult, shipped
     if len(st.session_state.get("text", "")) > keys.MAX_CHARACTERS:
         notes.append(f"The text is longer than {keys.MAX_CHARACTERS:,} characters; only its beginning was read.")
     if result.truncated:
-        notes.append(truncation_note(checkpoint.config.max_len, len(result.src_ids) - 1))
+        notes.append(truncation_note(checkpoint.tokenizer, checkpoint.config.max_len))
     measured = UNSURE_BELOW.get(shipped)
     unsure_below = UNSURE_BELOW[checkpoints.DEFAULT_CHECKPOINT.stem] if measured is None else measured
     eos = checkpoint.tokenizer.id_to_piece(checkpoint.config.eos_id)

@@ -240,14 +240,14 @@ def syntactic_roles(
     model reads is skipped and counted. `should_stop`, asked between batches, ends the work with ImportanceStopped."""
     config, device = model.config, model_device(model)
     counts = SyntaxCounts.empty(config.n_encoder_layers, config.n_heads)
-    prefix = tokenizer.source_prefix_ids
     readable = []
     for sentence in sentences:
         ids, words = tokenizer.encode_words(sentence.text)
-        if len(prefix) + len(ids) + 1 > config.max_len:
+        source = tokenizer.source_ids_of(ids)
+        if len(source) > config.max_len:
             counts.skipped += 1
             continue
-        readable.append((sentence, [*prefix, *ids, config.eos_id], [range(0)] * len(prefix) + [*words, range(0)]))
+        readable.append((sentence, source, tokenizer.source_word_ranges(words)))
     for start in range(0, len(readable), BATCH):
         if should_stop():
             raise ImportanceStopped
