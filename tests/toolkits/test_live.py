@@ -1,7 +1,8 @@
 """The toolkits themselves, run live on the models they trained: what they write now is what they recorded, which the
-fairseq and Marian readers' tests hold our decode to. Not in the default run (pymarian is a 600 MB wheel, fairseq
-wants its own environment): `pytest -m toolkit`, with MARIAN_PYTHON and FAIRSEQ_PYTHON naming the Python of each
-toolkit's environment (tests/fixtures/toolkits/make_marian.py and make_fairseq.py say how to make them)."""
+fairseq, Marian and eole readers' tests hold our decode to. Not in the default run (pymarian is a 600 MB wheel, fairseq
+and eole want environments of their own): `pytest -m toolkit`, with MARIAN_PYTHON, FAIRSEQ_PYTHON and EOLE_PYTHON
+naming the Python of each toolkit's environment (tests/fixtures/toolkits/make_marian.py, make_fairseq.py and
+make_eole.py say how to make them)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
 TOOLKITS = {  # the models each toolkit made, its environment's variable, the script that made them
     "MARIAN_PYTHON": ("make_marian.py", ["marian-tied", "marian-untied", "marian-prenorm"]),
     "FAIRSEQ_PYTHON": ("make_fairseq.py", ["fairseq-joined", "fairseq-separate"]),
+    "EOLE_PYTHON": ("make_eole.py", ["eole-shared.en-fr", "eole-separate.en-fr"]),
 }
 CASES = [(variable, script, name) for variable, (script, names) in TOOLKITS.items() for name in names]
 

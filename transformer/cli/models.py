@@ -73,6 +73,11 @@ IMPORTERS = {
         "its model.npz, the model.npz.decoder.yml naming its vocabularies, those .spm files",
         ("transformer.toolkits.marian", "import_marian_npz"),
     ),
+    "import-eole": (
+        "convert a model trained with eole (docs/eole.md)",
+        "the folder eole saved: config.json, vocab.json, model.00.safetensors, its SentencePiece model",
+        ("transformer.toolkits.eole", "import_eole"),
+    ),
 }
 
 

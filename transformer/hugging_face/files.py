@@ -119,19 +119,23 @@ def hf_weights(directory: Path) -> dict[str, torch.Tensor]:
     """The directory's weights, each mapped from its file (nothing read yet); CheckpointTooLarge where laying them out
     would not fit in the memory free now (a model past it was killed mid-import, and a server with it)."""
     if regular_file(directory, "model.safetensors") is not None:
-        return _fitting(directory, _safetensors(directory, "model.safetensors"))
+        return safetensors_weights(directory, ["model.safetensors"])
     if regular_file(directory, "model.safetensors.index.json") is not None:
         index = read_json(directory, "model.safetensors.index.json", MAX_TOKENIZER_BYTES)
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(shard, str) for shard in weight_map.values()):
             raise CheckpointError(f"{directory.name}: model.safetensors.index.json has no weight_map of shard names")
-        shards = sorted(set(weight_map.values()))
-        weights = {name: tensor for shard in shards for name, tensor in _safetensors(directory, shard).items()}
-        return _fitting(directory, weights)
+        return safetensors_weights(directory, sorted(set(weight_map.values())))
     raise CheckpointError(
         f"{directory} has no model.safetensors; a pytorch_model.bin is a pickle and is not read. Convert it once with "
         "transformers: AutoModelForSeq2SeqLM.from_pretrained(DIR).save_pretrained(DIR)"
     )
+
+
+def safetensors_weights(directory: Path, shards: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors of the directory's safetensors files `shards`, each mapped from its file (nothing read yet), if
+    the model laid out from them fits in the memory free now (else CheckpointTooLarge)."""
+    return _fitting(directory, {name: t for shard in shards for name, t in _safetensors(directory, shard).items()})
 
 
 def _fitting(directory: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

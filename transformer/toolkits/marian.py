@@ -27,6 +27,7 @@ from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 from transformer.toolkits.arrays import read_npz
+from transformer.toolkits.languages import pair_named
 from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
 
 OPTIONS_ARRAY = "special:model.yml"
@@ -274,13 +275,7 @@ def _layer_tensor(name: str, tensor: torch.Tensor, norm_first: bool) -> tuple[st
 def marian_languages(directory: Path, vocabularies: tuple[str, str]) -> dict[str, str]:
     """The language pair, where a name says it (Marian records none): the directory's (`NAME.en-fr`, `opus-mt-en-fr`)
     or the vocabularies' (`vocab.en.spm` and `vocab.fr.spm`)."""
-    pair = re.search(r"(?<![a-z])([a-z]{2,3})-([a-z]{2,3})$", directory.name)
-    if pair:
-        return {"src": pair.group(1), "tgt": pair.group(2)}
-    named = [re.fullmatch(r".*\.([a-z]{2,3})\.spm", name) for name in vocabularies]
-    if all(named) and vocabularies[0] != vocabularies[1]:
-        return {"src": named[0].group(1), "tgt": named[1].group(1)}  # type: ignore[union-attr]
-    return {}
+    return pair_named(directory.name, *vocabularies)
 
 
 def is_marian_directory(path: Path) -> bool:
