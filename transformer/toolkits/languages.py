@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 PAIR_AT_END = re.compile(r"(?<![a-z])([a-z]{2,3})-([a-z]{2,3})$")  # NAME.en-fr, opus-mt-en-fr
-LANGUAGE_SUFFIX = re.compile(r".*\.([a-z]{2,3})(?:\.spm)?")  # vocab.en.spm, vocab.en
+LANGUAGE_SUFFIX = re.compile(r".*?\.([a-z]{2,3})(?:\.spm)?")  # vocab.en.spm, vocab.en
 
 
 def pair_named(directory: str, source_file: str, target_file: str) -> dict[str, str]:
