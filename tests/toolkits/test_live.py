@@ -1,8 +1,8 @@
 """The toolkits themselves, run live on the models they trained: what they write now is what they recorded, which the
-fairseq, Marian and eole readers' tests hold our decode to. Not in the default run (pymarian is a 600 MB wheel, fairseq
-and eole want environments of their own): `pytest -m toolkit`, with MARIAN_PYTHON, FAIRSEQ_PYTHON and EOLE_PYTHON
-naming the Python of each toolkit's environment (tests/fixtures/toolkits/make_marian.py, make_fairseq.py and
-make_eole.py say how to make them)."""
+fairseq, Marian, eole and OpenNMT-py readers' tests hold our decode to. Not in the default run (pymarian is a 600 MB
+wheel, the others want environments of their own): `pytest -m toolkit`, with MARIAN_PYTHON, FAIRSEQ_PYTHON,
+EOLE_PYTHON and OPENNMT_PYTHON naming the Python of each toolkit's environment (tests/fixtures/toolkits/make_*.py say
+how to make them)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ TOOLKITS = {  # the models each toolkit made, its environment's variable, the sc
     "MARIAN_PYTHON": ("make_marian.py", ["marian-tied", "marian-untied", "marian-prenorm"]),
     "FAIRSEQ_PYTHON": ("make_fairseq.py", ["fairseq-joined", "fairseq-separate"]),
     "EOLE_PYTHON": ("make_eole.py", ["eole-shared.en-fr", "eole-separate.en-fr"]),
+    "OPENNMT_PYTHON": ("make_opennmt.py", ["opennmt.en-fr"]),
 }
 CASES = [(variable, script, name) for variable, (script, names) in TOOLKITS.items() for name in names]
 
@@ -36,17 +37,18 @@ def flat(values: list) -> list[float]:
 
 @pytest.mark.toolkit
 @pytest.mark.parametrize("variable, script, name", CASES, ids=[case[2] for case in CASES])
-def test_the_toolkit_run_live_writes_what_it_recorded(variable, script, name):
+def test_the_toolkit_run_live_writes_what_it_recorded(variable, script, name, tmp_path):
     python = os.environ.get(variable)
     assert python, f"{variable} must name the Python of an environment with the toolkit: see {script}'s docstring"
     run = subprocess.run(
         [python, str(FIXTURES / script), "--outputs-of", str(FIXTURES / name)],
         capture_output=True,
         text=True,
-        cwd=REPO,
+        cwd=tmp_path,
         timeout=600,
     )
     assert run.returncode == 0, run.stderr[-2000:]
+    assert not list(tmp_path.iterdir())  # nothing left where it ran (OpenNMT-py's translator wrote pred.txt there)
     live = json.loads(run.stdout)
     recorded = json.loads(gzip.decompress((FIXTURES / name / "outputs.json.gz").read_bytes()))["sentences"]
     assert len(live) == len(recorded) == 20

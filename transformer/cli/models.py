@@ -78,6 +78,11 @@ IMPORTERS = {
         "the folder eole saved: config.json, vocab.json, model.00.safetensors, its SentencePiece model",
         ("transformer.toolkits.eole", "import_eole"),
     ),
+    "import-opennmt": (
+        "convert a model trained with OpenNMT-py 3.x (docs/eole.md)",
+        "its checkpoint (.pt, or the folder of one), the SentencePiece model beside it",
+        ("transformer.toolkits.opennmt", "import_opennmt"),
+    ),
 }
 
 

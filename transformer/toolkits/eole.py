@@ -11,7 +11,9 @@ token, `<blank>`, is named `<pad>` here; the two vocabularies are read as one (`
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +33,27 @@ from transformer.text.tokenizer import Tokenizer, TokenizerError
 from transformer.toolkits.languages import pair_named
 from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
 
-EOLE_VERSION = "0.6.4"  # whose defaults (eole/config/models.py) fill in what a config.json leaves out
+# eole 0.6.4's defaults (eole/config/models.py) of the options read: what a config.json leaves out.
 DEFAULTS: dict[str, Any] = {
-    "encoder_type": "rnn", "decoder_type": "rnn", "layer_norm": "standard", "norm_eps": 1e-5,
-    "mlp_activation_fn": "relu", "position_encoding_type": "SinusoidalInterleaved", "add_qkvbias": False,
-    "add_key_bias": None, "add_final_linear_bias": False, "add_ffnbias": False, "heads_kv": None, "head_dim": None,
-    "attn_scaling": None, "encoder_layer_style": "standard", "final_encoder_layer_norm": True,
-    "with_cross_attn": False, "heads": 8, "transformer_ff": 2048,
-}  # fmt: skip
+    "encoder_type": "rnn",
+    "decoder_type": "rnn",
+    "layer_norm": "standard",
+    "norm_eps": 1e-5,
+    "mlp_activation_fn": "relu",
+    "position_encoding_type": "SinusoidalInterleaved",
+    "add_qkvbias": False,
+    "add_key_bias": None,
+    "add_final_linear_bias": False,
+    "add_ffnbias": False,
+    "heads_kv": None,
+    "head_dim": None,
+    "attn_scaling": None,
+    "encoder_layer_style": "standard",
+    "final_encoder_layer_norm": True,
+    "with_cross_attn": False,
+    "heads": 8,
+    "transformer_ff": 2048,
+}
 # Options whose model this format cannot hold (yet), each with the value that is no change and what it is.
 REFUSED_OPTIONS = {
     "parallel_residual": (False, "parallel residual layers"),
@@ -61,6 +76,8 @@ EMBEDDING_REFUSED = {
     "position_shift": (0, "shifted positions"),
     "embedding_type": ("standard", "RoBERTa's embeddings"),
 }
+SAME_ON_BOTH_SIDES = ("hidden_size", "heads", "transformer_ff", "mlp_activation_fn", "layer_norm", "norm_eps")
+SAME_ON_BOTH_SIDES += ("add_qkvbias", "add_ffnbias", "add_final_linear_bias", "position_encoding_type")
 POSITIONS = {"SinusoidalInterleaved": ("interleaved", "paper"), "SinusoidalConcat": ("halves", "tensor2tensor")}
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_tanh", "silu": "swish"}
 NORMS = ("standard", "standardFP32")
@@ -102,8 +119,7 @@ def refusals(model: dict[str, Any], encoder: dict[str, Any], decoder: dict[str, 
     found += [what for name, (off, what) in MODEL_REFUSED.items() if model.get(name, off) != off]
     embeddings = model.get("embeddings") if isinstance(model.get("embeddings"), dict) else {}
     found += [what for name, (off, what) in EMBEDDING_REFUSED.items() if embeddings.get(name, off) != off]
-    for name in ("hidden_size", "heads", "transformer_ff", "mlp_activation_fn", "layer_norm", "norm_eps",
-                 "add_qkvbias", "add_ffnbias", "add_final_linear_bias", "position_encoding_type"):  # fmt: skip
+    for name in SAME_ON_BOTH_SIDES:
         if encoder.get(name) != decoder.get(name):
             found.append(f"encoder and decoder of different {name}")
     if decoder["position_encoding_type"] not in POSITIONS:
@@ -167,10 +183,15 @@ def eole_config(
 def read_vocabularies(directory: Path) -> tuple[list[str], list[str], str]:
     """vocab.json's source and target pieces, their special tokens under this project's names (eole's `<blank>`
     padding is `<pad>` here), and the decoder's start token."""
-    vocab = read_json(directory, "vocab.json", MAX_TOKENIZER_BYTES)
+    return vocabularies_of(read_json(directory, "vocab.json", MAX_TOKENIZER_BYTES), f"{directory.name}: vocab.json")
+
+
+def vocabularies_of(vocab: Any, where: str) -> tuple[list[str], list[str], str]:
+    """read_vocabularies of the vocabularies as eole (vocab.json) and OpenNMT-py 3.x (its checkpoint's "vocab")
+    keep them: plain lists of pieces; `where` names them in a refusal."""
     sides = [vocab.get(side) if isinstance(vocab, dict) else None for side in ("src", "tgt")]
     if not all(isinstance(pieces, list) and all(isinstance(p, str) for p in pieces) for pieces in sides):
-        raise CheckpointError(f"{directory.name}: vocab.json holds no src and tgt lists of pieces: not eole's")
+        raise CheckpointError(f"{where} holds no src and tgt lists of pieces")
     named = vocab.get("specials") if isinstance(vocab.get("specials"), dict) else {}
     theirs = {"pad_token": "<blank>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"} | named
     renamed = {str(theirs[key]): ours for key, ours in SPECIALS.items()}
@@ -179,7 +200,7 @@ def read_vocabularies(directory: Path) -> tuple[list[str], list[str], str]:
         missing = [theirs[key] for key, ours in SPECIALS.items() if ours not in pieces]
         if missing or len(set(pieces)) != len(pieces):
             what = f"lacks {', '.join(map(str, missing))}" if missing else "repeats a piece (or has one named <pad>)"
-            raise CheckpointError(f"{directory.name}: vocab.json's {side} {what}")
+            raise CheckpointError(f"{where}'s {side} {what}")
     start = str(vocab.get("decoder_start_token", "<s>"))
     return source, target, renamed.get(start, start)
 
@@ -259,8 +280,31 @@ def import_eole(path: str | Path, device: torch.device | str = "cpu") -> Checkpo
     config = read_json(directory, "config.json")
     if not isinstance(config, dict):
         raise CheckpointError(f"{directory.name}: config.json is not an object")
-    source, target, start = read_vocabularies(directory)
+    vocabularies = read_vocabularies(directory)
     split_with = sentencepiece_files(config, directory)
+    shards = sorted(p.name for p in directory.iterdir() if SHARD.fullmatch(p.name))
+    if not shards:
+        raise CheckpointError(f"{directory.name} has no model.00.safetensors: eole's weights are not there")
+    named = [Path(str(config.get(side, ""))).name for side in ("src_vocab", "tgt_vocab")]
+    imported = {"from": "eole", "directory": directory.name, "file": ", ".join(shards)}
+    weights = functools.partial(safetensors_weights, directory, shards)  # read once the config is known good
+    return eole_checkpoint(config, vocabularies, split_with, weights, directory, named, imported, device)
+
+
+def eole_checkpoint(
+    config: dict[str, Any],
+    vocabularies: tuple[list[str], list[str], str],
+    split_with: tuple[str, str],
+    weights: Callable[[], dict[str, torch.Tensor]],
+    directory: Path,
+    vocabulary_files: list[str],
+    imported: dict[str, str],
+    device: torch.device | str,
+) -> Checkpoint:
+    """The checkpoint of an eole (or OpenNMT-py, its options and weights renamed as eole's) model: its config.json,
+    its vocabularies (read_vocabularies), the SentencePiece models it splits with, its weights under eole's names
+    (read when the rest is known good), and what to record of where it came from."""
+    source, target, start = vocabularies
     protos = [read_bounded(directory, name, MAX_TOKENIZER_BYTES) for name in split_with]
     pieces, source_rows = joint_vocabulary(source, target, source.index("<unk>"))
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
@@ -270,19 +314,12 @@ def import_eole(path: str | Path, device: torch.device | str = "cpu") -> Checkpo
         specials = {piece: tokenizer.piece_ids[piece] for piece in SPECIALS.values()}
         if start not in target:
             raise ConfigError(f"the decoder's start token {shown(start, 20)} is not a target piece")
-        config_ours = eole_config(config, len(pieces), specials | {"start": target.index(start)}, tied)
+        ours = eole_config(config, len(pieces), specials | {"start": target.index(start)}, tied)
     except (ConfigError, TypeError, ValueError, OverflowError, TokenizerError) as error:
         raise CheckpointError(f"{directory.name}: {str(error)[:300]}") from None
-    shards = sorted(p.name for p in directory.iterdir() if SHARD.fullmatch(p.name))
-    if not shards:
-        raise CheckpointError(f"{directory.name} has no model.00.safetensors: eole's weights are not there")
-    state = eole_state(safetensors_weights(directory, shards), config_ours, model, source_rows)
-    named = (Path(str(config.get(side, ""))).name for side in ("src_vocab", "tgt_vocab"))
-    metadata = {
-        "languages": pair_named(directory.name, *named),
-        "imported": {"from": "eole", "directory": directory.name, "file": ", ".join(shards)},
-    }
-    return checkpoint_from_state(config_ours, state, tokenizer, metadata, device)
+    state = eole_state(weights(), ours, model, source_rows)
+    metadata = {"languages": pair_named(directory.name, *vocabulary_files), "imported": imported}
+    return checkpoint_from_state(ours, state, tokenizer, metadata, device)
 
 
 def is_eole_directory(path: Path) -> bool:

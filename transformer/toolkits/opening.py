@@ -1,6 +1,6 @@
 """Any model the app and the command line open by path: a checkpoint file of this project, a Hugging Face
-directory, a fairseq directory (or its `.pt` file), a Marian one (or its `.npz`) or an eole folder, told apart by
-what the path holds, never by running it."""
+directory, a fairseq directory (or its `.pt` file), a Marian one (or its `.npz`), an eole folder or an OpenNMT-py one
+(or its `.pt`), told apart by what the path holds, never by running it."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from transformer.io.checkpoint import Checkpoint, load_checkpoint
 from transformer.toolkits.eole import describe_eole, import_eole, is_eole_directory, is_eole_path
 from transformer.toolkits.fairseq import describe_fairseq, import_fairseq, is_fairseq_directory
 from transformer.toolkits.marian import describe_marian_npz, import_marian_npz, is_marian_directory
+from transformer.toolkits.opennmt import describe_opennmt, import_opennmt, is_opennmt_directory
 
 
 def is_model_directory(path: Path) -> bool:
-    """Whether path is a directory of a model read here (Hugging Face's, fairseq's, Marian's or eole's)."""
-    readers = (is_eole_directory, is_hf_directory, is_fairseq_directory, is_marian_directory)
+    """Whether path is a directory of a model read here (Hugging Face's, fairseq's, Marian's, eole's, OpenNMT-py's)."""
+    readers = (is_eole_directory, is_hf_directory, is_fairseq_directory, is_marian_directory, is_opennmt_directory)
     return any(is_reader_directory(path) for is_reader_directory in readers)
 
 
@@ -27,18 +28,24 @@ def describe_directory(path: Path) -> str:
         return describe_eole(path)
     if is_fairseq_directory(path):
         return describe_fairseq(path)
+    if is_opennmt_directory(path):
+        return describe_opennmt(path)
     return describe_marian_npz(path) if is_marian_directory(path) else describe_hf(path)
 
 
 def load_any_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
     """A checkpoint file, or a toolkit's model converted as it is read (the command line's and the app's
-    --checkpoint): a fairseq directory or `.pt` file, a Marian directory or `.npz` file, an eole folder (or its
-    config.json or weights), a Hugging Face directory."""
+    --checkpoint): a fairseq directory or `.pt` file (its dictionaries beside it), a Marian directory or `.npz`
+    file, an eole folder (or its config.json or weights), an OpenNMT-py folder or `.pt` file, a Hugging Face
+    directory."""
     path = Path(path)
     if is_eole_path(path):
         return import_eole(path, device)
-    if is_fairseq_directory(path) or (path.suffix == ".pt" and path.is_file()):
+    lone_pt = path.suffix == ".pt" and path.is_file()
+    if is_fairseq_directory(path) or (lone_pt and any(path.parent.glob("dict.*.txt"))):
         return import_fairseq(path, device)
+    if is_opennmt_directory(path) or lone_pt:
+        return import_opennmt(path, device)
     if is_marian_directory(path) or (path.suffix == ".npz" and path.is_file()):
         return import_marian_npz(path, device)
     return import_hf(path, device) if path.is_dir() else load_checkpoint(path, device)
