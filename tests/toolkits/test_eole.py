@@ -256,3 +256,11 @@ def test_an_eole_folder_among_the_checkpoints_works_on_every_page(tmp_path, monk
     at = open_on_every_page(FIXTURES / name, tmp_path, monkeypatch, f"{name} · en/fr · eole · {size:.1f} MB")
     sidebar = " ".join(caption.value for caption in at.sidebar.caption)
     assert "Imported from eole" in sidebar, sidebar
+
+
+def test_a_file_linked_from_outside_the_folder_is_refused_unread(tmp_path):
+    directory = Path(shutil.copytree(FIXTURES / "eole-shared.en-fr", tmp_path / "m.en-fr"))
+    (directory / "spm.model").rename(tmp_path / "elsewhere.model")
+    (directory / "spm.model").symlink_to(tmp_path / "elsewhere.model")
+    with pytest.raises(CheckpointError, match="a link that leads out of the directory"):
+        import_eole(directory)
