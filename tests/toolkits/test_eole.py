@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, assert_follows_the_format, open_on_every_page, run_cli
+from helpers import REPO, assert_follows_the_format, measured, open_on_every_page, run_cli
 from safetensors.torch import load_file, save_file
 
 from transformer.decoding.strategies import DecodeSettings, decode_text
@@ -264,3 +264,13 @@ def test_a_file_linked_from_outside_the_folder_is_refused_unread(tmp_path):
     (directory / "spm.model").symlink_to(tmp_path / "elsewhere.model")
     with pytest.raises(CheckpointError, match="a link that leads out of the directory"):
         import_eole(directory)
+
+
+def test_a_config_that_lies_about_the_sizes_is_refused_by_the_weights_check_allocating_nothing(tmp_path):
+    """Zero biases were laid out at the config's sizes before the weights were checked against it: 64 layers a side
+    of feed-forward width 10^6 took 0.5 GB for a 0.2 MB file."""
+    directory = Path(shutil.copytree(FIXTURES / "eole-shared.en-fr", tmp_path / "m.en-fr"))
+    rewrite(directory / "config.json", lambda c: with_model(transformer_ff=10**6, layers=64))
+    with measured() as cost, pytest.raises(CheckpointError, match="the weights do not fit the config"):
+        import_eole(directory)
+    assert cost.peak_growth_mb < 100, cost

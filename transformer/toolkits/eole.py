@@ -244,14 +244,17 @@ def eole_state(
 
 
 def _zero_biases(config: TransformerConfig, model: dict[str, Any], state: dict[str, torch.Tensor]) -> dict:
+    """Zeros for each bias eole's options say a linear layer has none of, as long as the file's weight beside it (a
+    config.json that lies about the sizes allocates nothing: the weights' check names it after)."""
     decoder = side_options(model, "decoder")
     absent = {"q_proj", "k_proj", "v_proj"} if not decoder["add_qkvbias"] else set()
     absent |= {"out_proj"} if not decoder["add_final_linear_bias"] else set()
     absent |= {"inner", "outer"} if not decoder["add_ffnbias"] else set()
+    layers = [name.removesuffix(".bias") for name in config.parameter_shapes() if name.endswith(".bias")]
     return {
-        name: torch.zeros(shape)
-        for name, shape in config.parameter_shapes().items()
-        if name.endswith(".bias") and name.split(".")[-2] in absent and name not in state
+        f"{layer}.bias": torch.zeros(len(state[f"{layer}.weight"]))
+        for layer in layers
+        if layer.split(".")[-1] in absent and f"{layer}.bias" not in state and f"{layer}.weight" in state
     }
 
 
