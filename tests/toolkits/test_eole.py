@@ -274,3 +274,20 @@ def test_a_config_that_lies_about_the_sizes_is_refused_by_the_weights_check_allo
     with measured() as cost, pytest.raises(CheckpointError, match="the weights do not fit the config"):
         import_eole(directory)
     assert cost.peak_growth_mb < 100, cost
+
+
+def test_an_embedding_tensor_the_options_do_not_describe_is_refused_naming_it(tmp_path):
+    """A learned position table in a model whose options say sinusoids was skipped unread with the embeddings."""
+    directory = Path(shutil.copytree(FIXTURES / "eole-shared.en-fr", tmp_path / "m.en-fr"))
+    weights = load_file(directory / "model.00.safetensors")
+    save_file(weights | {"src_emb.pe.weight": torch.zeros(64, 32)}, directory / "model.00.safetensors")
+    with pytest.raises(CheckpointError, match=r"unexpected tensor 'src_emb\.pe\.weight'"):
+        import_eole(directory)
+
+
+def test_a_folder_whose_weights_link_nowhere_is_listed_as_not_readable(tmp_path):
+    """The list's label read the weights' sizes unguarded: a second shard linked to nothing raised out of the
+    checkpoint list."""
+    directory = eole_saved(tmp_path)
+    (directory / "model.01.safetensors").symlink_to("step_2000/model.01.safetensors")
+    assert describe_directory(directory).startswith("run.en-fr · en/fr · eole · not readable: ")

@@ -1,5 +1,5 @@
-"""`import-hf`, `import-fairseq` and `import-marian` (a toolkit's model as a checkpoint of this project, converted once) and
-`train-lens` (a tuned lens fitted to a checkpoint)."""
+"""The import commands (`IMPORTERS`: a Hugging Face or a toolkit's model as a checkpoint of this project, converted
+once) and `train-lens` (a tuned lens fitted to a checkpoint)."""
 
 from __future__ import annotations
 

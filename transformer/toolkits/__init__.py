@@ -1,2 +1,2 @@
-"""Models trained with the machine-translation toolkits (fairseq, Marian, eole) read in place from the files they
-leave."""
+"""Models trained with the machine-translation toolkits (fairseq, Marian, eole, OpenNMT-py) read in place from the
+files they leave."""

@@ -30,7 +30,7 @@ from transformer.hugging_face.seq2seq import checkpoint_from_state
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerError
-from transformer.toolkits.languages import pair_named
+from transformer.toolkits.languages import listing, pair_named
 from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
 
 # eole 0.6.4's defaults (eole/config/models.py) of the options read: what a config.json leaves out.
@@ -97,6 +97,7 @@ LAYER_PARTS = {
 }
 LAYER_TENSOR = re.compile(r"(encoder|decoder)\.transformer_layers\.(\d+)\.(.+)\.(weight|bias)")
 FIXED_TABLES = re.compile(r"(src|tgt)_emb\.pe\.pe")  # sinusoids eole saves and makes again: not read
+EMBEDDING_TENSORS = {"src_emb.embeddings.weight", "tgt_emb.embeddings.weight", "generator.weight", "generator.bias"}
 
 
 def side_options(model: dict[str, Any], side: str) -> dict[str, Any]:
@@ -134,8 +135,10 @@ def refusals(model: dict[str, Any], encoder: dict[str, Any], decoder: dict[str, 
         found.append("grouped-query attention")
     if decoder["head_dim"] is not None or decoder["attn_scaling"] is not None:
         found.append("heads of a width or scale of their own")
-    if decoder["add_key_bias"] not in (None, decoder["add_qkvbias"]) or not decoder["with_cross_attn"]:
-        found.append("keys biased unlike queries, or a decoder without cross-attention")
+    if decoder["add_key_bias"] not in (None, decoder["add_qkvbias"]):
+        found.append("keys biased unlike queries")
+    if not decoder["with_cross_attn"]:
+        found.append("a decoder without cross-attention")
     for size in ("src_word_vec_size", "tgt_word_vec_size"):
         if embeddings.get(size, decoder["hidden_size"]) != decoder["hidden_size"]:
             found.append("embeddings of another width than the layers'")
@@ -228,8 +231,8 @@ def eole_state(
     the biases its linear layers were trained without."""
     state = {}
     for name, tensor in weights.items():
-        if FIXED_TABLES.fullmatch(name) or name.startswith(("src_emb.", "tgt_emb.", "generator.")):
-            continue
+        if FIXED_TABLES.fullmatch(name) or name in EMBEDDING_TENSORS:
+            continue  # the embeddings and the generator are laid out by _embeddings
         if name.endswith(".layer_scalar") and bool((tensor == 1).all()):
             continue  # Gemma's per-layer scale, 1 in every other model
         if name.startswith(("encoder.layer_norm.", "decoder.layer_norm.")):
@@ -285,7 +288,7 @@ def import_eole(path: str | Path, device: torch.device | str = "cpu") -> Checkpo
         raise CheckpointError(f"{directory.name}: config.json is not an object")
     vocabularies = read_vocabularies(directory)
     split_with = sentencepiece_files(config, directory)
-    shards = sorted(p.name for p in directory.iterdir() if SHARD.fullmatch(p.name))
+    shards = weight_files(directory)
     if not shards:
         raise CheckpointError(f"{directory.name} has no model.00.safetensors: eole's weights are not there")
     named = [Path(str(config.get(side, ""))).name for side in ("src_vocab", "tgt_vocab")]
@@ -336,10 +339,16 @@ def is_eole_path(path: Path) -> bool:
     return is_eole_directory(path.parent if named and path.is_file() else path)
 
 
+def weight_files(directory: Path) -> list[str]:
+    """The names of the folder's weight files (model.00.safetensors, and any further shards), in order."""
+    return sorted(p.name for p in directory.iterdir() if SHARD.fullmatch(p.name))
+
+
 def describe_eole(directory: Path) -> str:
     """The checkpoint list's label for an eole folder, read without loading the model: its name, the language pair
     its name says, and the weights' size."""
-    pair = pair_named(directory.name, "", "")
-    languages = [f"{pair['src']}/{pair['tgt']}"] if pair else []
-    size = sum(p.stat().st_size for p in directory.iterdir() if SHARD.fullmatch(p.name))
-    return " · ".join((directory.name, *languages, "eole", f"{size / 1e6:.1f} MB"))
+    try:
+        size = f"{sum((directory / name).stat().st_size for name in weight_files(directory)) / 1e6:.1f} MB"
+    except OSError as error:  # a dangling link
+        size = f"not readable: {shown(str(error), 60)}"
+    return listing(directory.name, pair_named(directory.name, "", ""), "eole", size)

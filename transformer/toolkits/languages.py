@@ -1,4 +1,5 @@
-"""The language pair of a toolkit's model where a name says it: Marian and eole record none in their files."""
+"""The language pair of a toolkit's model where a name says it (Marian, eole and OpenNMT-py record none in their files),
+and the checkpoint list's label that shows it."""
 
 from __future__ import annotations
 
@@ -18,3 +19,9 @@ def pair_named(directory: str, source_file: str, target_file: str) -> dict[str, 
     if named[0] and named[1] and named[0].group(1) != named[1].group(1):
         return {"src": named[0].group(1), "tgt": named[1].group(1)}
     return {}
+
+
+def listing(name: str, pair: dict[str, str], toolkit: str, size: str) -> str:
+    """The checkpoint list's label of a toolkit's model: "NAME · en/fr · TOOLKIT · 0.3 MB" (no pair where none is
+    said)."""
+    return " · ".join((name, *([f"{pair['src']}/{pair['tgt']}"] if pair else []), toolkit, size))

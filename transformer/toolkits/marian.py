@@ -27,7 +27,7 @@ from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 from transformer.toolkits.arrays import read_npz
-from transformer.toolkits.languages import pair_named
+from transformer.toolkits.languages import listing, pair_named
 from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
 
 OPTIONS_ARRAY = "special:model.yml"
@@ -291,5 +291,4 @@ def describe_marian_npz(directory: Path) -> str:
         size, pair = f"{files.model.stat().st_size / 1e6:.1f} MB", marian_languages(directory, files.vocabularies)
     except (CheckpointError, OSError) as error:
         size, pair = f"not readable: {str(error)[:80]}", {}
-    languages = [f"{pair['src']}/{pair['tgt']}"] if pair else []
-    return " · ".join((directory.name, *languages, "Marian", size))
+    return listing(directory.name, pair, "Marian", size)

@@ -15,22 +15,28 @@ from transformer.toolkits.fairseq import describe_fairseq, import_fairseq, is_fa
 from transformer.toolkits.marian import describe_marian_npz, import_marian_npz, is_marian_directory
 from transformer.toolkits.opennmt import describe_opennmt, import_opennmt, is_opennmt_directory
 
+# Each directory reader's test (nothing opened) and the checkpoint list's label, in the order they are told apart:
+# the Hugging Face test, which reads config.json, last.
+DIRECTORY_READERS = [
+    (is_eole_directory, describe_eole),
+    (is_fairseq_directory, describe_fairseq),
+    (is_opennmt_directory, describe_opennmt),
+    (is_marian_directory, describe_marian_npz),
+    (is_hf_directory, describe_hf),
+]
+
 
 def is_model_directory(path: Path) -> bool:
     """Whether path is a directory of a model read here (Hugging Face's, fairseq's, Marian's, eole's, OpenNMT-py's)."""
-    readers = (is_eole_directory, is_hf_directory, is_fairseq_directory, is_marian_directory, is_opennmt_directory)
-    return any(is_reader_directory(path) for is_reader_directory in readers)
+    return any(is_reader_directory(path) for is_reader_directory, _ in DIRECTORY_READERS)
 
 
 def describe_directory(path: Path) -> str:
     """The checkpoint list's label for a model directory, read without loading the model."""
-    if is_eole_directory(path):
-        return describe_eole(path)
-    if is_fairseq_directory(path):
-        return describe_fairseq(path)
-    if is_opennmt_directory(path):
-        return describe_opennmt(path)
-    return describe_marian_npz(path) if is_marian_directory(path) else describe_hf(path)
+    for is_reader_directory, describe in DIRECTORY_READERS:
+        if is_reader_directory(path):
+            return describe(path)
+    return describe_hf(path)  # a directory no reader knows: its label says why
 
 
 def load_any_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:

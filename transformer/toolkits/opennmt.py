@@ -19,7 +19,7 @@ import torch
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import shown
 from transformer.toolkits.eole import eole_checkpoint, sentencepiece_files, vocabularies_of
-from transformer.toolkits.languages import pair_named
+from transformer.toolkits.languages import listing, pair_named
 from transformer.toolkits.pickled import options_of, read_pickled
 
 STEP = re.compile(r".*_step_(\d+)\.pt")
@@ -150,9 +150,8 @@ def is_opennmt_directory(path: Path) -> bool:
 def describe_opennmt(directory: Path) -> str:
     """The checkpoint list's label for an OpenNMT-py folder, read without unpickling: its name, the language pair
     its name says, and the checkpoint's size."""
-    pair = pair_named(directory.name, "", "")
     try:
         size = f"{find_checkpoint(directory).stat().st_size / 1e6:.1f} MB"
     except (CheckpointError, OSError) as error:
         size = f"not readable: {shown(str(error), 60)}"
-    return " · ".join((directory.name, *([f"{pair['src']}/{pair['tgt']}"] if pair else []), "OpenNMT-py", size))
+    return listing(directory.name, pair_named(directory.name, "", ""), "OpenNMT-py", size)
