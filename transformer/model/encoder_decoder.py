@@ -163,6 +163,7 @@ class Transformer(nn.Module):
         positions: torch.Tensor | None = None,
         key_positions: torch.Tensor | None = None,
         between_layers: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+        last_only: bool = False,
     ) -> DecoderOutput:
         """Decoder states for tgt (B, T); with a cache, tgt holds only the positions after it.
 
@@ -170,7 +171,10 @@ class Transformer(nn.Module):
         row's position of its first token, where rows continue prefixes of different lengths from one cache (the
         keys a row may not see hidden by tgt_mask); else the cache's length. Such rows of a model with relative
         positions need key_positions too (B, cached + T): the position of each key slot in that row.
-        between_layers, as encode's, reads and replaces the decoder's stream at each layer boundary.
+        between_layers, as encode's, reads and replaces the decoder's stream at each layer boundary. tgt may be one
+        row for a memory of many (B, S, d_model): rows sharing an input compute its first self-attention once.
+        last_only asks for the last position's state only (B, 1, d_model): the last layer computes the keys and
+        values of every position, the rest at that one (activation patching reads one step), and takes no probe.
         """
         cached = 0 if cache is None else cache[0].length
         offset = positions if positions is not None else cached
@@ -187,9 +191,9 @@ class Transformer(nn.Module):
                 tgt_mask,
                 need_weights,
                 None if cache is None else cache[i],
-                self._sublayer_probe(probe, AttentionKind.DECODER, i),
-                self._sublayer_probe(probe, AttentionKind.CROSS, i),
+                *self._decoder_probes(probe, i),
                 bias,
+                tgt.size(1) - 1 if last_only and i == len(self.decoder_layers) - 1 else 0,
             )
             self_maps.append(self_p)
             cross_maps.append(cross_p)
@@ -199,13 +203,8 @@ class Transformer(nn.Module):
             x = between_layers(len(self.decoder_layers), x)
         if not need_weights:
             self_maps, cross_maps, states = [], [], []
-        return DecoderOutput(
-            self.decoder_norm(x),
-            tuple(self_maps),
-            tuple(cross_maps),
-            new_cache if cache is not None else None,
-            tuple(states),
-        )
+        cache_out = new_cache if cache is not None else None
+        return DecoderOutput(self.decoder_norm(x), tuple(self_maps), tuple(cross_maps), cache_out, tuple(states))
 
     def _self_attention_bias(
         self, offset: int | torch.Tensor, length: int, key_positions: torch.Tensor | None, device: torch.device
@@ -225,6 +224,10 @@ class Transformer(nn.Module):
 
     def _sublayer_probe(self, probe: Probe | None, kind: AttentionKind, layer: int):
         return None if probe is None else probe.at(kind, layer, self.config.n_heads)
+
+    def _decoder_probes(self, probe: Probe | None, layer: int) -> tuple:
+        """A decoder layer's self-attention and cross-attention parts of the probe."""
+        return tuple(self._sublayer_probe(probe, kind, layer) for kind in (AttentionKind.DECODER, AttentionKind.CROSS))
 
     def start_cache(self, memory: torch.Tensor, capacity: int = 16) -> list[LayerCache]:
         """A fresh key/value cache for incremental decoding over this memory, with room for `capacity`

@@ -350,12 +350,26 @@ class DecoderLayer(nn.Module):
         self_probe: SublayerProbe | None = None,
         cross_probe: SublayerProbe | None = None,
         position_bias: torch.Tensor | None = None,
+        queries_from: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, LayerCache | None]:
         """With a cache, x holds only the new positions and tgt_mask covers them over all keys; position_bias, the
-        relative positions' bias of those queries over all keys."""
+        relative positions' bias of those queries over all keys. queries_from, if given, is the first of x's
+        positions whose output is wanted: the ones before it give only their self-attention keys and values, and
+        the output holds the positions from it on (a caller that reads one position computes the rest once)."""
+        every_position = x
+        if queries_from and (self_probe, cross_probe) != (None, None):
+            raise ValueError("a layer computed at its last positions only is not probed: the probe would see those")
+        if queries_from:
+            x = x[:, queries_from:]
+            tgt_mask = None if tgt_mask is None else tgt_mask[..., queries_from:, :]
+            position_bias = None if position_bias is None else position_bias[..., queries_from:, :]
 
         def self_attend(h: torch.Tensor) -> tuple:
-            query, key, value = self.self_attn.project_query_key_value(h)
+            if queries_from:
+                query = self.self_attn.split_heads(self.self_attn.q_proj(h))
+                key, value = self.self_attn.project_key_value(self.self_block.sublayer_input(every_position))
+            else:
+                query, key, value = self.self_attn.project_query_key_value(h)
             extended = None
             if cache is not None:
                 extended = cache.extended(key, value)

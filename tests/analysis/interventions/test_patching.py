@@ -19,6 +19,7 @@ from transformer.analysis.interventions.patching import (
     patch_encoder_stream,
     step_logits,
     stream_metrics,
+    stream_sites,
 )
 from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.result import source_ids
@@ -75,13 +76,11 @@ def test_a_tiny_hugging_face_model_agrees_with_nnsight_too(tmp_path):
 
 @pytest.mark.parametrize("noising", [False, True])
 def test_a_whole_layer_patched_restores_all_and_nothing_patched_restores_nothing(shipped, pronoun, noising):
-    clean_streams, metric_clean = encoder_streams(shipped.model, pronoun.clean_src, pronoun)
-    corrupt_streams, metric_corrupt = encoder_streams(shipped.model, pronoun.corrupt_src, pronoun)
-    run, patched_from, base = (
-        (pronoun.clean_src, corrupt_streams, metric_clean)
-        if noising
-        else (pronoun.corrupt_src, clean_streams, metric_corrupt)
+    (clean_streams, metric_clean), (corrupt_streams, metric_corrupt) = encoder_streams(
+        shipped.model, [pronoun.clean_src, pronoun.corrupt_src], pronoun
     )
+    run, patched_from = (pronoun.clean_src, corrupt_streams) if noising else (pronoun.corrupt_src, clean_streams)
+    [(_, base)] = encoder_streams(shipped.model, [run], pronoun)  # one row, as the runs below: rounded alike
     src = torch.tensor([run])
     for layer in range(len(clean_streams)):
 
@@ -105,18 +104,43 @@ def test_sites_in_a_batch_give_what_each_gives_alone(shipped, pronoun):
 
 
 def test_sites_of_several_boundaries_share_a_pass_each_joining_at_its_own_boundary(shipped, pronoun):
-    """The stream grid's sites run 32 a pass across boundaries (3 passes for 5 boundaries of 15 positions, where one
-    pass a boundary took 5), and give what each boundary's sites give in passes of their own."""
+    """The stream grid's sites run 32 a pass across boundaries (2 passes for the 61 sites of 5 boundaries of 15
+    positions where the runs differ, where one pass a boundary took 5), and give what each boundary's sites give in
+    passes of their own."""
     double = in_float64(shipped)
-    clean, _ = encoder_streams(double, pronoun.clean_src, pronoun)
-    corrupt, _ = encoder_streams(double, pronoun.corrupt_src, pronoun)
+    (clean, _), (corrupt, metric_corrupt) = encoder_streams(double, [pronoun.clean_src, pronoun.corrupt_src], pronoun)
     passes = []
+    run = (double, pronoun, pronoun.corrupt_src, corrupt, clean, metric_corrupt)
     with torch.inference_mode():
-        shared = stream_metrics(double, pronoun, pronoun.corrupt_src, corrupt, clean, 32, lambda: passes.append(1))
-        by_boundary = stream_metrics(double, pronoun, pronoun.corrupt_src, corrupt, clean, len(pronoun.corrupt_src))
+        shared = stream_metrics(*run, 32, lambda: passes.append(1))
+        by_boundary = stream_metrics(*run, len(pronoun.corrupt_src))
     assert shared.shape == (len(clean), len(pronoun.corrupt_src)) == (5, 15)
-    assert len(passes) == 3
+    assert len(stream_sites(corrupt, clean, [(p, p + 1) for p in range(15)])) == 61 and len(passes) == 2
     np.testing.assert_allclose(shared, by_boundary, atol=1e-9)
+
+
+def test_a_site_where_both_runs_are_equal_is_the_run_itself_and_is_not_run(shipped, pronoun):
+    """At the first boundary (the embeddings with positions) the two sources differ at "tired"/"wide" only: the
+    other 14 sites there are not run, and their metric is the corrupted run's own, which is what running one gives."""
+    (clean, _), (corrupt, metric_corrupt) = encoder_streams(
+        shipped.model, [pronoun.clean_src, pronoun.corrupt_src], pronoun
+    )
+    tired = pronoun.clean_src.index(shipped.tokenizer.encode("tired")[0])
+    singles = [(p, p + 1) for p in range(len(clean[0]))]
+    assert [site for site in stream_sites(corrupt, clean, singles) if site[0] == 0] == [(0, (tired, tired + 1))]
+
+    def first_word_patched(layer: int, x: torch.Tensor) -> torch.Tensor:
+        if layer == 0:
+            x = x.clone()
+            x[:, 0] = clean[0][0]
+        return x
+
+    with torch.inference_mode():
+        found = stream_metrics(shipped.model, pronoun, pronoun.corrupt_src, corrupt, clean, metric_corrupt, 128)
+        src = torch.tensor([pronoun.corrupt_src])
+        ran = float(metric(step_logits(shipped.model, src, pronoun, first_word_patched), pronoun)[0])
+    assert (found[0] == metric_corrupt).sum() == 14 and found[0, tired] != metric_corrupt
+    assert ran == pytest.approx(metric_corrupt, abs=1e-6)
 
 
 def test_sources_of_different_piece_counts_are_refused_naming_both():

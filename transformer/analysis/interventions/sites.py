@@ -23,6 +23,7 @@ from transformer.analysis.interventions.patching import (
     shares_of,
     step_logits,
     stream_metrics,
+    stream_sites,
 )
 from transformer.decoding.result import model_device
 from transformer.model.encoder_decoder import Transformer
@@ -70,30 +71,33 @@ def sublayers(model: Transformer) -> list[Site]:
     return encoder + decoder
 
 
-def recorded_run(model: Transformer, src: list[int], contrast: Contrast) -> Run:
-    """One source's run, every site read (nothing changed)."""
-    heads: dict[Site, torch.Tensor] = {}
-    encoder_streams: list[torch.Tensor] = []
-    decoder_streams: list[torch.Tensor] = []
+def recorded_runs(model: Transformer, sources: list[list[int]], contrast: Contrast) -> list[Run]:
+    """Each source's run, every site read (nothing changed): sources of one length (a contrast's two) as one batch."""
+    heads: list[dict[Site, torch.Tensor]] = [{} for _ in sources]
+    encoder_streams: list[list[torch.Tensor]] = [[] for _ in sources]
+    decoder_streams: list[list[torch.Tensor]] = [[] for _ in sources]
 
     def reading(site: Site) -> Callable[[torch.Tensor], torch.Tensor]:
         def read(outputs: torch.Tensor) -> torch.Tensor:
-            heads[site] = outputs[0].clone()
+            for row, kept in enumerate(heads):
+                kept[site] = outputs[row].clone()
             return outputs
 
         return read
 
-    def keeping(streams: list[torch.Tensor]) -> Callable[[int, torch.Tensor], torch.Tensor]:
+    def keeping(streams: list[list[torch.Tensor]]) -> Callable[[int, torch.Tensor], torch.Tensor]:
         def keep(layer: int, x: torch.Tensor) -> torch.Tensor:
-            streams.append(x[0].clone())
+            for row, kept in enumerate(streams):
+                kept.append(x[row].clone())
             return x
 
         return keep
 
     probe = Probe(head_edits={site: reading(site) for site in sublayers(model)})
-    tensor = torch.tensor([src], device=model_device(model))
+    tensor = torch.tensor(sources, device=model_device(model))
     logits = step_logits(model, tensor, contrast, keeping(encoder_streams), None, probe, keeping(decoder_streams))
-    return Run(heads, encoder_streams, decoder_streams, float(metric(logits, contrast)[0]))
+    metrics = metric(logits, contrast).tolist()
+    return [Run(*row) for row in zip(heads, encoder_streams, decoder_streams, metrics)]
 
 
 def replacing(values: torch.Tensor, heads: list[int], spans: list[Span]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -189,11 +193,13 @@ class PatchingStopped(Exception):
     """The caller asked the patching to stop (its visitor left, or pressed Stop): nothing was returned."""
 
 
-def batches(model: Transformer, positions: int, per_batch: int) -> int:
+def batches(model: Transformer, positions: int, per_batch: int, stream_sites: int | None = None) -> int:
     """The forward passes patch_every_site makes after its two recorded runs over `positions` sites (source
-    positions, or words): what its progress counts."""
+    positions, or words), of which `stream_sites` of the encoder's stream differ between the runs (known once they
+    are made; before, every one counts: at most this many passes): what its progress counts."""
     config = model.config
-    stream = -(-(config.n_encoder_layers + 1) * positions // per_batch)
+    stream_sites = (config.n_encoder_layers + 1) * positions if stream_sites is None else stream_sites
+    stream = -(-stream_sites // per_batch)
     heads = config.n_encoder_layers * -(-(config.n_heads * positions) // per_batch)
     return stream + heads + 2 * config.n_decoder_layers + 1
 
@@ -212,13 +218,12 @@ def patch_every_site(
     there; noising: the other way), batched. `progress` hears (passes done, passes in all) after each forward pass;
     `should_stop` is asked then too, and PatchingStopped raised once it says yes. `spans`, if given, are the source
     positions patched together (each word's pieces: analysis.words.word_spans): the encoder's grids are by span."""
-    clean, corrupt = (
-        recorded_run(model, contrast.clean_src, contrast),
-        recorded_run(model, contrast.corrupt_src, contrast),
-    )
+    clean, corrupt = recorded_runs(model, [contrast.clean_src, contrast.corrupt_src], contrast)
     run_src, run, source = (contrast.clean_src, clean, corrupt) if noising else (contrast.corrupt_src, corrupt, clean)
     difference = clean.metric - corrupt.metric
-    total, done = batches(model, len(spans or run_src), sites_per_batch), 0
+    spans = spans or [(position, position + 1) for position in range(len(run_src))]
+    differing = stream_sites(run.encoder_streams, source.encoder_streams, spans)
+    total, done = batches(model, len(spans), sites_per_batch, len(differing)), 0
 
     def after_batch() -> None:
         nonlocal done
@@ -232,7 +237,15 @@ def patch_every_site(
         return shares_of(found, run.metric, difference)
 
     stream = stream_metrics(
-        model, contrast, run_src, run.encoder_streams, source.encoder_streams, sites_per_batch, after_batch, spans
+        model,
+        contrast,
+        run_src,
+        run.encoder_streams,
+        source.encoder_streams,
+        run.metric,
+        sites_per_batch,
+        after_batch,
+        spans,
     )
     heads = encoder_heads(model, contrast, run_src, run, source, sites_per_batch, after_batch, spans)
     cross = step_heads(model, contrast, run_src, run, source, AttentionKind.CROSS, after_batch)

@@ -1,0 +1,75 @@
+"""The decoder's two shortcuts for runs that read one step of many memories (activation patching): one row of input
+for a memory of many, and the last layer computed at the last position only."""
+
+import pytest
+import torch
+from helpers import tiny_config
+
+from transformer.model.encoder_decoder import Transformer
+from transformer.model.kinds import AttentionKind
+from transformer.model.masks import padding_mask, target_mask
+from transformer.model.probes import Probe
+
+SHAPES = [
+    dict(),  # post-norm, sinusoids: the paper's
+    dict(positional="relative", norm="rms", bias=False, feed_forward="gated", scale_output=True, norm_first=True),
+]
+
+
+def memories_and_input(config, rows: int = 3):
+    generator = torch.Generator().manual_seed(1)
+    src = torch.randint(4, config.src_vocab_size, (rows, 6), generator=generator)
+    src[2, 4:] = config.pad_id  # a padded row: its mask is its own
+    tgt = torch.randint(4, config.tgt_vocab_size, (1, 5), generator=generator)
+    return src, tgt
+
+
+@pytest.mark.parametrize("overrides", SHAPES)
+def test_one_input_row_over_many_memories_and_the_last_position_alone_give_what_the_whole_decoder_gives(
+    tokenizer, overrides
+):
+    torch.manual_seed(0)
+    config = tiny_config(tokenizer, **overrides)
+    model = Transformer(config).eval().double()  # float64: the shapes' own roundings far below what is compared
+    src, tgt = memories_and_input(config)
+    src_mask = padding_mask(src, config.pad_id)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask).memory
+        rows = tgt.expand(len(src), -1)
+        whole = model.decode(rows, memory, src_mask, target_mask(rows, config.pad_id)).hidden
+        shared = model.decode(tgt, memory, src_mask, target_mask(tgt, config.pad_id)).hidden
+        last = model.decode(tgt, memory, src_mask, target_mask(tgt, config.pad_id), last_only=True).hidden
+    assert shared.shape == whole.shape and last.shape == (len(src), 1, config.d_model)
+    torch.testing.assert_close(shared, whole, atol=1e-12, rtol=0)
+    torch.testing.assert_close(last[:, 0], whole[:, -1], atol=1e-12, rtol=0)
+    assert not torch.allclose(whole[:, -1], whole[:, -2])  # the position read is not any position
+
+
+def test_a_probe_of_the_last_layer_is_refused_where_it_computes_one_position(model, config, tokenizer):
+    src, tgt = memories_and_input(config)
+    src_mask = padding_mask(src, config.pad_id)
+    memory = model.encode(src, src_mask).memory
+    last = config.n_decoder_layers - 1
+    below = Probe(record_at=frozenset({(AttentionKind.CROSS, last - 1)}))
+    decoded = model.decode(tgt, memory, src_mask, None, probe=below, last_only=True)
+    assert decoded.hidden.size(1) == 1 and (AttentionKind.CROSS, last - 1) in below.records
+    with pytest.raises(ValueError, match="a layer computed at its last positions only is not probed"):
+        model.decode(tgt, memory, src_mask, None, probe=Probe.recording("cross", last), last_only=True)
+
+
+def test_a_probe_names_the_sublayers_it_asks_something_of():
+    from transformer.model.heads import Head
+
+    probe = Probe(
+        heads_off=frozenset({Head(AttentionKind.DECODER, 1, 0)}),
+        record_at=frozenset({(AttentionKind.ENCODER, 0)}),
+        head_edits={(AttentionKind.CROSS, 2): lambda heads: heads},
+        key_masks={(AttentionKind.CROSS, 0): torch.ones(2, 3, dtype=torch.bool)},
+    )
+    assert probe.sublayers() == {
+        (AttentionKind.DECODER, 1),
+        (AttentionKind.ENCODER, 0),
+        (AttentionKind.CROSS, 2),
+        (AttentionKind.CROSS, 0),
+    }
+    assert Probe().sublayers() == set()
