@@ -144,9 +144,12 @@ class MultiHeadAttention(nn.Module):
             heads = heads * keep.to(heads)
         if edit is not None:
             heads = edit(heads)
+        return self.output_of_heads(heads), p_attn
+
+    def output_of_heads(self, heads: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs (B, H, T_q, d_head) concatenated and projected by W_O: (B, T_q, d_model)."""
         batch, _, length, _ = heads.shape
-        heads = heads.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head)  # (B, T_q, d_model)
-        return self.out_proj(heads), p_attn
+        return self.out_proj(heads.transpose(1, 2).reshape(batch, length, self.n_heads * self.d_head))
 
     def forward(
         self,

@@ -246,8 +246,14 @@ class EncoderLayer(nn.Module):
             )
 
         x, p_attn = self.attn_block(x, self_attend)
-        x, *_ = self.ff_block(x, lambda h: (self.feed_forward(h),))
-        return x, p_attn
+        return self.ff_block(x, lambda h: (self.feed_forward(h),))[0], p_attn
+
+    def output_from_heads(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """The layer's output at positions whose heads' outputs (B, H, T, d_head) are given, x the stream entering
+        it there (B, T, d_model). Past its attention a layer works on each position alone: where a head's output
+        is patched at some positions, these are all the layer's output changes at (activation patching)."""
+        x, *_ = self.attn_block(x, lambda h: (self.self_attn.output_of_heads(heads),))
+        return self.ff_block(x, lambda h: (self.feed_forward(h),))[0]
 
 
 @dataclass

@@ -1,10 +1,11 @@
-"""Activation patching of every site the issue of cause asks for, beside the encoder's stream (patching.py): each
-encoder self-attention head's output at each source position, each decoder self-attention and cross-attention
-head's output at the step, and the decoder's stream at the step after each layer.
+"""Activation patching of every family of sites, beside the encoder's stream (patching.py): each encoder
+self-attention head's output at each source position, each decoder self-attention and cross-attention head's output
+at the step, and the decoder's stream at the step after each layer.
 
 A head's output is its part of the sublayer's input to W_O (B, H, T_q, d_head): patched there, its own W_O and
 everything after it run on the patched value. Runs that patch one sublayer or boundary each run as one batch,
-beginning at the stream below their site (the layers below it are the run's own, computed once).
+beginning at the stream below their site (the layers below it are the run's own, computed once); an encoder head's
+runs begin above its layer, whose output changes only where the head's does.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from transformer.model.kinds import AttentionKind
 from transformer.model.probes import Probe
 
 Site = tuple[AttentionKind, int]  # a sublayer: its kind and layer (0-based)
+HeadSite = tuple[int, Span]  # a head of a sublayer, and the positions where its output is patched
 
 
 @dataclass(frozen=True)
@@ -119,11 +121,33 @@ def _metrics(model: Transformer, run_src: list[int], contrast: Contrast, rows: i
     return metric(step_logits(model, src, contrast, **edits), contrast).double().cpu().numpy()
 
 
-def _from_boundary(run: Run, rows: int, layer: int | None = None) -> tuple[int, torch.Tensor]:
-    """encode's `start` at a boundary: the run's own stream there, for each of `rows` runs (None: the last
-    boundary, where none of the encoder's layers runs: for sites in the decoder)."""
-    layer = len(run.encoder_streams) - 1 if layer is None else layer
-    return layer, run.encoder_streams[layer][None].expand(rows, -1, -1)
+def _from_memory(run: Run, rows: int) -> tuple[int, torch.Tensor]:
+    """encode's `start` at the last boundary, where none of the encoder's layers runs: the run's own encoder output
+    for each of `rows` runs (for sites in the decoder)."""
+    return len(run.encoder_streams) - 1, run.encoder_streams[-1][None].expand(rows, -1, -1)
+
+
+def streams_after_layer(model: Transformer, layer: int, run: Run, source: Run, batch: list[HeadSite]) -> torch.Tensor:
+    """The stream after encoder layer `layer` of each of the batch's runs (B, S, d_model): the run's own, but over
+    each run's span the layer's output recomputed from the run's heads there with one head's the source run's.
+    Past its attention a layer works on each position alone, so nothing else of it changes; spans of one length
+    are recomputed together."""
+    site, entering = (AttentionKind.ENCODER, layer), run.encoder_streams[layer]
+    stream = run.encoder_streams[layer + 1][None].repeat(len(batch), 1, 1)
+    by_length: dict[int, list[int]] = {}
+    for row, (_, (start, end)) in enumerate(batch):
+        by_length.setdefault(end - start, []).append(row)
+    for rows in by_length.values():
+        spans = [batch[row][1] for row in rows]
+        heads = torch.stack([run.heads[site][:, start:end] for start, end in spans])  # (rows, H, length, d_head)
+        for at, row in enumerate(rows):
+            head, (start, end) = batch[row]
+            heads[at, head] = source.heads[site][head, start:end]
+        x = torch.stack([entering[start:end] for start, end in spans])
+        out = model.encoder_layers[layer].output_from_heads(x, heads.to(x))
+        for at, (row, (start, end)) in enumerate(zip(rows, spans)):
+            stream[row, start:end] = out[at]
+    return stream
 
 
 def encoder_heads(
@@ -136,7 +160,9 @@ def encoder_heads(
     after_batch: Callable[[], None] = lambda: None,
     spans: list[Span] | None = None,
 ) -> np.ndarray:
-    """(L, H, S): each encoder head at each position (or each span: (L, H, spans)) given the source run's output."""
+    """(L, H, S): each encoder head at each position (or each span: (L, H, spans)) given the source run's output.
+    Each run begins after the head's layer (`streams_after_layer`): the layers below it and the layer's attention
+    are the run's own."""
     config = model.config
     spans = spans or [(position, position + 1) for position in range(len(run_src))]
     sites = [(head, span) for head in range(config.n_heads) for span in spans]
@@ -144,13 +170,8 @@ def encoder_heads(
     for layer in range(config.n_encoder_layers):
         for first in range(0, len(sites), per_batch):
             batch = sites[first : first + per_batch]
-            heads, where = [h for h, _ in batch], [span for _, span in batch]
-            site = (AttentionKind.ENCODER, layer)
-            probe = Probe(head_edits={site: replacing(source.heads[site], heads, where)})
-            start = _from_boundary(run, len(batch), layer)
-            found[layer, first : first + len(batch)] = _metrics(
-                model, run_src, contrast, len(batch), probe=probe, start=start
-            )
+            start = (layer + 1, streams_after_layer(model, layer, run, source, batch))
+            found[layer, first : first + len(batch)] = _metrics(model, run_src, contrast, len(batch), start=start)
             after_batch()
     return found.reshape(config.n_encoder_layers, config.n_heads, len(spans))
 
@@ -170,7 +191,7 @@ def step_heads(
     found = np.empty((config.n_decoder_layers, config.n_heads))
     for layer in range(config.n_decoder_layers):
         edit = replacing(source.heads[(kind, layer)], heads, [(contrast.step, contrast.step + 1)] * len(heads))
-        probe, start = Probe(head_edits={(kind, layer): edit}), _from_boundary(run, len(heads))
+        probe, start = Probe(head_edits={(kind, layer): edit}), _from_memory(run, len(heads))
         found[layer] = _metrics(model, run_src, contrast, len(heads), probe=probe, start=start)
         after_batch()
     return found
@@ -185,7 +206,7 @@ def decoder_stream(model: Transformer, contrast: Contrast, run_src: list[int], r
         x[layer, contrast.step] = source.decoder_streams[layer][contrast.step].to(x)
         return x
 
-    start = _from_boundary(run, boundaries)
+    start = _from_memory(run, boundaries)
     return _metrics(model, run_src, contrast, boundaries, start=start, between_decoder_layers=patch)
 
 

@@ -1,5 +1,5 @@
-"""The decoder's two shortcuts for runs that read one step of many memories (activation patching): one row of input
-for a memory of many, and the last layer computed at the last position only."""
+"""The model's shortcuts for activation patching: the decoder's one row of input for a memory of many, its last layer
+computed at the last position only, and an encoder layer's output from its heads' outputs at some positions."""
 
 import pytest
 import torch
@@ -73,3 +73,27 @@ def test_a_probe_names_the_sublayers_it_asks_something_of():
         (AttentionKind.CROSS, 0),
     }
     assert Probe().sublayers() == set()
+
+
+@pytest.mark.parametrize("overrides", SHAPES)
+def test_an_encoder_layer_from_its_heads_outputs_gives_its_output_at_those_positions(tokenizer, overrides):
+    torch.manual_seed(0)
+    config = tiny_config(tokenizer, **overrides)
+    model = Transformer(config).eval().double()
+    src, _ = memories_and_input(config)
+    heads, streams = {}, []
+
+    def read(outputs: torch.Tensor) -> torch.Tensor:
+        heads["layer 1"] = outputs
+        return outputs
+
+    def keep(boundary: int, x: torch.Tensor) -> torch.Tensor:
+        streams.append(x)
+        return x
+
+    probe = Probe(head_edits={(AttentionKind.ENCODER, 1): read})
+    with torch.inference_mode():
+        model.encode(src, padding_mask(src, config.pad_id), probe=probe, between_layers=keep)
+        some = model.encoder_layers[1].output_from_heads(streams[1][:, 2:4], heads["layer 1"][:, :, 2:4])
+    torch.testing.assert_close(some, streams[2][:, 2:4], atol=1e-12, rtol=0)
+    assert not torch.allclose(streams[1][:, 2:4], streams[2][:, 2:4])
