@@ -3,6 +3,7 @@ two-rank step equals one process's step over both batches, and a resumed run con
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from helpers import reversal_corpus, tiny_training_options
 
+from transformer.cli import main
 from transformer.io.checkpoint import load_checkpoint
 from transformer.model.config import TransformerConfig
 from transformer.model.encoder_decoder import Transformer
@@ -32,8 +34,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+DATA = ["--train-src", "s.txt", "--train-tgt", "t.txt", "--val-src", "s.txt", "--val-tgt", "t.txt"]
+
+
 def _torchrun(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess:
-    data = ["--train-src", "s.txt", "--train-tgt", "t.txt", "--val-src", "s.txt", "--val-tgt", "t.txt"]
     command = [
         str(TORCHRUN),
         "--nproc_per_node",
@@ -43,7 +47,7 @@ def _torchrun(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProc
         "-m",
         "transformer",
         "train",
-        *data,
+        *DATA,
         *SIZES,
         "--out",
         out,
@@ -127,3 +131,23 @@ def test_one_two_rank_step_equals_one_step_over_both_batches(tmp_path):
     gradients = {name: p.grad for name, p in model.named_parameters()}
     assert max((two["gradients"][name] - gradients[name]).abs().max().item() for name in gradients) < 1e-5
     assert max(g.abs().max().item() for g in gradients.values()) > 1e-3  # a real step, not a zero one
+
+
+def _train_and_count_what_is_left(rank: int, port: int, folder: str) -> None:
+    """One rank of a short run under the environment torchrun gives, the garbage collector off: how many
+    data-parallel wrappers (each holding the process group) are left once the command has returned."""
+    environment = {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_PORT": str(port)}
+    os.environ.update(environment | {"MASTER_ADDR": "127.0.0.1", "CUDA_VISIBLE_DEVICES": ""})
+    gc.disable()
+    os.chdir(folder)
+    code = main(["train", *DATA, *SIZES, "--out", "run.safetensors", "--epochs", "1", "--max-steps", "2"])
+    left = sum(type(o) is torch.nn.parallel.DistributedDataParallel for o in gc.get_objects())
+    Path(f"left.{rank}").write_text(f"{code} {left}")
+
+
+def test_a_finished_rank_holds_no_data_parallel_wrapper_once_its_run_returns(corpus):
+    """The wrapper sits in a reference cycle: left to the garbage collector, it (and the process group its reducer
+    holds) outlived destroy_process_group, to be torn down with the interpreter, where gloo's threads can end a rank
+    that finished its run in SIGABRT ("terminate called without an active exception", seen once under torchrun)."""
+    mp.spawn(_train_and_count_what_is_left, args=(_free_port(), str(corpus)), nprocs=2, join=True)
+    assert [(corpus / f"left.{rank}").read_text() for rank in (0, 1)] == ["0 0", "0 0"]

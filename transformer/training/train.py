@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import math
 import platform
 import time
@@ -137,10 +138,19 @@ def train(
     run = _start(settings, resume, quiet, continue_from)
     while run.progress.epoch < settings.epochs:
         if _train_epoch(run):  # --max-steps reached
-            return finish(run.model, run.world, run.device, run.progress)
+            return _finish(run)
         if rank_zero_says(_end_epoch(run) if run.rank == 0 else False, run.world, run.device):
             break
     _save_best(run)
+    return _finish(run)
+
+
+def _finish(run: Run) -> Progress:
+    """The run's end (distributed.finish), its data-parallel wrapper let go first. The wrapper sits in a reference
+    cycle: left to the garbage collector, it and the process group its reducer holds outlived the group's
+    destruction, to be torn down with the interpreter, where gloo's threads could end a finished rank in SIGABRT."""
+    run.compute_logits = run.model.logits
+    gc.collect()
     return finish(run.model, run.world, run.device, run.progress)
 
 
