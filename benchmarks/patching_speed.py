@@ -4,13 +4,15 @@ decoder's heads and stream at the step) against one decode."""
 
 from __future__ import annotations
 
-from benchmarks.model_speed import Row, median_ms
+import sys
+
+from benchmarks.model_speed import Row, median_ms, table
 from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
 from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
 from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
 from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.strategies import decode_text
-from transformer.io.checkpoint import Checkpoint
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
 
 
 def patching_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
@@ -27,3 +29,7 @@ def patching_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
         Row(what + ", batched", "one greedy decode of the sentence", decode, batched, "report (aim ≤ 20x)"),
         Row("activation patching, every site of the it pair, batched", "one greedy decode", decode, every, "report"),
     ]
+
+
+if __name__ == "__main__":  # python -m benchmarks.patching_speed [repeats]: these rows alone, on the quiet machine
+    print(table(patching_rows(load_checkpoint(DEFAULT_CHECKPOINT), int(sys.argv[1]) if len(sys.argv) > 1 else 9)))
