@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import gzip
 import json
 import re
 import shutil
@@ -18,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, assert_follows_the_format, measured, open_on_every_page, run_cli
+from fixtures.toolkit_outputs import FIXTURES, recorded
+from helpers import assert_follows_the_format, measured, open_on_every_page, run_cli
 from safetensors.torch import load_file, save_file
 
 from transformer.decoding.strategies import DecodeSettings, decode_text
@@ -34,13 +34,8 @@ from transformer.model.config import ConfigError
 from transformer.toolkits.eole import REFUSED_OPTIONS, eole_config, import_eole, read_vocabularies
 from transformer.toolkits.opening import describe_directory, is_model_directory, load_any_checkpoint
 
-FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
 MODELS = ["eole-shared.en-fr", "eole-separate.en-fr"]
 MAX_TOKENS = 60  # make_eole.py's max_length
-
-
-def recorded(name: str) -> list[dict]:
-    return json.loads(gzip.decompress((FIXTURES / name / "outputs.json.gz").read_bytes()))["sentences"]
 
 
 def eole_source_ids(tokenizer, name: str, ids: list[int]) -> list[int]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gzip
-import json
 import pickle
 import re
 import shutil
@@ -19,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, WritesAMarker, open_on_every_page, run_cli
+from fixtures.toolkit_outputs import FIXTURES, recorded
+from helpers import WritesAMarker, open_on_every_page, run_cli
 
 from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, model_from_tensors, unique_state
@@ -36,13 +35,8 @@ from transformer.toolkits.opening import describe_directory, is_model_directory,
 from transformer.toolkits.pickled import read_pickled
 from transformer.toolkits.vocabulary import joint_vocabulary
 
-FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
 MODELS = ["fairseq-joined", "fairseq-separate"]
 MAX_TOKENS = 60  # make_fairseq.py's max_len_b
-
-
-def recorded(name: str) -> list[dict]:
-    return json.loads(gzip.decompress((FIXTURES / name / "outputs.json.gz").read_bytes()))["sentences"]
 
 
 def source_rows(directory: Path) -> list[int]:

@@ -12,9 +12,8 @@ import os
 import subprocess
 
 import pytest
-from helpers import REPO
+from fixtures.toolkit_outputs import FIXTURES
 
-FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
 TOOLKITS = {  # the models each toolkit made, its environment's variable, the script that made them
     "MARIAN_PYTHON": ("make_marian.py", ["marian-tied", "marian-untied", "marian-prenorm"]),
     "FAIRSEQ_PYTHON": ("make_fairseq.py", ["fairseq-joined", "fairseq-separate"]),

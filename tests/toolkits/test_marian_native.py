@@ -9,8 +9,6 @@ ReLU, the decoder's embedding tied to its output layer).
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import json
 import re
 import shutil
 import zipfile
@@ -19,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import REPO, WritesAMarker, open_on_every_page, run_cli
+from fixtures.toolkit_outputs import FIXTURES, recorded
+from helpers import WritesAMarker, open_on_every_page, run_cli
 
 from transformer.decoding.forcing import teacher_force_ids
 from transformer.decoding.result import source_ids
@@ -38,13 +37,8 @@ from transformer.toolkits.marian import REFUSED_OPTIONS, import_marian_npz, mari
 from transformer.toolkits.opening import describe_directory, is_model_directory, load_any_checkpoint
 from transformer.toolkits.vocabulary import joint_vocabulary
 
-FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
 MODELS = ["marian-tied", "marian-untied", "marian-prenorm"]
 POST_NORM = ["marian-tied", "marian-untied"]
-
-
-def recorded(name: str) -> list[dict]:
-    return json.loads(gzip.decompress((FIXTURES / name / "outputs.json.gz").read_bytes()))["sentences"]
 
 
 def source_rows(name: str) -> list[int]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import gzip
-import json
 import re
 import shutil
 import sys
@@ -21,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, WritesAMarker, open_on_every_page, run_cli
+from fixtures.toolkit_outputs import FIXTURES, recorded
+from helpers import WritesAMarker, open_on_every_page, run_cli
 
 from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.io.checkpoint import CheckpointError, load_checkpoint, model_from_tensors, unique_state
@@ -31,12 +30,8 @@ from transformer.toolkits.opening import describe_directory, is_model_directory,
 from transformer.toolkits.opennmt import eole_options, import_opennmt
 from transformer.toolkits.pickled import read_pickled
 
-FIXTURE = REPO / "tests" / "fixtures" / "toolkits" / "opennmt.en-fr"
+FIXTURE = FIXTURES / "opennmt.en-fr"
 MAX_TOKENS = 60  # make_opennmt.py's max_length
-
-
-def recorded() -> list[dict]:
-    return json.loads(gzip.decompress((FIXTURE / "outputs.json.gz").read_bytes()))["sentences"]
 
 
 def saved() -> dict:
@@ -49,7 +44,7 @@ def same_outputs(model, tokenizer, check_source: bool = True) -> tuple[int, floa
     cross-attention head 0 (what its translator returns)."""
     source = saved()["vocab"]["src"]
     same, log_probability, attention = 0, 0.0, 0.0
-    for sentence in recorded():
+    for sentence in recorded(FIXTURE.name):
         result = decode_text(model, tokenizer, sentence["source"], DecodeSettings(max_new_tokens=MAX_TOKENS))
         theirs = [source.index(p) if p in source else 0 for p in map(tokenizer.id_to_piece, result.src_ids)]
         if (check_source and theirs != sentence["source_ids"]) or result.tgt_ids != sentence["output_ids"]:
@@ -65,7 +60,7 @@ def same_outputs(model, tokenizer, check_source: bool = True) -> tuple[int, floa
 
 def test_greedy_tokens_log_probabilities_and_attention_equal_opennmts_own():
     checkpoint = load_any_checkpoint(FIXTURE)
-    assert len(recorded()) == 20 and sum(len(s["output_ids"]) for s in recorded()) > 300
+    assert len(recorded(FIXTURE.name)) == 20 and sum(len(s["output_ids"]) for s in recorded(FIXTURE.name)) > 300
     same, log_probability, attention = same_outputs(checkpoint.model, checkpoint.tokenizer)
     assert same == 20 and log_probability < 1e-4 and attention < 1e-5
     assert checkpoint.metadata["languages"] == {"src": "en", "tgt": "fr"}
@@ -151,15 +146,13 @@ def test_a_copy_attention_and_a_lone_fairseq_checkpoint_are_refused_saying_what_
     torch.save({**saved(), "opt": argparse.Namespace(**options(copy_attn=True))}, directory / "model.pt")
     with pytest.raises(CheckpointError, match="copy attention"):
         import_opennmt(directory)
-    shutil.copy(
-        REPO / "tests" / "fixtures" / "toolkits" / "fairseq-joined" / "checkpoint_best.pt", directory / "model.pt"
-    )
+    shutil.copy(FIXTURES / "fairseq-joined" / "checkpoint_best.pt", directory / "model.pt")
     with pytest.raises(CheckpointError, match="a fairseq checkpoint: put its data-bin's dict"):
         load_any_checkpoint(directory / "model.pt")
 
 
 def test_the_command_line_translates_with_it_and_converts_it_once(tmp_path):
-    sentence = recorded()[0]
+    sentence = recorded(FIXTURE.name)[0]
     translated = run_cli("translate", "--checkpoint", str(FIXTURE / "model.pt"), stdin=sentence["source"] + "\n")
     assert translated.returncode == 0 and translated.stdout.strip() == sentence["output"]
     converted = run_cli("import-opennmt", str(FIXTURE), "--out", str(tmp_path / "m.safetensors"))

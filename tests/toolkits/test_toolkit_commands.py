@@ -3,18 +3,14 @@ that hold the attention the toolkit itself returned, `contributions` and `heads`
 
 from __future__ import annotations
 
-import gzip
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import REPO
+from fixtures.toolkit_outputs import FIXTURES, recorded
 
 from transformer.cli import main
 from transformer.toolkits.opening import load_any_checkpoint
 
-FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
 # What each toolkit returns as its attention: the last decoder layer's cross-attention, mean over heads (fairseq) or
 # head 0 (Marian's soft alignment, eole's and OpenNMT-py's predictors).
 RETURNED = {
@@ -27,10 +23,6 @@ RETURNED = {
     "eole-separate.en-fr": "head 0",
     "opennmt.en-fr": "head 0",
 }
-
-
-def recorded(name: str) -> list[dict]:
-    return json.loads(gzip.decompress((FIXTURES / name / "outputs.json.gz").read_bytes()))["sentences"]
 
 
 @pytest.mark.parametrize("name", sorted(RETURNED))

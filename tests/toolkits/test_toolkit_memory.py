@@ -5,7 +5,7 @@ free counts the process's own limits, `ulimit -v` or a container's: tests/io/tes
 from __future__ import annotations
 
 import pytest
-from helpers import REPO
+from fixtures.toolkit_outputs import FIXTURES
 
 from transformer.cli import main
 from transformer.hugging_face import files
@@ -13,7 +13,6 @@ from transformer.io.checkpoint import APP_ROOM_BYTES, CheckpointTooLarge
 from transformer.toolkits import pickled
 from transformer.toolkits.opening import load_any_checkpoint
 
-FIXTURES = REPO / "tests" / "fixtures" / "toolkits"
 # Each toolkit's fixture, the module whose check of the memory free it passes, and the refusal's words
 REFUSALS = [
     ("fairseq-joined", pickled, r"^checkpoint_best\.pt is 0\.00 GB; 0\.00 GB opens now: not opened$"),
