@@ -57,24 +57,6 @@ def test_a_probe_of_the_last_layer_is_refused_where_it_computes_one_position(mod
         model.decode(tgt, memory, src_mask, None, probe=Probe.recording("cross", last), last_only=True)
 
 
-def test_a_probe_names_the_sublayers_it_asks_something_of():
-    from transformer.model.heads import Head
-
-    probe = Probe(
-        heads_off=frozenset({Head(AttentionKind.DECODER, 1, 0)}),
-        record_at=frozenset({(AttentionKind.ENCODER, 0)}),
-        head_edits={(AttentionKind.CROSS, 2): lambda heads: heads},
-        key_masks={(AttentionKind.CROSS, 0): torch.ones(2, 3, dtype=torch.bool)},
-    )
-    assert probe.sublayers() == {
-        (AttentionKind.DECODER, 1),
-        (AttentionKind.ENCODER, 0),
-        (AttentionKind.CROSS, 2),
-        (AttentionKind.CROSS, 0),
-    }
-    assert Probe().sublayers() == set()
-
-
 @pytest.mark.parametrize("overrides", SHAPES)
 def test_an_encoder_layer_from_its_heads_outputs_gives_its_output_at_those_positions(tokenizer, overrides):
     torch.manual_seed(0)

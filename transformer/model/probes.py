@@ -93,11 +93,6 @@ class Probe:
         gates = {site: gate.index_select(0, rows) for site, gate in self.gates.items()}
         return Probe(self.heads_off, self.record_at, self.records, gates, self.head_edits, self.key_masks)
 
-    def sublayers(self) -> set[tuple[AttentionKind, int]]:
-        """The sublayers this probe asks something of."""
-        off = {(head.kind, head.layer) for head in self.heads_off}
-        return off | self.record_at | self.gates.keys() | self.head_edits.keys() | self.key_masks.keys()
-
     def at(self, kind: AttentionKind, layer: int, n_heads: int) -> SublayerProbe | None:
         """This probe's part for one sublayer, or None where it asks nothing of it."""
         off = [head.index for head in self.heads_off if (head.kind, head.layer) == (kind, layer)]

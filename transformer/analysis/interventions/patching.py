@@ -25,7 +25,7 @@ from transformer.model.probes import Probe
 from transformer.text.pieces import WORD_START
 from transformer.text.tokenizer import TokenizerBase
 
-SITES_PER_BATCH = 64  # patched runs in one forward pass (the it pair: 32 took 1.09x the time of 64)
+SITES_PER_BATCH = 64  # patched runs in one forward pass (the it pair's stream grid: 32 took 1.12x the time of 64)
 # The built-in pair (Vig et al. 2020's kind): the page's example, the benchmark's and the tests'
 CLEAN_EXAMPLE = "The animal didn't cross the street because it was too tired."
 CORRUPT_EXAMPLE = "The animal didn't cross the street because it was too wide."
@@ -131,10 +131,9 @@ def step_logits(
     memory = model.encode(src, src_mask, probe=probe, between_layers=between_layers, start=start).memory
     decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
     # Rows whose decoder nothing edits share its input (its first self-attention computed once), and only the
-    # step's state is computed in the last layer; edited rows are rows of their own, every position computed.
-    decoder_edited = between_decoder_layers is not None or (
-        probe is not None and not all(kind.queries_from_source for kind, _ in probe.sublayers())
-    )
+    # step's state is computed in the last layer; edited rows are rows of their own, every position computed. (A
+    # probe here edits or reads the decoder's heads: an encoder head's runs begin above its layer, unprobed.)
+    decoder_edited = probe is not None or between_decoder_layers is not None
     if decoder_edited:
         decoder_input = decoder_input.expand(memory.size(0), -1)  # the batch the encoder's edits made, not the source's
     tgt_mask = target_mask(decoder_input, config.pad_id)
@@ -150,23 +149,35 @@ def step_logits(
     return model.output_logits(decoded.hidden[:, -1])
 
 
+def keeping(streams: list[list[torch.Tensor]]) -> StreamEdit:
+    """A stream edit that changes nothing and keeps a copy of row r's stream at each boundary in streams[r]."""
+
+    def keep(layer: int, x: torch.Tensor) -> torch.Tensor:
+        for row, kept in enumerate(streams):
+            kept.append(x[row].clone())
+        return x
+
+    return keep
+
+
 def encoder_streams(
     model: Transformer, sources: list[list[int]], contrast: Contrast
 ) -> list[tuple[list[torch.Tensor], float]]:
     """Each source's encoder stream at every layer boundary, each (S, d_model), and its metric: sources of one
     length (a contrast's two) run as one batch."""
     streams: list[list[torch.Tensor]] = [[] for _ in sources]
-
-    def record(layer: int, x: torch.Tensor) -> torch.Tensor:
-        for row, kept in enumerate(streams):
-            kept.append(x[row].clone())
-        return x
-
-    logits = step_logits(model, torch.tensor(sources, device=model_device(model)), contrast, record)
+    logits = step_logits(model, torch.tensor(sources, device=model_device(model)), contrast, keeping(streams))
     return list(zip(streams, metric(logits, contrast).tolist()))
 
 
 Span = tuple[int, int]  # [start, end) positions patched together: one position, or a word's pieces
+
+
+def each_position(length: int) -> list[Span]:
+    """The spans of a source's positions one by one: the sites where no words are asked for."""
+    return [(position, position + 1) for position in range(length)]
+
+
 StreamSite = tuple[int, Span]  # an encoder-stream site: a layer boundary, and the positions patched there
 
 
@@ -201,7 +212,7 @@ def stream_metrics(
     boundary: each site's run joins the batch at its own boundary, from the run's own stream there (below it, every
     site's run is the run itself); the rest are the run itself. `after_batch` is called after each pass (a progress
     bar's step; it may raise to stop the work)."""
-    spans = spans or [(position, position + 1) for position in range(len(run_src))]
+    spans = spans or each_position(len(run_src))
     sites = stream_sites(run_streams, patched_from, spans)
     found, column = np.full((len(run_streams), len(spans)), run_metric), {span: i for i, span in enumerate(spans)}
     src = torch.tensor([run_src], device=model_device(model))

@@ -20,6 +20,8 @@ from transformer.analysis.interventions.patching import (
     SITES_PER_BATCH,
     Contrast,
     Span,
+    each_position,
+    keeping,
     metric,
     shares_of,
     step_logits,
@@ -86,14 +88,6 @@ def recorded_runs(model: Transformer, sources: list[list[int]], contrast: Contra
             return outputs
 
         return read
-
-    def keeping(streams: list[list[torch.Tensor]]) -> Callable[[int, torch.Tensor], torch.Tensor]:
-        def keep(layer: int, x: torch.Tensor) -> torch.Tensor:
-            for row, kept in enumerate(streams):
-                kept.append(x[row].clone())
-            return x
-
-        return keep
 
     probe = Probe(head_edits={site: reading(site) for site in sublayers(model)})
     tensor = torch.tensor(sources, device=model_device(model))
@@ -164,7 +158,7 @@ def encoder_heads(
     Each run begins after the head's layer (`streams_after_layer`): the layers below it and the layer's attention
     are the run's own."""
     config = model.config
-    spans = spans or [(position, position + 1) for position in range(len(run_src))]
+    spans = spans or each_position(len(run_src))
     sites = [(head, span) for head in range(config.n_heads) for span in spans]
     found = np.empty((config.n_encoder_layers, len(sites)))
     for layer in range(config.n_encoder_layers):
@@ -242,7 +236,7 @@ def patch_every_site(
     clean, corrupt = recorded_runs(model, [contrast.clean_src, contrast.corrupt_src], contrast)
     run_src, run, source = (contrast.clean_src, clean, corrupt) if noising else (contrast.corrupt_src, corrupt, clean)
     difference = clean.metric - corrupt.metric
-    spans = spans or [(position, position + 1) for position in range(len(run_src))]
+    spans = spans or each_position(len(run_src))
     differing = stream_sites(run.encoder_streams, source.encoder_streams, spans)
     total, done = batches(model, len(spans), sites_per_batch, len(differing)), 0
 
