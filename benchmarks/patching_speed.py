@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import sys
 
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
 from benchmarks.model_speed import Row, median_ms, table
 from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
 from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
@@ -13,6 +16,23 @@ from transformer.analysis.interventions.patching import contrast_of_texts, patch
 from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.strategies import decode_text
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
+from transformer.model.encoder_decoder import Transformer
+
+
+def products_floor(model: Transformer, work, repeats: int) -> tuple[float, float, float]:
+    """The time `work`'s matrix products (torch's count of its floating-point operations) would take at the rate
+    this machine runs one of the batch's largest, the decoder's feed-forward over 61 runs of 17 positions: the floor
+    no batching goes under; and the count (GFLOP) and the rate (GFLOP/s)."""
+    with FlopCounterMode(display=False) as counter:
+        work()
+    inner = model.decoder_layers[0].feed_forward.inner
+    rows = torch.randn(61 * 17, inner.in_features, device=inner.weight.device)
+    waited = torch.cuda.synchronize if rows.is_cuda else lambda: None
+    with torch.inference_mode():
+        product_ms = median_ms(lambda: (inner(rows), waited()), repeats * 10)
+    rate = 2 * rows.size(0) * inner.in_features * inner.out_features / product_ms / 1e6
+    flops = counter.get_total_flops() / 1e9
+    return flops / rate * 1e3, flops, rate
 
 
 def patching_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
@@ -22,14 +42,24 @@ def patching_rows(checkpoint: Checkpoint, repeats: int) -> list[Row]:
     alone = median_ms(lambda: patch_encoder_stream(model, contrast, sites_per_batch=1), repeats)
     decode = median_ms(lambda: decode_text(model, tokenizer, CLEAN), repeats)
     every = median_ms(lambda: patch_every_site(model, contrast), repeats)
+    floor, flops, rate = products_floor(model, lambda: patch_encoder_stream(model, contrast), repeats)
     sites = (model.config.n_encoder_layers + 1) * len(contrast.clean_src)
     what = f"activation patching, the encoder stream's {sites} sites of the it pair"
     return [
         Row(what + ", batched", "one site a pass", alone, batched, "≤ 0.25"),
         Row(what + ", batched", "one greedy decode of the sentence", decode, batched, "report (aim ≤ 20x)"),
+        Row(
+            what + ", batched",
+            "its products at this machine's rate",
+            floor,
+            batched,
+            "report",
+            f"{flops:.2f} GFLOP at {rate:.0f} GFLOP/s",
+        ),
         Row("activation patching, every site of the it pair, batched", "one greedy decode", decode, every, "report"),
     ]
 
 
-if __name__ == "__main__":  # python -m benchmarks.patching_speed [repeats]: these rows alone, on the quiet machine
-    print(table(patching_rows(load_checkpoint(DEFAULT_CHECKPOINT), int(sys.argv[1]) if len(sys.argv) > 1 else 9)))
+if __name__ == "__main__":  # python -m benchmarks.patching_speed [repeats] [device]: these rows alone, quiet machine
+    repeats, device = int(sys.argv[1]) if len(sys.argv) > 1 else 9, sys.argv[2] if len(sys.argv) > 2 else "cpu"
+    print(table(patching_rows(load_checkpoint(DEFAULT_CHECKPOINT, device), repeats)))

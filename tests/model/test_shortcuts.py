@@ -79,3 +79,16 @@ def test_an_encoder_layer_from_its_heads_outputs_gives_its_output_at_those_posit
         some = model.encoder_layers[1].output_from_heads(streams[1][:, 2:4], heads["layer 1"][:, :, 2:4])
     torch.testing.assert_close(some, streams[2][:, 2:4], atol=1e-12, rtol=0)
     assert not torch.allclose(streams[1][:, 2:4], streams[2][:, 2:4])
+
+
+@pytest.mark.parametrize("overrides", [*SHAPES, dict(tie_embeddings=False)])
+def test_the_scores_of_some_ids_are_those_of_the_whole_output_layer(tokenizer, overrides):
+    """A bias, a scale before the output layer (T5's tied one) and an untied layer: two ids read alone give what the
+    vocabulary's scores hold for them, in the order asked."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(tokenizer, **overrides)).eval().double()
+    hidden = torch.randn(3, model.config.d_model, dtype=torch.float64)
+    ids = [7, 4]
+    whole = model.output_logits(hidden)
+    torch.testing.assert_close(model.output_logits(hidden, ids), whole[:, ids], atol=1e-12, rtol=0)
+    assert model.output_logits(hidden, ids).shape == (3, 2)

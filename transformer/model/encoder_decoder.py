@@ -240,10 +240,15 @@ class Transformer(nn.Module):
         logits = self.output_logits(hidden)
         return logits.to(torch.promote_types(logits.dtype, torch.float32)).log_softmax(dim=-1)
 
-    def output_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def output_logits(self, hidden: torch.Tensor, ids: list[int] | None = None) -> torch.Tensor:
         """The generator's scores of decoder states (..., d_model), scaled by d_model^-0.5 first where the model
-        says so (T5 with tied embeddings)."""
-        return self.generator(hidden if self.output_scale is None else hidden * self.output_scale)
+        says so (T5 with tied embeddings); of `ids` alone where given (..., len(ids)): a metric that reads two
+        scores needs two rows of the output layer, not the vocabulary's."""
+        hidden = hidden if self.output_scale is None else hidden * self.output_scale
+        if ids is None:
+            return self.generator(hidden)
+        bias = None if self.generator.bias is None else self.generator.bias[ids]
+        return nn.functional.linear(hidden, self.generator.weight[ids], bias)
 
     def lens_log_probs(self, states: torch.Tensor) -> torch.Tensor:
         """What the output layer makes of decoder layer outputs (..., d_model), as if each were the last (the

@@ -15,9 +15,8 @@ from transformer.analysis.interventions.patching import (
     Contrast,
     contrast_of_texts,
     encoder_streams,
-    metric,
     patch_encoder_stream,
-    step_logits,
+    step_metric,
     stream_metrics,
     stream_sites,
 )
@@ -88,8 +87,8 @@ def test_a_whole_layer_patched_restores_all_and_nothing_patched_restores_nothing
             return patched_from[layer][None].clone() if at == layer else x
 
         with torch.inference_mode():
-            patched = float(metric(step_logits(shipped.model, src, pronoun, whole), pronoun)[0])
-            untouched = float(metric(step_logits(shipped.model, src, pronoun, lambda at, x: x), pronoun)[0])
+            patched = float(step_metric(shipped.model, src, pronoun, whole)[0])
+            untouched = float(step_metric(shipped.model, src, pronoun, lambda at, x: x)[0])
         share = (patched - base) / (metric_clean - metric_corrupt)
         assert share == pytest.approx(-1.0 if noising else 1.0, abs=1e-5), layer
         assert (untouched - base) / (metric_clean - metric_corrupt) == pytest.approx(0.0, abs=1e-6)
@@ -138,7 +137,7 @@ def test_a_site_where_both_runs_are_equal_is_the_run_itself_and_is_not_run(shipp
     with torch.inference_mode():
         found = stream_metrics(shipped.model, pronoun, pronoun.corrupt_src, corrupt, clean, metric_corrupt, 128)
         src = torch.tensor([pronoun.corrupt_src])
-        ran = float(metric(step_logits(shipped.model, src, pronoun, first_word_patched), pronoun)[0])
+        ran = float(step_metric(shipped.model, src, pronoun, first_word_patched)[0])
     assert (found[0] == metric_corrupt).sum() == 14 and found[0, tired] != metric_corrupt
     assert ran == pytest.approx(metric_corrupt, abs=1e-6)
 
@@ -148,12 +147,18 @@ def test_sources_of_different_piece_counts_are_refused_naming_both():
         Contrast([5, 6, 2], [5, 6, 7, 2], [9, 2], 0, 9, None)
 
 
-def test_the_metric_without_a_foil_is_the_targets_log_probability(shipped, pronoun):
+def test_the_metric_is_the_logit_difference_or_without_a_foil_the_targets_log_probability(shipped, pronoun):
+    """Read against the model's whole teacher-forced output: the difference reads two rows of the output layer
+    alone, the log-probability all of them."""
     alone = Contrast(pronoun.clean_src, pronoun.corrupt_src, pronoun.output, pronoun.step, pronoun.target)
+    src = torch.tensor([pronoun.clean_src])
     with torch.inference_mode():
-        logits = step_logits(shipped.model, torch.tensor([alone.clean_src]), alone)
-    expected = logits.float().log_softmax(dim=-1)[0, alone.target]
-    assert float(metric(logits, alone)[0]) == pytest.approx(float(expected)) and float(expected) < 0
+        log_probs = shipped.model(src, torch.tensor([[shipped.config.start_id, *pronoun.output]])).log_probs
+        expected = log_probs[0, pronoun.step]
+        difference, log_prob = (float(step_metric(shipped.model, src, c)[0]) for c in (pronoun, alone))
+    assert log_prob == pytest.approx(float(expected[pronoun.target]), abs=1e-5) and log_prob < 0
+    assert difference == pytest.approx(float(expected[pronoun.target] - expected[pronoun.foil]), abs=1e-5)
+    assert difference > 0  # the clean run writes il over elle
 
 
 def test_the_command_line_writes_the_grid_and_says_what_it_cannot_read(tmp_path, capsys):

@@ -82,7 +82,7 @@ def test_progress_counts_every_pass_and_a_stop_ends_the_work(shipped, pronoun):
 
 
 def test_a_words_pieces_are_patched_together_where_words_are_asked(shipped, pronoun, denoised):
-    from transformer.analysis.interventions.patching import encoder_streams, metric, step_logits
+    from transformer.analysis.interventions.patching import encoder_streams, step_metric
     from transformer.analysis.words import word_spans
 
     model = in_float64(shipped)
@@ -113,9 +113,7 @@ def test_a_words_pieces_are_patched_together_where_words_are_asked(shipped, pron
         return x
 
     with torch.inference_mode():
-        patched = float(
-            metric(step_logits(model, torch.tensor([pronoun.corrupt_src]), pronoun, whole_word), pronoun)[0]
-        )
+        patched = float(step_metric(model, torch.tensor([pronoun.corrupt_src]), pronoun, whole_word)[0])
     column = spans.index((start, end))
     expected = (patched - metric_corrupt) / (metric_clean - metric_corrupt)
     assert by_word.encoder_residual[2, column] == pytest.approx(expected, abs=1e-9)

@@ -114,7 +114,7 @@ def metric(logits: torch.Tensor, contrast: Contrast) -> torch.Tensor:
 StreamEdit = Callable[[int, torch.Tensor], torch.Tensor]  # a layer boundary's stream -> the stream carried on
 
 
-def step_logits(
+def step_metric(
     model: Transformer,
     src: torch.Tensor,
     contrast: Contrast,
@@ -123,9 +123,10 @@ def step_logits(
     probe: Probe | None = None,
     between_decoder_layers: StreamEdit | None = None,
 ) -> torch.Tensor:
-    """The output layer's scores at the step (B, V) for sources (B, S), the encoder's stream edited as asked (and
-    begun at a boundary's stream, as encode's `start`), the heads' outputs as the probe asks, and the decoder's
-    stream as asked. One source (1, S) serves a batch of streams: its mask broadcasts over them."""
+    """The metric at the step (B,) for sources (B, S), the encoder's stream edited as asked (and begun at a
+    boundary's stream, as encode's `start`), the heads' outputs as the probe asks, and the decoder's stream as
+    asked. One source (1, S) serves a batch of streams: its mask broadcasts over them. A logit difference reads
+    two scores of the output layer, a log-probability all of them."""
     config, device = model.config, src.device
     src_mask = padding_mask(src, config.pad_id)
     memory = model.encode(src, src_mask, probe=probe, between_layers=between_layers, start=start).memory
@@ -146,7 +147,11 @@ def step_logits(
         between_layers=between_decoder_layers,
         last_only=not decoder_edited,
     )
-    return model.output_logits(decoded.hidden[:, -1])
+    state = decoded.hidden[:, -1]
+    if contrast.foil is None:
+        return metric(model.output_logits(state), contrast)
+    target, foil = model.output_logits(state, [contrast.target, contrast.foil]).unbind(-1)
+    return target - foil
 
 
 def keeping(streams: list[list[torch.Tensor]]) -> StreamEdit:
@@ -166,8 +171,8 @@ def encoder_streams(
     """Each source's encoder stream at every layer boundary, each (S, d_model), and its metric: sources of one
     length (a contrast's two) run as one batch."""
     streams: list[list[torch.Tensor]] = [[] for _ in sources]
-    logits = step_logits(model, torch.tensor(sources, device=model_device(model)), contrast, keeping(streams))
-    return list(zip(streams, metric(logits, contrast).tolist()))
+    metrics = step_metric(model, torch.tensor(sources, device=model_device(model)), contrast, keeping(streams))
+    return list(zip(streams, metrics.tolist()))
 
 
 Span = tuple[int, int]  # [start, end) positions patched together: one position, or a word's pieces
@@ -232,8 +237,8 @@ def stream_metrics(
         def join(boundary: int, x: torch.Tensor) -> torch.Tensor:
             return x if boundary == begin else torch.cat([x, entering(boundary)])
 
-        logits = step_logits(model, src, contrast, between_layers=join, start=(begin, entering(begin)))
-        for (boundary, span), value in zip(batch, metric(logits, contrast).tolist()):
+        metrics = step_metric(model, src, contrast, between_layers=join, start=(begin, entering(begin)))
+        for (boundary, span), value in zip(batch, metrics.tolist()):
             found[boundary, column[span]] = value
         after_batch()
     return found

@@ -22,9 +22,8 @@ from transformer.analysis.interventions.patching import (
     Span,
     each_position,
     keeping,
-    metric,
     shares_of,
-    step_logits,
+    step_metric,
     stream_metrics,
     stream_sites,
 )
@@ -91,8 +90,8 @@ def recorded_runs(model: Transformer, sources: list[list[int]], contrast: Contra
 
     probe = Probe(head_edits={site: reading(site) for site in sublayers(model)})
     tensor = torch.tensor(sources, device=model_device(model))
-    logits = step_logits(model, tensor, contrast, keeping(encoder_streams), None, probe, keeping(decoder_streams))
-    metrics = metric(logits, contrast).tolist()
+    metrics = step_metric(model, tensor, contrast, keeping(encoder_streams), None, probe, keeping(decoder_streams))
+    metrics = metrics.tolist()
     return [Run(*row) for row in zip(heads, encoder_streams, decoder_streams, metrics)]
 
 
@@ -109,10 +108,10 @@ def replacing(values: torch.Tensor, heads: list[int], spans: list[Span]) -> Call
 
 
 def _metrics(model: Transformer, run_src: list[int], contrast: Contrast, rows: int, **edits) -> np.ndarray:
-    """The metric of `rows` runs of the source, each edited as `edits` ask (step_logits' start, probe, stream
+    """The metric of `rows` runs of the source, each edited as `edits` ask (step_metric's start, probe, stream
     edits)."""
     src = torch.tensor([run_src], device=model_device(model)).expand(rows, -1)
-    return metric(step_logits(model, src, contrast, **edits), contrast).double().cpu().numpy()
+    return step_metric(model, src, contrast, **edits).double().cpu().numpy()
 
 
 def _from_memory(run: Run, rows: int) -> tuple[int, torch.Tensor]:
