@@ -19,8 +19,8 @@ from transformer.decoding.strategies import DecodeSettings
 from transformer.decoding.translate import translate_texts
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.attention import side_by_side
+from transformer.model.embeddings import sinusoidal_table
 from transformer.model.encoder_decoder import Transformer
-from transformer.model.layers import sinusoidal_table
 
 SENTENCE = "A man in a red shirt is riding a bicycle down the street while two dogs run beside him."
 

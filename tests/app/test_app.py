@@ -331,7 +331,7 @@ def test_report_and_exports_are_offered(explorer):
 
 
 def test_positional_page_draws_the_models_own_encoding(explorer):
-    from transformer.model.layers import sinusoidal_table
+    from transformer.model.embeddings import sinusoidal_table
 
     at = explorer.switch_page("pages/positional.py").run()
     assert not at.exception

@@ -538,8 +538,8 @@ def test_positional_figures_stay_bounded_for_a_model_of_many_positions():
 )
 def test_a_rerun_of_a_page_only_reads(page, monkeypatch):
     """Every model call a page makes goes through a cache: drawing the page again runs no model."""
+    from transformer.model.embeddings import Embeddings
     from transformer.model.encoder_decoder import Transformer
-    from transformer.model.layers import Embeddings
 
     at = start().switch_page(page).run()
     if page == "pages/heads.py":

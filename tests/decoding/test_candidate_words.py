@@ -20,8 +20,8 @@ from transformer.decoding.candidate_words import (
 from transformer.decoding.greedy import decode_ids, decode_with_chooser
 from transformer.decoding.result import DecodeResult
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from transformer.model.embeddings import PositionalEncoding
 from transformer.model.encoder_decoder import Transformer
-from transformer.model.layers import PositionalEncoding
 from transformer.text.pieces import WORD_START, readable
 
 

@@ -217,7 +217,7 @@ def test_the_feed_forward_activation_is_the_configs(tokenizer):
 
 
 def test_the_family_conventions_are_config_fields_defaulting_to_the_papers(tokenizer):
-    from transformer.model.layers import sinusoidal_table
+    from transformer.model.embeddings import sinusoidal_table
 
     paper = Transformer(tiny_config(tokenizer)).eval()
     other = Transformer(
@@ -280,7 +280,7 @@ def test_a_config_claiming_a_million_positions_costs_what_a_short_one_does(token
     from helpers import measured
 
     from transformer.model.config import PRECOMPUTED_POSITIONS
-    from transformer.model.layers import sinusoidal_table
+    from transformer.model.embeddings import sinusoidal_table
 
     config = tiny_config(tokenizer, d_model=128, n_heads=4, max_len=2**20)
     with measured() as cost:

@@ -9,15 +9,9 @@ import torch
 from torch import nn
 
 from transformer.model.config import TransformerConfig
+from transformer.model.embeddings import Embeddings, PositionalEncoding
 from transformer.model.kinds import AttentionKind
-from transformer.model.layers import (
-    DecoderLayer,
-    Embeddings,
-    EncoderLayer,
-    LayerCache,
-    PositionalEncoding,
-    make_norm,
-)
+from transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache, make_norm
 from transformer.model.linear import hold_transposed
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
