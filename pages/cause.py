@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
 from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
@@ -66,8 +67,9 @@ def take_the_example() -> None:
     session.cause_corrupt, session.cause_target, session.cause_foil = CORRUPT, "il", "elle"
 
 
-def the_form(explored: Explored) -> Asked | None:
-    """The corrupted sentence, the target and foil, and the direction; None until the sentence and target are given."""
+def the_form(explored: Explored) -> tuple[Asked | None, DeltaGenerator]:
+    """The corrupted sentence, the target and foil, and the direction (None until the sentence and target are
+    given); and the line saying what to expect of the run, for the page to clear once its results are shown."""
     from_the_link()
     st.button(f"Try the example: “{CLEAN}” against “…too wide.”, il against elle", on_click=take_the_example)
     corrupt = st.text_input("Corrupted sentence", key="cause_corrupt", max_chars=keys.MAX_CHARACTERS)
@@ -84,12 +86,14 @@ def the_form(explored: Explored) -> Asked | None:
         "sites suffice to restore the clean output. On (noising): the clean run is given the corrupted run's, which "
         "asks which are needed.",
     )
-    passes = batches(explored.checkpoint.model, len(explored.result.src_ids), SITES_PER_BATCH)
-    st.caption(pace("activation patching", explored.checkpoint_key, "forward pass", passes))
+    spans, _ = columns(explored, words)
+    passes = batches(explored.checkpoint.model, len(spans or explored.result.src_ids), SITES_PER_BATCH)
+    expectation = st.empty()
+    expectation.caption(pace("activation patching", explored.checkpoint_key, "forward pass", passes))
     if not corrupt.strip() or not target.strip():
         st.info("Give a corrupted sentence and a target token, or try the example.")
-        return None
-    return Asked(corrupt.strip(), target.strip(), foil.strip(), noising, words)
+        return None, expectation
+    return Asked(corrupt.strip(), target.strip(), foil.strip(), noising, words), expectation
 
 
 def contrast_of(explored: Explored, asked: Asked) -> Contrast | None:
@@ -221,11 +225,12 @@ def exports(
 
 def page(explored: Explored) -> None:
     st.markdown(INTRO)
-    asked = the_form(explored)
+    asked, expectation = the_form(explored)
     contrast = None if asked is None else contrast_of(explored, asked)
     spans, labels = columns(explored, asked is not None and asked.words)
     found = None if contrast is None else patched(explored, contrast, asked.noising, spans)
     if found is not None:
+        expectation.empty()  # said before the run; above its results it read as if they were still to come
         said = in_words(found, labels, measured(asked))
         st.markdown(literal(said))
         grids(explored, found, labels)

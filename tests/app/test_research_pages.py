@@ -32,8 +32,8 @@ from helpers import (
 )
 from streamlit.testing.v1 import AppTest
 
-from transformer.analysis.interventions.patching import contrast_of_texts
-from transformer.analysis.interventions.sites import patch_every_site
+from transformer.analysis.interventions.patching import SITES_PER_BATCH, contrast_of_texts
+from transformer.analysis.interventions.sites import batches, patch_every_site
 from transformer.analysis.interventions.summary import in_words
 from transformer.analysis.views import attention_view
 from transformer.decoding.forcing import teacher_force
@@ -786,6 +786,35 @@ def test_a_link_reproduces_the_packages_patching_and_says_what_it_shows():
         "Every site as CSV",
         "HTML report (offline)",
     }
+
+
+def test_what_to_expect_is_said_before_the_grids_not_above_them_and_counts_the_passes_run(monkeypatch):
+    """Tried as a new user would: the link's grids were drawn under "Not yet timed on this server … the bar says the
+    time left once the first is done", as if the run were still to come; and with words merged the line counted
+    the passes of every piece."""
+    import ui.widgets.progress
+    from ui.services.work import Timings
+
+    def pace_lines(at: AppTest) -> list[str]:
+        return [c.value for c in at.caption if "Not yet timed" in c.value or "At the pace measured" in c.value]
+
+    class OneSecondAPass(Timings):
+        def expected(self, work: str, checkpoint_key: str, units: float) -> float | None:
+            return units * 1.0 if work == "activation patching" else None
+
+    monkeypatch.setattr(ui.widgets.progress, "TIMINGS", Timings())  # never timed here
+    at = opened_cause(LINK)
+    assert len(at.get("plotly_chart")) == 5 and pace_lines(at) == []
+    monkeypatch.setattr(ui.widgets.progress, "TIMINGS", OneSecondAPass())
+    model = load_checkpoint(DEFAULT_CHECKPOINT).model
+    for words in (False, True):
+        unfinished = opened_cause({"text": CLEAN, "target": "il"} | ({"words": "1"} if words else {}))
+        assert not unfinished.get("plotly_chart")
+        passes = batches(model, 12 if words else 15, SITES_PER_BATCH)  # 15 pieces, 12 words
+        assert pace_lines(unfinished) == [
+            f"At the pace measured on this server with this model: about 1 s a forward pass, about {passes} s for "
+            f"{passes}."
+        ]
 
 
 def test_the_example_fills_the_form_and_patches():
