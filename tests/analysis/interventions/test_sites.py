@@ -118,3 +118,39 @@ def test_a_words_pieces_are_patched_together_where_words_are_asked(shipped, pron
     expected = (patched - metric_corrupt) / (metric_clean - metric_corrupt)
     assert by_word.encoder_residual[2, column] == pytest.approx(expected, abs=1e-9)
     assert abs(expected - denoised.encoder_residual[2, start]) > 1e-3  # not its first piece's share alone
+
+
+@pytest.mark.parametrize(("kind", "shape"), [("cross", "shipped"), ("decoder", "shipped"), ("decoder", "t5")])
+def test_a_decoder_heads_runs_at_the_step_alone_give_what_the_whole_decoder_gives(
+    shipped, pronoun, tokenizer, kind, shape
+):
+    """A head patched at the step changes nothing before it (causal attention): its runs compute the step alone
+    over the run's cache, and give what running every position of the decoder gives (also with T5's relative
+    positions, a pre-norm and RMS norms, in a small model of random weights)."""
+    from helpers import tiny_config
+
+    from transformer.analysis.interventions.patching import Contrast, step_metric
+    from transformer.analysis.interventions.sites import at_the_step, recorded_runs, replacing
+    from transformer.model.encoder_decoder import Transformer
+    from transformer.model.kinds import AttentionKind
+    from transformer.model.probes import Probe
+
+    if shape == "t5":
+        torch.manual_seed(0)
+        overrides = dict(positional="relative", norm="rms", bias=False, feed_forward="gated", norm_first=True)
+        model = Transformer(tiny_config(tokenizer, **overrides)).eval().double()
+        pronoun = Contrast([5, 9, 14, 3], [5, 9, 15, 3], [21, 8, 30, 12, 3], 3, 12, 8)
+    else:
+        model = in_float64(shipped)
+    with torch.inference_mode():  # as patch_every_site runs them
+        heads, step = list(range(model.config.n_heads)), pronoun.step
+        clean, corrupt = recorded_runs(model, [pronoun.clean_src, pronoun.corrupt_src], pronoun)
+        site = (AttentionKind(kind), model.config.n_decoder_layers - 2)
+        alone = replacing(clean.heads[site][:, step : step + 1], heads, [(0, 1)] * len(heads))
+        at_step = at_the_step(model, pronoun, pronoun.corrupt_src, corrupt, len(heads), Probe(head_edits={site: alone}))
+        whole = replacing(clean.heads[site], heads, [(step, step + 1)] * len(heads))
+        start = (len(corrupt.encoder_streams) - 1, corrupt.encoder_streams[-1][None].expand(len(heads), -1, -1))
+        src = torch.tensor([pronoun.corrupt_src]).expand(len(heads), -1)
+        everywhere = step_metric(model, src, pronoun, start=start, probe=Probe(head_edits={site: whole})).numpy()
+    np.testing.assert_allclose(at_step, everywhere, rtol=0, atol=1e-12)
+    assert np.ptp(at_step) > 1e-3  # the heads differ: each row is its own head's run

@@ -125,12 +125,11 @@ def step_metric(
 ) -> torch.Tensor:
     """The metric at the step (B,) for sources (B, S), the encoder's stream edited as asked (and begun at a
     boundary's stream, as encode's `start`), the heads' outputs as the probe asks, and the decoder's stream as
-    asked. One source (1, S) serves a batch of streams: its mask broadcasts over them. A logit difference reads
-    two scores of the output layer, a log-probability all of them."""
-    config, device = model.config, src.device
+    asked. One source (1, S) serves a batch of streams: its mask broadcasts over them."""
+    config = model.config
     src_mask = padding_mask(src, config.pad_id)
     memory = model.encode(src, src_mask, probe=probe, between_layers=between_layers, start=start).memory
-    decoder_input = torch.tensor([[config.start_id, *contrast.output[: contrast.step]]], device=device)
+    decoder_input = decoder_input_of(model, contrast)
     # Rows whose decoder nothing edits share its input (its first self-attention computed once), and only the
     # step's state is computed in the last layer; edited rows are rows of their own, every position computed. (A
     # probe here edits or reads the decoder's heads: an encoder head's runs begin above its layer, unprobed.)
@@ -147,7 +146,17 @@ def step_metric(
         between_layers=between_decoder_layers,
         last_only=not decoder_edited,
     )
-    state = decoded.hidden[:, -1]
+    return state_metric(model, decoded.hidden[:, -1], contrast)
+
+
+def decoder_input_of(model: Transformer, contrast: Contrast) -> torch.Tensor:
+    """The decoder's input up to the step (1, step + 1): the start token, then the clean output before the step."""
+    return torch.tensor([[model.config.start_id, *contrast.output[: contrast.step]]], device=model_device(model))
+
+
+def state_metric(model: Transformer, state: torch.Tensor, contrast: Contrast) -> torch.Tensor:
+    """The metric of the decoder's final states at the step (B, d_model): a logit difference reads two scores of
+    the output layer, a log-probability all of them."""
     if contrast.foil is None:
         return metric(model.output_logits(state), contrast)
     target, foil = model.output_logits(state, [contrast.target, contrast.foil]).unbind(-1)

@@ -5,7 +5,8 @@ at the step, and the decoder's stream at the step after each layer.
 A head's output is its part of the sublayer's input to W_O (B, H, T_q, d_head): patched there, its own W_O and
 everything after it run on the patched value. Runs that patch one sublayer or boundary each run as one batch,
 beginning at the stream below their site (the layers below it are the run's own, computed once); an encoder head's
-runs begin above its layer, whose output changes only where the head's does.
+runs begin above its layer, whose output changes only where the head's does; a decoder site's runs compute the
+step's position alone, over the run's own keys and values before it, which a change at the step leaves as they are.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from transformer.analysis.interventions.patching import (
     SITES_PER_BATCH,
     Contrast,
     Span,
+    StreamEdit,
+    decoder_input_of,
     each_position,
     keeping,
     shares_of,
+    state_metric,
     step_metric,
     stream_metrics,
     stream_sites,
@@ -30,6 +34,8 @@ from transformer.analysis.interventions.patching import (
 from transformer.decoding.result import model_device
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
+from transformer.model.layers import LayerCache
+from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
 
 Site = tuple[AttentionKind, int]  # a sublayer: its kind and layer (0-based)
@@ -39,12 +45,14 @@ HeadSite = tuple[int, Span]  # a head of a sublayer, and the positions where its
 @dataclass(frozen=True)
 class Run:
     """What one source's run computed at every site: each sublayer's heads' outputs (H, T_q, d_head), the encoder's
-    and the decoder's stream at each layer boundary ((S or T, d_model)), and the metric at the step."""
+    and the decoder's stream at each layer boundary ((S or T, d_model)), the metric at the step, and the decoder's
+    cache before the step."""
 
     heads: dict[Site, torch.Tensor]
     encoder_streams: list[torch.Tensor]
     decoder_streams: list[torch.Tensor]
     metric: float
+    before_step: list[LayerCache]  # the decoder's keys and values at the positions before the step (batch 1)
 
 
 @dataclass(frozen=True)
@@ -91,8 +99,22 @@ def recorded_runs(model: Transformer, sources: list[list[int]], contrast: Contra
     probe = Probe(head_edits={site: reading(site) for site in sublayers(model)})
     tensor = torch.tensor(sources, device=model_device(model))
     metrics = step_metric(model, tensor, contrast, keeping(encoder_streams), None, probe, keeping(decoder_streams))
-    metrics = metrics.tolist()
-    return [Run(*row) for row in zip(heads, encoder_streams, decoder_streams, metrics)]
+    caches = before_the_step(model, tensor, torch.stack([streams[-1] for streams in encoder_streams]), contrast)
+    return [Run(*row) for row in zip(heads, encoder_streams, decoder_streams, metrics.tolist(), caches)]
+
+
+def before_the_step(
+    model: Transformer, src: torch.Tensor, encoder_outputs: torch.Tensor, contrast: Contrast
+) -> list[list[LayerCache]]:
+    """Each source's decoder cache (batch 1) after the positions before the step, teacher-forced: the keys and values
+    a run that changes the step alone reads there, from the encoder's last layer's outputs (R, S, d_model)."""
+    memory = model.encoder_norm(encoder_outputs)
+    cache = model.start_cache(memory)
+    before = decoder_input_of(model, contrast)[:, :-1].expand(len(src), -1)
+    if before.size(1):
+        src_mask = padding_mask(src, model.config.pad_id)
+        cache = model.decode(before, memory, src_mask, target_mask(before, model.config.pad_id), cache=cache).cache
+    return [[layer.select(torch.tensor([row], device=src.device)) for layer in cache] for row in range(len(src))]
 
 
 def replacing(values: torch.Tensor, heads: list[int], spans: list[Span]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -114,10 +136,28 @@ def _metrics(model: Transformer, run_src: list[int], contrast: Contrast, rows: i
     return step_metric(model, src, contrast, **edits).double().cpu().numpy()
 
 
-def _from_memory(run: Run, rows: int) -> tuple[int, torch.Tensor]:
-    """encode's `start` at the last boundary, where none of the encoder's layers runs: the run's own encoder output
-    for each of `rows` runs (for sites in the decoder)."""
-    return len(run.encoder_streams) - 1, run.encoder_streams[-1][None].expand(rows, -1, -1)
+def at_the_step(
+    model: Transformer,
+    contrast: Contrast,
+    run_src: list[int],
+    run: Run,
+    rows: int,
+    probe: Probe | None = None,
+    between_layers: StreamEdit | None = None,
+) -> np.ndarray:
+    """The metric of `rows` runs that change the decoder at the step alone, as the probe and the stream edit ask
+    (each sees the step's position alone, index 0). Attention is causal, so the positions before the step are the
+    run's own in every layer: each run computes the step's position over the run's cache, and its cross-attention
+    reads the run's own keys and values of the source."""
+    device = model_device(model)
+    src = torch.tensor([run_src], device=device)
+    memory = model.encoder_norm(run.encoder_streams[-1])[None].expand(rows, -1, -1)
+    every_row = torch.zeros(rows, dtype=torch.long, device=device)
+    cache = [layer.select(every_row) for layer in run.before_step]
+    step = decoder_input_of(model, contrast)[:, -1:].expand(rows, -1)
+    src_mask = padding_mask(src, model.config.pad_id)
+    decoded = model.decode(step, memory, src_mask, None, cache=cache, probe=probe, between_layers=between_layers)
+    return state_metric(model, decoded.hidden[:, -1], contrast).double().cpu().numpy()
 
 
 def streams_after_layer(model: Transformer, layer: int, run: Run, source: Run, batch: list[HeadSite]) -> torch.Tensor:
@@ -182,10 +222,10 @@ def step_heads(
     config = model.config
     heads = list(range(config.n_heads))
     found = np.empty((config.n_decoder_layers, config.n_heads))
+    step = contrast.step
     for layer in range(config.n_decoder_layers):
-        edit = replacing(source.heads[(kind, layer)], heads, [(contrast.step, contrast.step + 1)] * len(heads))
-        probe, start = Probe(head_edits={(kind, layer): edit}), _from_memory(run, len(heads))
-        found[layer] = _metrics(model, run_src, contrast, len(heads), probe=probe, start=start)
+        edit = replacing(source.heads[(kind, layer)][:, step : step + 1], heads, [(0, 1)] * len(heads))
+        found[layer] = at_the_step(model, contrast, run_src, run, len(heads), Probe(head_edits={(kind, layer): edit}))
         after_batch()
     return found
 
@@ -196,11 +236,10 @@ def decoder_stream(model: Transformer, contrast: Contrast, run_src: list[int], r
 
     def patch(layer: int, x: torch.Tensor) -> torch.Tensor:
         x = x.clone()
-        x[layer, contrast.step] = source.decoder_streams[layer][contrast.step].to(x)
+        x[layer, 0] = source.decoder_streams[layer][contrast.step].to(x)  # the step, the one position computed
         return x
 
-    start = _from_memory(run, boundaries)
-    return _metrics(model, run_src, contrast, boundaries, start=start, between_decoder_layers=patch)
+    return at_the_step(model, contrast, run_src, run, boundaries, between_layers=patch)
 
 
 class PatchingStopped(Exception):
