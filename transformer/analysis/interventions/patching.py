@@ -131,8 +131,9 @@ def step_metric(
     memory = model.encode(src, src_mask, probe=probe, between_layers=between_layers, start=start).memory
     decoder_input = decoder_input_of(model, contrast)
     # Rows whose decoder nothing edits share its input (its first self-attention computed once), and only the
-    # step's state is computed in the last layer; edited rows are rows of their own, every position computed. (A
-    # probe here edits or reads the decoder's heads: an encoder head's runs begin above its layer, unprobed.)
+    # step's state is computed in the last layer; edited rows are rows of their own, every position computed. (Only
+    # the recorded runs probe here, reading every head: an encoder head's runs begin above its layer, unprobed, and
+    # a decoder site's compute the step alone, in sites.at_the_step.)
     decoder_edited = probe is not None or between_decoder_layers is not None
     if decoder_edited:
         decoder_input = decoder_input.expand(memory.size(0), -1)  # the batch the encoder's edits made, not the source's

@@ -129,11 +129,10 @@ def replacing(values: torch.Tensor, heads: list[int], spans: list[Span]) -> Call
     return edit
 
 
-def _metrics(model: Transformer, run_src: list[int], contrast: Contrast, rows: int, **edits) -> np.ndarray:
-    """The metric of `rows` runs of the source, each edited as `edits` ask (step_metric's start, probe, stream
-    edits)."""
-    src = torch.tensor([run_src], device=model_device(model)).expand(rows, -1)
-    return step_metric(model, src, contrast, **edits).double().cpu().numpy()
+def _metrics(model: Transformer, run_src: list[int], contrast: Contrast, start: tuple[int, torch.Tensor]) -> np.ndarray:
+    """The metric of the runs of the source begun at a boundary's streams, one run a row (encode's `start`)."""
+    src = torch.tensor([run_src], device=model_device(model)).expand(start[1].size(0), -1)
+    return step_metric(model, src, contrast, start=start).double().cpu().numpy()
 
 
 def at_the_step(
@@ -204,7 +203,7 @@ def encoder_heads(
         for first in range(0, len(sites), per_batch):
             batch = sites[first : first + per_batch]
             start = (layer + 1, streams_after_layer(model, layer, run, source, batch))
-            found[layer, first : first + len(batch)] = _metrics(model, run_src, contrast, len(batch), start=start)
+            found[layer, first : first + len(batch)] = _metrics(model, run_src, contrast, start)
             after_batch()
     return found.reshape(config.n_encoder_layers, config.n_heads, len(spans))
 
