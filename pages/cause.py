@@ -86,9 +86,8 @@ def the_form(explored: Explored) -> tuple[Asked | None, DeltaGenerator]:
         "sites suffice to restore the clean output. On (noising): the clean run is given the corrupted run's, which "
         "asks which are needed.",
     )
-    spans, _ = columns(explored, words)
-    passes = batches(explored.checkpoint.model, len(spans or explored.result.src_ids), SITES_PER_BATCH)
     expectation = st.empty()
+    passes = passes_over(explored, columns(explored, words)[0])
     expectation.caption(pace("activation patching", explored.checkpoint_key, "forward pass", passes))
     if not corrupt.strip() or not target.strip():
         st.info("Give a corrupted sentence and a target token, or try the example.")
@@ -123,7 +122,7 @@ def patched(explored: Explored, contrast: Contrast, noising: bool, spans: Spans)
     if stop_button("cause_stop", stop):  # pressed: this rerun ended the work at its last update
         session.cause_stopped = asked
         st.rerun()
-    passes = batches(explored.checkpoint.model, len(spans or contrast.clean_src), SITES_PER_BATCH)
+    passes = passes_over(explored, spans)
     timed = ("activation patching", explored.checkpoint_key, passes)
     progress = ProgressBar("Patching every site", passes, "forward passes", timed=timed)
     try:
@@ -157,6 +156,12 @@ def columns(explored: Explored, words: bool) -> tuple[Spans, list[str]]:
         return None, pieces
     spans = word_spans(pieces)
     return tuple(spans), word_labels(pieces, spans)
+
+
+def passes_over(explored: Explored, spans: Spans) -> int:
+    """The forward passes patching every site over the source's spans (each piece where None) makes at the most:
+    what the page says to expect and what its bar and pace count."""
+    return batches(explored.checkpoint.model, len(spans or explored.result.src_ids), SITES_PER_BATCH)
 
 
 def measured(asked: Asked) -> str:
