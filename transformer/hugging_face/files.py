@@ -50,6 +50,14 @@ def regular_file(directory: Path, name: str) -> Path | None:
     return real
 
 
+def files_matching(directory: Path, pattern: str, leaving_out: str | None = None) -> list[Path]:
+    """The directory's files whose names match the glob `pattern` (but not the glob `leaving_out`), by their names
+    there, in order, each confined to the directory as regular_file confines one (CheckpointError for a link that
+    leads out of it, a pipe, a device): how every reader finds a file it looks for by kind rather than by name."""
+    names = sorted(p.name for p in directory.glob(pattern) if not (leaving_out and p.match(leaving_out)))
+    return [directory / name for name in names if regular_file(directory, name) is not None]
+
+
 def read_bounded(directory: Path, name: str, limit: int) -> bytes:
     """A regular file's bytes, refused past `limit` without reading further; CheckpointError if missing."""
     path = regular_file(directory, name)
@@ -135,18 +143,19 @@ def hf_weights(directory: Path) -> dict[str, torch.Tensor]:
 def safetensors_weights(directory: Path, shards: list[str]) -> dict[str, torch.Tensor]:
     """The tensors of the directory's safetensors files `shards`, each mapped from its file (nothing read yet), if
     the model laid out from them fits in the memory free now (else CheckpointTooLarge)."""
-    return _fitting(directory, {name: t for shard in shards for name, t in _safetensors(directory, shard).items()})
+    weights = {name: t for shard in shards for name, t in _safetensors(directory, shard).items()}
+    return weights_fitting(directory.name, weights)
 
 
-def _fitting(directory: Path, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def weights_fitting(name: str, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """`weights`, if the model laid out from them (in float32, whatever the file stores: the import holds them
-    once) fits in the memory free now beside APP_ROOM_BYTES for the app; else CheckpointTooLarge, saying what it
-    needs and what is free."""
+    once) fits in the memory free now beside APP_ROOM_BYTES for the app; else CheckpointTooLarge, naming the model
+    (`name`), saying what it needs and what is free."""
     needed = LAID_OUT_BYTES * sum(tensor.numel() for tensor in weights.values())
     available = memory_available()
     if available is not None and needed + APP_ROOM_BYTES > available:
         raise CheckpointTooLarge(
-            f"{directory.name}: its weights need {needed / 1e9:.1f} GB of memory once laid out, with "
+            f"{name}: its weights need {needed / 1e9:.1f} GB of memory once laid out, with "
             f"{APP_ROOM_BYTES / 2**30:g} GiB kept for the app, and {available / 1e9:.1f} GB is free now: not opened"
         )
     return weights

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import reprlib
 import types
 import typing
 from dataclasses import dataclass
@@ -22,10 +23,22 @@ MAX_ELEMENTS = 16_000_000_000
 MAX_DIMENSION = 65_536
 
 
+def _brief_repr() -> reprlib.Repr:
+    brief = reprlib.Repr()
+    brief.maxlevel, brief.maxlist, brief.maxtuple, brief.maxdict, brief.maxset = 3, 6, 6, 4, 6
+    return brief
+
+
+BRIEF = _brief_repr()  # a container's repr a few items wide and deep, however many it holds and shares
+
+
 def shown(value: object, limit: int = 60) -> str:
     """How a message quotes a value it was given: its repr, cut to `limit` characters (a 4,000-digit number made a
-    4,077-character line)."""
-    text = repr(value)
+    4,077-character line), a container's made a few items wide and deep first (a list of 4^16 shared leaves would
+    be written out whole) and an integer past Python's 4,300 digits said by its size."""
+    if isinstance(value, int) and value.bit_length() > 14_000:
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"
+    text = BRIEF.repr(value) if isinstance(value, (list, tuple, dict, set, frozenset)) else repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 

@@ -12,6 +12,7 @@ token, `<blank>`, is named `<pad>` here; the two vocabularies are read as one (`
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -83,6 +84,12 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu-tanh": "gelu_tanh", "silu":
 NORMS = ("standard", "standardFP32")
 TRANSFORMS_READ = {"sentencepiece", "filtertoolong"}  # the second acts in training only
 MAX_POSITIONS = 1024  # sinusoids have no length of their own: the longest input they are laid out for here
+DEFAULT_VOCABULARY_SIZE = 32768  # eole's src_vocab_size and tgt_vocab_size where config.json leaves them out
+MAX_VOCABULARY_SIZE = 1 << 22
+MAX_PIECE_BYTES = 256  # a piece as vocab.json writes it: SentencePiece's longest, escaped and quoted, and room to spare
+VOCABULARY_ROOM_BYTES = 1 << 16  # vocab.json's specials and padding pieces beyond the declared sizes
+COUNTS = ("hidden_size", "heads", "transformer_ff", "layers", "src_word_vec_size", "tgt_word_vec_size")
+MAX_COUNT = 1 << 31
 SPECIALS = {"pad_token": "<pad>", "unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}  # eole's: ours
 SHARD = re.compile(r"model\.\d{2}\.safetensors")
 PROJECTIONS = {"linear_query": "q_proj", "linear_keys": "k_proj", "linear_values": "v_proj", "final_linear": "out_proj"}
@@ -145,6 +152,23 @@ def refusals(model: dict[str, Any], encoder: dict[str, Any], decoder: dict[str, 
     return found
 
 
+def check_numbers(encoder: dict[str, Any], decoder: dict[str, Any], embeddings: Any) -> None:
+    """ConfigError naming the first size or count (COUNTS) that is not an integer from 1 to MAX_COUNT, or norm_eps
+    that is not a number from 0 to 1: each checked before any is compared or used (a 4,299-digit hidden_size was
+    refused as "embeddings of another width")."""
+    sides = {"encoder": encoder, "decoder": decoder, "embeddings": embeddings if isinstance(embeddings, dict) else {}}
+    for side, options in sides.items():
+        for name in COUNTS:
+            value = options.get(name, 1)
+            if type(value) is not int or not 0 < value <= MAX_COUNT:
+                raise ConfigError(
+                    f"config.json's {side} {name} is {shown(value, 20)}, not an integer from 1 to {MAX_COUNT:,}"
+                )
+        epsilon = options.get("norm_eps", 0)
+        if type(epsilon) not in (int, float) or not 0 <= epsilon < 1:
+            raise ConfigError(f"config.json's {side} norm_eps is {shown(epsilon, 20)}, not a number from 0 to 1")
+
+
 def eole_config(
     config: dict[str, Any], vocabulary_size: int, specials: dict[str, int], tied: bool
 ) -> TransformerConfig:
@@ -154,6 +178,7 @@ def eole_config(
     if not isinstance(model, dict):
         raise ConfigError("config.json has no model options: not an eole model")
     encoder, decoder = side_options(model, "encoder"), side_options(model, "decoder")
+    check_numbers(encoder, decoder, model.get("embeddings"))
     unsupported = refusals(model, encoder, decoder)
     if unsupported:
         raise ConfigError(f"this eole model has {', '.join(dict.fromkeys(unsupported))}, which this format cannot hold")
@@ -183,10 +208,28 @@ def eole_config(
     )
 
 
-def read_vocabularies(directory: Path) -> tuple[list[str], list[str], str]:
+def read_vocabularies(directory: Path, config: dict[str, Any] | None = None) -> tuple[list[str], list[str], str]:
     """vocab.json's source and target pieces, their special tokens under this project's names (eole's `<blank>`
-    padding is `<pad>` here), and the decoder's start token."""
-    return vocabularies_of(read_json(directory, "vocab.json", MAX_TOKENIZER_BYTES), f"{directory.name}: vocab.json")
+    padding is `<pad>` here), and the decoder's start token; a file larger than the pieces config.json declares
+    (src_vocab_size, tgt_vocab_size) can hold is refused unread (3.6 million pieces took 17 s and 1 GB to parse)."""
+    config = read_json(directory, "config.json") if config is None else config
+    declared = [
+        config.get(f"{side}_vocab_size", DEFAULT_VOCABULARY_SIZE) if isinstance(config, dict) else None
+        for side in ("src", "tgt")
+    ]
+    if not all(type(size) is int and 0 < size <= MAX_VOCABULARY_SIZE for size in declared):
+        raise CheckpointError(
+            f"{directory.name}: config.json's src_vocab_size and tgt_vocab_size are {shown(declared, 40)}, not "
+            f"numbers of pieces from 1 to {MAX_VOCABULARY_SIZE:,}"
+        )
+    limit = min(MAX_TOKENIZER_BYTES, VOCABULARY_ROOM_BYTES + MAX_PIECE_BYTES * sum(declared))
+    path = regular_file(directory, "vocab.json")
+    if path is not None and path.stat().st_size > limit:
+        raise CheckpointError(
+            f"{directory.name}: vocab.json is {path.stat().st_size / 1e6:.1f} MB, more than the {sum(declared):,} "
+            "pieces config.json declares (src_vocab_size, tgt_vocab_size) can take: not read"
+        )
+    return vocabularies_of(read_json(directory, "vocab.json", limit), f"{directory.name}: vocab.json")
 
 
 def vocabularies_of(vocab: Any, where: str) -> tuple[list[str], list[str], str]:
@@ -286,7 +329,7 @@ def import_eole(path: str | Path, device: torch.device | str = "cpu") -> Checkpo
     config = read_json(directory, "config.json")
     if not isinstance(config, dict):
         raise CheckpointError(f"{directory.name}: config.json is not an object")
-    vocabularies = read_vocabularies(directory)
+    vocabularies = read_vocabularies(directory, config)
     split_with = sentencepiece_files(config, directory)
     shards = weight_files(directory)
     if not shards:
@@ -329,8 +372,9 @@ def eole_checkpoint(
 
 
 def is_eole_directory(path: Path) -> bool:
-    """Whether path is a folder of an eole model (config.json, vocab.json, model.00.safetensors: nothing opened)."""
-    return all((path / name).is_file() for name in ("config.json", "vocab.json", "model.00.safetensors"))
+    """Whether path is a folder of an eole model (config.json, vocab.json, model.00.safetensors: nothing opened; a
+    pipe or a dangling link among them is the reader's to refuse, naming it)."""
+    return all(os.path.lexists(path / name) for name in ("config.json", "vocab.json", "model.00.safetensors"))
 
 
 def is_eole_path(path: Path) -> bool:

@@ -19,7 +19,13 @@ from typing import Any
 
 import torch
 
-from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, read_bounded, regular_file
+from transformer.hugging_face.files import (
+    MAX_TOKENIZER_BYTES,
+    files_matching,
+    read_bounded,
+    regular_file,
+    weights_fitting,
+)
 from transformer.hugging_face.seq2seq import (
     FINAL_NORMS,
     POSITION_TABLES,
@@ -76,7 +82,7 @@ def _checkpoint_in(directory: Path) -> Path:
         found = regular_file(directory, name)
         if found is not None:
             return found
-    others = sorted(directory.glob("*.pt"))
+    others = files_matching(directory, "*.pt")
     if len(others) != 1:
         named = ", ".join(p.name for p in others[:5]) or "none"
         raise CheckpointError(f"{directory.name}: not one fairseq checkpoint (.pt) to read: {named}")
@@ -213,6 +219,7 @@ def import_fairseq(path: str | Path, device: torch.device | str = "cpu") -> Chec
     weights = saved.get("model")
     if not isinstance(weights, dict) or not all(isinstance(t, torch.Tensor) for t in weights.values()):
         raise CheckpointError(f"{files.checkpoint.name} holds no state dict of tensors under 'model'")
+    weights_fitting(files.checkpoint.name, weights)
     _check_rows(weights, {"encoder": (source, pair[0]), "decoder": (target, pair[1])})
     tied = bool(options.get("share_all_embeddings")) and source == target
     try:

@@ -12,6 +12,7 @@ ended with `</s>`, and a decoder that starts from a zero vector: a row of zeros 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +22,12 @@ import numpy as np
 import torch
 import yaml
 
-from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, read_bounded, regular_file
+from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, files_matching, read_bounded, regular_file
 from transformer.hugging_face.seq2seq import checkpoint_from_state
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerError
-from transformer.toolkits.arrays import read_npz
+from transformer.toolkits.arrays import NpzArchive, open_npz
 from transformer.toolkits.languages import listing, pair_named
 from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
 
@@ -49,8 +50,8 @@ REFUSED_OPTIONS = {
     "transformer-no-bias": "linear layers without biases",
     "transformer-no-affine": "layer norms without scales and biases",
 }
-LAYER_ARRAY = re.compile(r"(encoder|decoder)_l(\d+)_(self|context|ffn)_([Wb])([qkvo12])")
-NORM_ARRAY = re.compile(r"(encoder|decoder)_l(\d+)_(self|context|ffn)_(?:Wo|ffn)_ln_(scale|bias)(_pre)?")
+LAYER_ARRAY = re.compile(r"(encoder|decoder)_l(\d{1,6})_(self|context|ffn)_([Wb])([qkvo12])")
+NORM_ARRAY = re.compile(r"(encoder|decoder)_l(\d{1,6})_(self|context|ffn)_(?:Wo|ffn)_ln_(scale|bias)(_pre)?")
 TOP_NORM = re.compile(r"(encoder|decoder)_top_ln_(scale|bias)")
 SUBLAYERS = {"self": "self_attn", "context": "cross_attn", "ffn": "feed_forward"}
 PROJECTIONS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj", "1": "inner", "2": "outer"}
@@ -103,16 +104,33 @@ def _model_in(directory: Path) -> Path:
     found = regular_file(directory, "model.npz")
     if found is not None:
         return found
-    models = sorted(p for p in directory.glob("*.npz") if not p.name.endswith(".optimizer.npz"))
+    models = files_matching(directory, "*.npz", leaving_out="*.optimizer.npz")
     if len(models) != 1:
         binary = " (Marian's binary .bin models are not read: give the .npz)" if any(directory.glob("*.bin")) else ""
         raise CheckpointError(f"{directory.name}: not one Marian model (.npz) to read: found {len(models)}{binary}")
     return models[0]
 
 
+class _Aliased(yaml.YAMLError):
+    """A YAML anchor or alias met (& or *)."""
+
+
+class _TreeLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, refusing anchors and aliases: Marian writes neither, and nine levels of nine aliases
+    make a 484-byte file a value of 9^9 names, which printing or joining expands ("billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _Aliased()
+        return super().compose_node(parent, index)
+
+
 def _yaml(text: bytes, name: str) -> Any:
     try:
-        return yaml.safe_load(text.rstrip(b"\0 ").decode())
+        return yaml.load(text.rstrip(b"\0 ").decode(), Loader=_TreeLoader)  # noqa: S506 (a SafeLoader)
+    except _Aliased:
+        raise CheckpointError(f"{name} holds YAML aliases (& or *), which Marian never writes: refused") from None
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as error:
         raise CheckpointError(f"{name} is not YAML that can be read: {' '.join(str(error).split())[:200]}") from None
 
@@ -181,27 +199,53 @@ def marian_config(options: dict[str, Any], vocabulary_size: int, specials: dict[
 def import_marian_npz(path: str | Path, device: torch.device | str = "cpu") -> Checkpoint:
     """A Marian model directory (or its `.npz`, its vocabularies beside it) as a checkpoint of this project."""
     files = find_files(Path(path))
-    arrays = read_npz(files.model)
-    options = marian_options(arrays, files.model.name)
-    protos = [read_bounded(files.directory, name, MAX_TOKENIZER_BYTES) for name in files.vocabularies]
-    try:
-        source, target = (Tokenizer(proto).pieces for proto in protos)
-        _check_pieces(source, target, files.vocabularies)
-        source_unk = source.index("<unk>")
-        pieces, source_rows = joint_vocabulary(source, target, source_unk)
-        tokenizer = Tokenizer(protos[0], protos[1], [*pieces, START_PIECE])
-        specials = {"start": len(pieces), "unk": tokenizer.unk_id, "eos": tokenizer.eos_id}
-        config = marian_config(options, len(pieces) + 1, specials)
-    except (ConfigError, TypeError, ValueError, OverflowError, TokenizerError) as error:
-        raise CheckpointError(f"{files.directory.name}: {str(error)[:300]}") from None
-    if config.tie_embeddings and source != target:
-        raise CheckpointError("tied-embeddings-all with two different vocabularies: the files are not one model's")
+    with open_npz(files.model) as archive:  # the options and vocabularies read, the arrays checked, then read
+        options = marian_options(_options_array(archive), files.model.name)
+        protos = [read_bounded(files.directory, name, MAX_TOKENIZER_BYTES) for name in files.vocabularies]
+        try:
+            source, target = (Tokenizer(proto).pieces for proto in protos)
+            _check_pieces(source, target, files.vocabularies)
+            source_unk = source.index("<unk>")
+            pieces, source_rows = joint_vocabulary(source, target, source_unk)
+            tokenizer = Tokenizer(protos[0], protos[1], [*pieces, START_PIECE])
+            specials = {"start": len(pieces), "unk": tokenizer.unk_id, "eos": tokenizer.eos_id}
+            config = marian_config(options, len(pieces) + 1, specials)
+        except (ConfigError, TypeError, ValueError, OverflowError, TokenizerError) as error:
+            raise CheckpointError(f"{files.directory.name}: {str(error)[:300]}") from None
+        if config.tie_embeddings and source != target:
+            raise CheckpointError("tied-embeddings-all with two different vocabularies: the files are not one model's")
+        check_arrays(archive, config)
+        arrays = archive.read_all()
     state = npz_state(arrays, options, config, [*source_rows, source_unk])  # the start row: no source piece
     metadata = {
         "languages": marian_languages(files.directory, files.vocabularies),
         "imported": {"from": "Marian", "directory": files.directory.name, "file": files.model.name},
     }
     return checkpoint_from_state(config, state, tokenizer, metadata, device)
+
+
+def _options_array(archive: NpzArchive) -> dict[str, np.ndarray]:
+    """The options' array, where the archive holds one of bytes small enough to be options (else nothing)."""
+    shape, dtype = archive.headers.get(OPTIONS_ARRAY, ((), np.dtype(np.float32)))
+    if dtype.itemsize != 1 or math.prod(shape) > MAX_YAML_BYTES:
+        return {}
+    return {OPTIONS_ARRAY: archive.read(OPTIONS_ARRAY)}
+
+
+def check_arrays(archive: NpzArchive, config: TransformerConfig) -> None:
+    """Every array of the archive named as a part of the model its options describe, and all of them together no
+    larger than that model's weights: checked on the arrays' headers, before any is read (9 MB unpacking to 2 GB of
+    an array no model has was read whole before it was refused)."""
+    for name in archive.headers:
+        if name not in EMBEDDINGS and name != OPTIONS_ARRAY:
+            _our_name(name, config.norm_first)
+    declared = sum(math.prod(shape) for name, (shape, _) in archive.headers.items() if name != OPTIONS_ARRAY)
+    weights = sum(math.prod(shape) for shape in config.parameter_shapes().values())
+    if declared > weights:
+        raise CheckpointError(
+            f"{archive.name} declares {declared:,} numbers, more than the {weights:,} of the model its options "
+            "describe: refused unread"
+        )
 
 
 def _check_pieces(source: list[str], target: list[str], names: tuple[str, str]) -> None:
@@ -256,17 +300,23 @@ def _array(tensors: dict[str, torch.Tensor], name: str) -> torch.Tensor:
 def _layer_tensor(name: str, tensor: torch.Tensor, norm_first: bool) -> tuple[str, torch.Tensor]:
     """One of Marian's layer arrays under this project's name, a matrix transposed and a (1, n) vector flattened;
     CheckpointError for an array it has no place for."""
+    ours = _our_name(name, norm_first)
+    return (ours, tensor.T) if ours.endswith(".weight") and LAYER_ARRAY.fullmatch(name) else (ours, tensor.reshape(-1))
+
+
+def _our_name(name: str, norm_first: bool) -> str:
+    """This project's name of one of Marian's layer arrays; CheckpointError for an array it has no place for."""
     if match := LAYER_ARRAY.fullmatch(name):
         side, number, sublayer, kind, projection = match.groups()
         ours = f"{side}_layers.{int(number) - 1}.{SUBLAYERS[sublayer]}.{PROJECTIONS[projection]}"
-        return (f"{ours}.weight", tensor.T) if kind == "W" else (f"{ours}.bias", tensor.reshape(-1))
+        return f"{ours}.weight" if kind == "W" else f"{ours}.bias"
     leaves = {"scale": "weight", "bias": "bias"}
     if (match := NORM_ARRAY.fullmatch(name)) and bool(match.group(5)) == norm_first:
         side, number, sublayer, leaf, _ = match.groups()
         block = NORM_BLOCKS.get(sublayer, {}).get(side, "ff_block")
-        return f"{side}_layers.{int(number) - 1}.{block}.norm.{leaves[leaf]}", tensor.reshape(-1)
+        return f"{side}_layers.{int(number) - 1}.{block}.norm.{leaves[leaf]}"
     if (match := TOP_NORM.fullmatch(name)) and norm_first:
-        return f"{match.group(1)}_norm.{leaves[match.group(2)]}", tensor.reshape(-1)
+        return f"{match.group(1)}_norm.{leaves[match.group(2)]}"
     raise CheckpointError(
         f"unexpected array {shown(name, 60)}: not a part of the Marian transformer its options describe"
     )

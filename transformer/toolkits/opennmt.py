@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from transformer.hugging_face.files import files_matching, weights_fitting
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import shown
 from transformer.toolkits.eole import eole_checkpoint, sentencepiece_files, vocabularies_of
@@ -97,7 +98,7 @@ def find_checkpoint(path: Path) -> Path:
     """The `.pt` given, or the folder's: its only one, or the last step's of several `NAME_step_N.pt`."""
     if path.is_file():
         return path
-    found = sorted(path.glob("*.pt"))
+    found = files_matching(path, "*.pt")
     steps = [p for p in found if STEP.fullmatch(p.name)]
     if len(found) == 1 or (steps and len(steps) == len(found)):
         return max(found, key=lambda p: int(m.group(1)) if (m := STEP.fullmatch(p.name)) else 0)
@@ -137,7 +138,14 @@ def import_opennmt(path: str | Path, device: torch.device | str = "cpu") -> Chec
     named = [Path(str(opt.get(side, ""))).name for side in ("src_vocab", "tgt_vocab")]
     imported = {"from": "OpenNMT-py", "directory": directory.name, "file": checkpoint.name}
     return eole_checkpoint(
-        config, vocabularies, split_with, lambda: eole_weights(saved), directory, named, imported, device
+        config,
+        vocabularies,
+        split_with,
+        lambda: weights_fitting(checkpoint.name, eole_weights(saved)),
+        directory,
+        named,
+        imported,
+        device,
     )
 
 
