@@ -46,8 +46,11 @@ stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
 trap 'exit 130' INT TERM
 
+# What nginx tells the replicas alone: the visitor's address it appends to X-Forwarded-For is trusted only on a
+# request carrying this token (another program on this machine reaching a replica directly cannot claim an address).
+proxy_token="$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start_replica() {  # replica k on port PORT+k; its name (replica-k) is all the visitors' cookie says of it
-  TRANSFORMER_EXPLORER_REPLICA="replica-$1" .venv/bin/python -m ui.server.launch --server.port "$((port + $1))" \
+  TRANSFORMER_EXPLORER_PROXY_TOKEN="$proxy_token" TRANSFORMER_EXPLORER_REPLICA="replica-$1" .venv/bin/python -m ui.server.launch --server.port "$((port + $1))" \
     --server.address 127.0.0.1 >>"$run/replica-$1.log" 2>&1 &
   pids[$(($1 - 1))]=$!
 }
@@ -76,6 +79,11 @@ security_headers='    add_header X-Frame-Options SAMEORIGIN always;
     add_header Content-Security-Policy "frame-ancestors '"'self'"'" always;
     add_header X-Content-Type-Options nosniff always;
     add_header Referrer-Policy same-origin always;'
+# Set in every block that proxies: a block with a proxy_set_header of its own inherits none of the server's, and the
+# websocket's request is the one whose headers the app reads.
+forwarded="    proxy_set_header Host \$host;
+    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    proxy_set_header X-Explorer-Proxy $proxy_token;"
 cat >"$run/nginx.conf" <<EOF
 worker_processes auto;
 pid $run/nginx.pid;
@@ -111,8 +119,7 @@ $servers  }
     add_header Set-Cookie \$new_visitor always;
 $security_headers
     proxy_http_version 1.1;
-    proxy_set_header Host \$host;
-    proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+$forwarded
     proxy_next_upstream error timeout http_502 http_503;  # a stopped replica: try the next one
 
     location / {
@@ -121,6 +128,7 @@ $security_headers
     location = /_stcore/metrics { return 404; }  # the server's own counters are not the room's to read
     location = /_stcore/stream {
       proxy_pass http://replicas;
+$forwarded
       proxy_set_header Upgrade \$http_upgrade;
       proxy_set_header Connection \$connection_upgrade;
       proxy_read_timeout 1h;

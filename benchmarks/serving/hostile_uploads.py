@@ -12,6 +12,7 @@ import argparse
 import base64
 import gzip
 import json
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from playwright.sync_api import Browser, Page
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 
-from benchmarks.serving.hostile_visits import UPLOAD_INPUT, VISITS, Placed, Visit, placed
+from benchmarks.serving.hostile_visits import PROXY_TOKEN, UPLOAD_INPUT, VISITS, Placed, Visit, placed
 from tests.fixtures.browser import ARTIFACTS, LAUNCH, HealthProbe, app_server, chromium, wait_idle
 from tests.fixtures.crafted import with_header, with_metadata
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT
@@ -186,6 +187,7 @@ def main() -> None:
     parser.add_argument("--only-visits", action="store_true", help="the hostile visits alone (hostile_visits)")
     args = parser.parse_args()
     shipped = DEFAULT_CHECKPOINT.read_bytes()
+    os.environ["TRANSFORMER_EXPLORER_PROXY_TOKEN"] = PROXY_TOKEN  # the server's: the visits speak as the proxy
     capped = ["prlimit", f"--as={int(args.memory_gb * 2**30)}", *LAUNCH]
     print(
         "| attack | answered in s | slowest /_stcore/health in s | health failures | server peak over its start, MB "

@@ -1,6 +1,6 @@
 """Hostile visits that take more than one page or one visitor (python -m benchmarks.serving.hostile_uploads runs
 them after its single-page attacks): a 200k-word vocabulary uploaded and then measured on Which heads matter, one
-address's fresh cookies against the upload budget, F16 weights in the checkpoints folder that fit the machine but not
+address's fresh cookies against the upload budget, sessions from loopback claiming addresses, F16 weights in the checkpoints folder that fit the machine but not
 the server, a timeline of two 15 MB snapshots, and a link that switches off 461 of a model's 768 heads.
 
 Each visit drives Chromium until the server has answered and returns what the page said, in a few words."""
@@ -182,18 +182,36 @@ def large_vocabulary_on_heads(browser: Browser, url: str, placed: Placed) -> str
     return said
 
 
-def fresh_cookies(browser: Browser, url: str, placed: Placed) -> str:
-    """Eight visitors from one address (a fresh cookie each, as one person can make them), then a visitor from
-    another: how many of the eight uploads were taken, and whether the other visitor's was."""
+PROXY_TOKEN = "hostile-visits-proxy"  # the server is started with it: these visits speak as the classroom's nginx
+
+
+def eight_then_another(browser: Browser, url: str, placed: Placed, claimed: list[str], other: dict[str, str]) -> str:
+    """Eight visitors, each with a fresh cookie and the headers `claimed[i]` makes, uploading and keeping the shipped
+    model, then one with `other`'s: how many of the eight were taken, and whether the other's was."""
     taken = []
-    contexts = [browser.new_context(extra_http_headers={"X-Forwarded-For": "198.51.100.7"}) for _ in range(8)]
+    contexts = [browser.new_context(extra_http_headers=claimed[i]) for i in range(8)]
     for context in contexts:  # each keeps its upload open: its tab stays
         taken.append(upload_checkpoint(context.new_page(), url, placed.shipped) == "taken")
-    other = browser.new_context(extra_http_headers={"X-Forwarded-For": "203.0.113.9"})
-    theirs = upload_checkpoint(other.new_page(), url, placed.shipped)
-    for context in [*contexts, other]:
+    last = browser.new_context(extra_http_headers=other)
+    theirs = upload_checkpoint(last.new_page(), url, placed.shipped)
+    for context in [*contexts, last]:
         context.close()
-    return f"{sum(taken)} of 8 taken; another address's: {theirs}"
+    return f"{sum(taken)} of 8 taken; the next one's: {theirs}"
+
+
+def fresh_cookies(browser: Browser, url: str, placed: Placed) -> str:
+    """Eight visitors from one address behind the proxy (a fresh cookie each, as one person can make them), then a
+    visitor from another address."""
+    proxied = {"X-Explorer-Proxy": PROXY_TOKEN}
+    one = [proxied | {"X-Forwarded-For": "198.51.100.7"}] * 8
+    return eight_then_another(browser, url, placed, one, proxied | {"X-Forwarded-For": "203.0.113.9"})
+
+
+def claimed_addresses(browser: Browser, url: str, placed: Placed) -> str:
+    """Eight visitors from loopback without the proxy's token, each claiming a new address (X-Forwarded-For), then
+    a ninth: they are one address ("local"), which holds one share."""
+    claims = [{"X-Forwarded-For": f"198.51.100.{i}"} for i in range(1, 10)]
+    return eight_then_another(browser, url, placed, claims[:8], claims[8])
 
 
 def f16_in_the_folder(browser: Browser, url: str, placed: Placed) -> str:
@@ -239,6 +257,7 @@ def opened(browser: Browser, link: str, expected: str) -> str:
 VISITS: dict[str, Visit] = {
     "a 200,000-word vocabulary uploaded, then Which heads matter": large_vocabulary_on_heads,
     "8 fresh cookies from one address uploading, then another address": fresh_cookies,
+    "8 sessions from loopback claiming 8 addresses, then a ninth": claimed_addresses,
     "F16 weights in the checkpoints folder past the server's room": f16_in_the_folder,
     "a timeline of two 15 MB snapshots on How it learned": long_timeline,
     "a link switching off 461 of 768 heads": many_heads_link,

@@ -40,7 +40,7 @@ from transformer.decoding.forcing import teacher_force
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint, load_cost
 from transformer.io.header import read_header
 from ui.players.packing import unpacked
-from ui.services.uploads import upload_cost
+from ui.services.uploads import client_address, upload_cost
 
 
 def test_an_upload_claiming_a_huge_model_is_refused_without_allocating():
@@ -949,3 +949,49 @@ def test_which_heads_matter_says_the_whole_runs_time_left_within_a_factor_of_2_w
     promised = int(amount) * (60 if unit == "min" else 1)
     took = said[-1][0] - when
     assert took / 2 <= promised <= 2 * took, (text, took)
+
+
+@pytest.mark.parametrize(
+    ("token", "headers", "own", "address"),
+    [
+        ("", {"X-Forwarded-For": "198.51.100.7"}, None, "local"),  # loopback claiming an address: no proxy here
+        ("t0k3n", {"X-Forwarded-For": "198.51.100.7"}, None, "local"),  # a proxy here, but not this request's
+        ("t0k3n", {"X-Forwarded-For": "198.51.100.7", "X-Explorer-Proxy": "wrong"}, None, "local"),
+        ("t0k3n", {"X-Forwarded-For": "6.6.6.6, 198.51.100.7", "X-Explorer-Proxy": "t0k3n"}, None, "198.51.100.7"),
+        ("t0k3n", {"X-Forwarded-For": "198.51.100.7", "X-Explorer-Proxy": "t0k3n"}, "203.0.113.9", "203.0.113.9"),
+    ],
+)
+def test_forwarded_addresses_are_trusted_from_the_classrooms_proxy_alone(monkeypatch, token, headers, own, address):
+    """A program on the server's machine (an SSH tunnel, a port-forward, another user of a shared host) connects
+    from loopback: X-Forwarded-For was trusted from there, and 8 sessions claiming 8 addresses held 127.2 of the
+    server's 128M upload budget. Only the proxy scripts/serve.sh starts knows its token."""
+    import types
+
+    import ui.services.uploads as uploads
+
+    monkeypatch.setattr(uploads, "PROXY_TOKEN", token)
+    monkeypatch.setattr(uploads.st, "context", types.SimpleNamespace(ip_address=own, headers=headers))
+    assert uploads.client_address() == address
+
+
+def test_one_loopback_address_holds_one_share_whatever_it_claims(ledger):
+    """Sessions from loopback claiming new addresses share one address's share: another address still uploads."""
+    ledger.monkeypatch.setattr(ledger.uploads, "client_address", client_address)  # the real one, not the stub
+    ledger.monkeypatch.setattr(ledger.uploads, "PROXY_TOKEN", "")
+    ledger.room_for_one("ADDRESS_UPLOAD_LIMIT_ELEMENTS")
+
+    class Claiming:
+        """Streamlit's context of a loopback connection whose headers claim `address`."""
+
+        def __init__(self, address: str):
+            self.ip_address, self.headers = None, {"X-Forwarded-For": address}
+
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+    real = ledger.uploads.st.context
+    ledger.monkeypatch.setattr(ledger.uploads.st, "context", Claiming("198.51.100.1"))
+    assert not ledger.upload("mine.safetensors").error
+    ledger.who["visitor"] = "browser:fresh-cookie"
+    ledger.monkeypatch.setattr(ledger.uploads.st, "context", Claiming("198.51.100.2"))
+    assert "uploads from your address hold" in errors(ledger.upload("again.safetensors"))

@@ -159,6 +159,23 @@ def test_the_room_gets_safe_headers_and_no_server_internals(proxy):
     assert refused.value.code == 404
 
 
+def test_the_proxy_vouches_for_the_address_it_forwards_on_the_websocket_too_and_the_replicas_know_its_token(proxy):
+    """The app reads a visitor's address from the websocket's request: its location set headers of its own, so it
+    inherited none of the server's, and a client's own X-Forwarded-For passed through unchanged. The replicas trust
+    the header only beside the proxy's token (ui/services/uploads.client_address)."""
+    import re
+
+    conf = (RUN_DIR / "nginx.conf").read_text()
+    (token,) = set(re.findall(r"proxy_set_header X-Explorer-Proxy ([0-9a-f]{48});", conf))
+    for block in conf.split("location")[1:]:
+        if "proxy_pass" in block and "proxy_set_header" in block:
+            assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in block, block
+            assert f"proxy_set_header X-Explorer-Proxy {token};" in block, block
+    for port in proxy.replica_ports:
+        environment = Path(f"/proc/{proxy.replica_pid(port)}/environ").read_bytes().split(b"\0")
+        assert f"TRANSFORMER_EXPLORER_PROXY_TOKEN={token}".encode() in environment
+
+
 def test_a_stopped_replica_moves_only_its_visitors_who_are_told_their_view_was_reset(proxy):
     with chromium() as browser:
         visitors = []

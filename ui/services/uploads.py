@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import hmac
 import os
 import threading
 import time
@@ -59,6 +60,9 @@ VISITOR_UPLOAD_LIMIT_ELEMENTS = int(
 ADDRESS_UPLOAD_LIMIT_ELEMENTS = int(
     os.environ.get("TRANSFORMER_EXPLORER_ADDRESS_UPLOAD_PARAMETERS", str(2 * VISITOR_UPLOAD_LIMIT_ELEMENTS))
 )
+# The token scripts/serve.sh gives its nginx and its replicas: X-Forwarded-For is trusted on a request carrying it,
+# and on no other (not from loopback either: any program on the machine connects from there).
+PROXY_TOKEN = os.environ.get("TRANSFORMER_EXPLORER_PROXY_TOKEN", "")
 # An upload its session has not used for this long gives its place to a visitor whose upload does not fit.
 UPLOAD_IDLE_SECONDS = float(os.environ.get("TRANSFORMER_EXPLORER_UPLOAD_IDLE_SECONDS", "900"))
 
@@ -191,12 +195,17 @@ def session_open(uploader: Uploader) -> bool:
 
 
 def client_address() -> str:
-    """The address the visitor connects from: the connection's own, or behind this machine's proxy (a connection
-    from loopback) the one nginx appends last to X-Forwarded-For, which a client cannot choose."""
+    """The address the visitor connects from: the connection's own; behind the classroom's proxy (a request carrying
+    its PROXY_TOKEN) the one nginx appends last to X-Forwarded-For, which a client cannot choose; and for any other
+    connection from this machine "local", whatever its headers claim (an SSH tunnel or another user of a shared host
+    claimed a new address a session, and eight of them held the whole server's upload budget)."""
     own = st.context.ip_address  # None for a connection from this machine
     if own:
         return own
-    forwarded = st.context.headers.get("X-Forwarded-For") or ""
+    headers = st.context.headers
+    if not PROXY_TOKEN or not hmac.compare_digest(headers.get("X-Explorer-Proxy") or "", PROXY_TOKEN):
+        return "local"
+    forwarded = headers.get("X-Forwarded-For") or ""
     return forwarded.rsplit(",", 1)[-1].strip()[:64] or "local"
 
 
