@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from transformer.analysis.interventions.budget import PatchingTooLarge, check_patching
 from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
 from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
 from transformer.analysis.interventions.patching import SITES_PER_BATCH, Contrast, foil_id, target_step
@@ -117,6 +118,20 @@ def patched(explored: Explored, contrast: Contrast, noising: bool, spans: Spans)
             session.pop("cause_stopped")
             st.rerun()
         st.info("Stopped: nothing was patched for these sentences.")
+        return None
+    try:  # refused before the run where it would make too many passes or hold too much in one
+        positions = len(spans or contrast.clean_src)
+        check_patching(
+            explored.checkpoint.model,
+            len(contrast.clean_src),
+            len(contrast.output),
+            positions,
+            SITES_PER_BATCH,
+            models.DECODE_LIMIT_BYTES,
+            models.PATCH_MAX_PASSES,
+        )
+    except PatchingTooLarge as error:
+        st.error(literal(f"Cannot patch: {error}."))
         return None
     stop = st.empty()  # Stop while patching, gone after
     if stop_button("cause_stop", stop):  # pressed: this rerun ended the work at its last update

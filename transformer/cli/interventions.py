@@ -4,15 +4,37 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from transformer.cli.common import add_checkpoint, device, write_arrays
+
+
+def patched(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[Any, Any, list | None, Any]:
+    """The pair's contrast, the clean sentence's decode, the spans patched together (None: each piece) and every
+    site patched; the decode and each pass held to the memory free before they run, and the passes said first."""
+    from transformer.analysis.interventions.budget import check_patching
+    from transformer.analysis.interventions.patching import SITES_PER_BATCH, contrast_of_texts
+    from transformer.analysis.interventions.sites import patch_every_site
+    from transformer.analysis.words import word_spans
+    from transformer.decoding.result import source_ids
+    from transformer.decoding.strategies import check_decode
+    from transformer.io.memory import memory_available
+
+    room = memory_available()  # what the decode and each pass may hold on this machine
+    if room is not None:
+        check_decode(model, len(source_ids(tokenizer, args.clean, model.config.max_len)[0]), 0, room)
+    step = None if args.step is None else args.step - 1
+    contrast, clean = contrast_of_texts(model, tokenizer, args.clean, args.corrupt, args.target, args.foil, step)
+    spans = word_spans(clean.src_pieces) if args.words else None
+    positions = len(spans or contrast.clean_src)
+    passes = check_patching(model, len(contrast.clean_src), len(contrast.output), positions, SITES_PER_BATCH, room)
+    print(f"patching every site: {passes:,} forward passes at most", file=sys.stderr)
+    return contrast, clean, spans, patch_every_site(model, contrast, noising=args.noising, spans=spans)
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from transformer.analysis.interventions.patching import contrast_of_texts
-    from transformer.analysis.interventions.sites import patch_every_site
     from transformer.analysis.words import word_labels, word_spans
     from transformer.model.heads import Head
     from transformer.model.kinds import AttentionKind
@@ -21,11 +43,8 @@ def cmd_patch(args: argparse.Namespace) -> int:
 
     checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    step = None if args.step is None else args.step - 1
-    contrast, clean = contrast_of_texts(model, tokenizer, args.clean, args.corrupt, args.target, args.foil, step)
+    contrast, clean, spans, found = patched(model, tokenizer, args)
     step, foil, corrupt_src = contrast.step, contrast.foil, contrast.corrupt_src
-    spans = word_spans(clean.src_pieces) if args.words else None
-    found = patch_every_site(model, contrast, noising=args.noising, spans=spans)
     arrays = {
         "encoder_residual": found.encoder_residual,
         "encoder_heads": found.encoder_heads,

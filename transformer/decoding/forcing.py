@@ -7,6 +7,7 @@ import torch
 from transformer.decoding.greedy import decode_ids
 from transformer.decoding.lens import logit_lens
 from transformer.decoding.result import DecodeResult, assemble, model_device, source_ids
+from transformer.decoding.strategies import check_decode
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.pieces import readable
 from transformer.text.tokenizer import TokenizerBase
@@ -21,10 +22,15 @@ def branch(
     return decode_ids(model, tokenizer, result.src_ids, strategy=strategy, prefix=prefix, truncated=result.truncated)
 
 
-def teacher_force(model: Transformer, tokenizer: TokenizerBase, text: str, target: str) -> DecodeResult:
-    """Runs the model on a given translation: the attention it gives it and each token's probability."""
+def teacher_force(
+    model: Transformer, tokenizer: TokenizerBase, text: str, target: str, limit_bytes: int | None = None
+) -> DecodeResult:
+    """Runs the model on a given translation: the attention it gives it and each token's probability
+    (DecodeTooLarge, before it runs, where that would hold more than `limit_bytes`)."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
     tgt_ids = source_ids(tokenizer, target, model.config.max_len, side="target")[0]
+    if limit_bytes is not None:
+        check_decode(model, len(ids), len(tgt_ids), limit_bytes)
     return teacher_force_ids(model, tokenizer, ids, tgt_ids, truncated)
 
 

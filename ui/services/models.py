@@ -7,6 +7,7 @@ stepping, switching pages or choosing a layer only reads them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from transformer.decoding.forcing import teacher_force, teacher_force_ids
 from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.lens import LogitLens, read_lens
 from transformer.decoding.result import DecodeResult
-from transformer.decoding.strategies import DecodeSettings, decode_text
+from transformer.decoding.strategies import DecodeSettings, check_decode, decode_text
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.heads import Head
 from transformer.model.probes import Probe
@@ -43,6 +44,11 @@ from ui.state.identity import ResultIdentity
 if TYPE_CHECKING:
     from transformer.analysis.heads.survey import Survey
     from transformer.analysis.heads.syntax import ParsedSentence
+
+# The most one decode may hold (its attention maps above all: transformer.decoding.strategies), asked before it runs.
+DECODE_LIMIT_BYTES = int(os.environ.get("TRANSFORMER_EXPLORER_DECODE_MB", "1024")) << 20
+# The most forward passes one activation patching run may make (the Cause page): the shipped model's pairs make 17.
+PATCH_MAX_PASSES = int(os.environ.get("TRANSFORMER_EXPLORER_PATCH_PASSES", "1000"))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -110,12 +116,12 @@ def pair_matrix_cached(
 @RESULTS
 def decode_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, settings: DecodeSettings) -> DecodeResult:
     """Results are immutable, so visitors decoding the same sentence the same way share one."""
-    return decode_text(_checkpoint.model, _checkpoint.tokenizer, text, settings)
+    return decode_text(_checkpoint.model, _checkpoint.tokenizer, text, settings, DECODE_LIMIT_BYTES)
 
 
 @RESULTS
 def teacher_force_cached(_checkpoint: Checkpoint, checkpoint_key: str, text: str, target: str) -> DecodeResult:
-    return teacher_force(_checkpoint.model, _checkpoint.tokenizer, text, target)
+    return teacher_force(_checkpoint.model, _checkpoint.tokenizer, text, target, DECODE_LIMIT_BYTES)
 
 
 @RESULTS
@@ -138,6 +144,7 @@ def teacher_force_ids_cached(
     _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], truncated: bool
 ) -> DecodeResult:
     """A checkpoint run on given tokens (another checkpoint's output, on the comparison page)."""
+    check_decode(_checkpoint.model, len(src_ids), len(tgt_ids), DECODE_LIMIT_BYTES)
     return teacher_force_ids(_checkpoint.model, _checkpoint.tokenizer, list(src_ids), list(tgt_ids), truncated)
 
 
