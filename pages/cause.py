@@ -119,20 +119,6 @@ def patched(explored: Explored, contrast: Contrast, noising: bool, spans: Spans)
             st.rerun()
         st.info("Stopped: nothing was patched for these sentences.")
         return None
-    try:  # refused before the run where it would make too many passes or hold too much in one
-        positions = len(spans or contrast.clean_src)
-        check_patching(
-            explored.checkpoint.model,
-            len(contrast.clean_src),
-            len(contrast.output),
-            positions,
-            SITES_PER_BATCH,
-            models.DECODE_LIMIT_BYTES,
-            models.PATCH_MAX_PASSES,
-        )
-    except PatchingTooLarge as error:
-        st.error(literal(f"Cannot patch: {error}."))
-        return None
     stop = st.empty()  # Stop while patching, gone after
     if stop_button("cause_stop", stop):  # pressed: this rerun ended the work at its last update
         session.cause_stopped = asked
@@ -162,6 +148,26 @@ def patched(explored: Explored, contrast: Contrast, noising: bool, spans: Spans)
         progress.close()
         stop.empty()
     return found
+
+
+def within_budget(explored: Explored, spans: Spans) -> bool:
+    """Whether patching every site of the sidebar's sentence is within the server's passes and memory; if not, said
+    in one line, before any run (an upload of 60 encoder layers made 3,200 passes of a 200-word pair)."""
+    result = explored.result
+    try:
+        check_patching(
+            explored.checkpoint.model,
+            len(result.src_ids),
+            len(result.tgt_ids),
+            len(spans or result.src_ids),
+            SITES_PER_BATCH,
+            models.DECODE_LIMIT_BYTES,
+            models.PATCH_MAX_PASSES,
+        )
+    except PatchingTooLarge as error:
+        st.error(literal(f"Cannot patch: {error}."))
+        return False
+    return True
 
 
 def columns(explored: Explored, words: bool) -> tuple[Spans, list[str]]:
@@ -246,8 +252,9 @@ def exports(
 def page(explored: Explored) -> None:
     st.markdown(INTRO)
     asked, expectation = the_form(explored)
-    contrast = None if asked is None else contrast_of(explored, asked)
     spans, labels = columns(explored, asked is not None and asked.words)
+    fits = within_budget(explored, spans)  # said before anything is asked: the sidebar's sentence decides it
+    contrast = None if asked is None or not fits else contrast_of(explored, asked)
     found = None if contrast is None else patched(explored, contrast, asked.noising, spans)
     if found is not None:
         expectation.empty()  # said before the run; above its results it read as if they were still to come

@@ -13,6 +13,7 @@ import base64
 import gzip
 import json
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -185,6 +186,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.serving.hostile_uploads", description=__doc__)
     parser.add_argument("--memory-gb", type=float, default=8.0, help="the server's address-space cap")
     parser.add_argument("--only-visits", action="store_true", help="the hostile visits alone (hostile_visits)")
+    parser.add_argument("--only", help="the attacks and visits whose names match this regular expression alone")
     args = parser.parse_args()
     shipped = DEFAULT_CHECKPOINT.read_bytes()
     os.environ["TRANSFORMER_EXPLORER_PROXY_TOKEN"] = PROXY_TOKEN  # the server's: the visits speak as the proxy
@@ -204,7 +206,8 @@ def main() -> None:
             {} if args.only_visits else {attack.name: one_page(attack, Path(folder)) for attack in attacks(shipped)}
         )
         with HealthProbe(server.url, timeout=60) as watch:
-            for name, visit in (single | VISITS).items():
+            chosen = {name: visit for name, visit in (single | VISITS).items() if re.search(args.only or "", name)}
+            for name, visit in chosen.items():
                 watch.reset()
                 before, started = server.reset_peak_mb(), time.monotonic()
                 said = visit(browser, server.url, files)

@@ -1,7 +1,9 @@
 """Hostile visits that take more than one page or one visitor (python -m benchmarks.serving.hostile_uploads runs
 them after its single-page attacks): a 200k-word vocabulary uploaded and then measured on Which heads matter, one
 address's fresh cookies against the upload budget, sessions from loopback claiming addresses, F16 weights in the checkpoints folder that fit the machine but not
-the server, a timeline of two 15 MB snapshots, and a link that switches off 461 of a model's 768 heads.
+the server, a timeline of two 15 MB snapshots, a link that switches off 461 of a model's 768 heads, each hostile
+toolkit folder of tests/fixtures/hostile_toolkits.py among the checkpoints (the list labels them all on every page)
+opened by a link, and a model of 60 encoder layers decoding 1,000 words and patching 200.
 
 Each visit drives Chromium until the server has answered and returns what the page said, in a few words."""
 
@@ -24,8 +26,9 @@ from tokenizers.pre_tokenizers import Whitespace
 
 from benchmarks.app_on_device import linked_checkpoint
 from tests.fixtures.browser import wait_idle
-from tests.fixtures.crafted import write_with_sparse_tensor
+from tests.fixtures.crafted import deep_upload, write_with_sparse_tensor
 from tests.fixtures.hf_models import save_marian
+from tests.fixtures.hostile_toolkits import MADE, Made
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint, save_checkpoint
 from transformer.io.timeline_file import load_timeline, save_timeline, timeline_path
 from transformer.model.config import TransformerConfig
@@ -48,6 +51,8 @@ class Placed:
     many_heads_off: str  # the link's `off=` for 461 of its 768 heads
     large_vocabulary: Path
     shipped: Path
+    toolkit_folders: dict[str, str]  # each hostile toolkit folder (hostile_toolkits.MADE) by what it is: its name
+    deep: str  # the deep upload's shape (fixtures.deep_upload), listed by this name
 
 
 Visit = Callable[[Browser, str, Placed], str]
@@ -62,7 +67,14 @@ def placed(folder: Path, memory_gb: float) -> Iterator[Placed]:
         many = many_headed(folder / "heads768.safetensors", shipped)
         heads = every_head(many)
         picked = set(random.Random(0).sample(heads, 461))
+        toolkits = folder / "toolkits"
+        toolkits.mkdir()
+        made = {m.what: linked_checkpoint(m.make(toolkits), f"hostile-{i}") for i, m in enumerate(MADE)}
+        deep, tokenizer = deep_upload()
+        save_checkpoint(folder / "deep.safetensors", deep, tokenizer)
         yield Placed(
+            toolkit_folders={what: links.enter_context(link) for what, link in made.items()},
+            deep=links.enter_context(linked_checkpoint(folder / "deep.safetensors", "hostile-deep")),
             f16_directory=links.enter_context(linked_checkpoint(f16_directory(folder, memory_gb), "hostile-f16")),
             timeline_checkpoint=links.enter_context(linked_timeline(folder)),
             many_heads=links.enter_context(linked_checkpoint(folder / "heads768.safetensors", "hostile-heads")),
@@ -254,7 +266,28 @@ def opened(browser: Browser, link: str, expected: str) -> str:
     return text[start : start + 90].replace("\n", " ")
 
 
+def toolkit_folder(made: Made) -> Visit:
+    """The hostile folder opened by a link: the page's refusal, in a few words."""
+    return lambda browser, url, placed: opened(
+        browser, f"{url}/?{urlencode({'ckpt': placed.toolkit_folders[made.what]})}", made.refusal
+    )
+
+
+def long_sentence_on_the_deep_model(browser: Browser, url: str, placed: Placed) -> str:
+    """1,000 words decoded by the deep model (3.8 GB of encoder maps): the sidebar says how long a sentence fits."""
+    return opened(browser, f"{url}/?{urlencode({'ckpt': placed.deep, 'text': ' '.join(['w1'] * 999)})}", "shorten")
+
+
+def cause_on_the_deep_model(browser: Browser, url: str, placed: Placed) -> str:
+    """The Cause page with 200 words on the deep model (3,200 passes): refused before the run."""
+    query = {"ckpt": placed.deep, "text": " ".join(["w1"] * 200), "corrupt": " ".join(["w2"] * 200), "target": "w1"}
+    return opened(browser, f"{url}/cause?{urlencode(query)}", "Cannot patch")
+
+
 VISITS: dict[str, Visit] = {
+    **{made.what: toolkit_folder(made) for made in MADE},
+    "the deep model (60 encoder layers of 16 heads) linked with 1,000 words": long_sentence_on_the_deep_model,
+    "Cause with 200 words on the deep model": cause_on_the_deep_model,
     "a 200,000-word vocabulary uploaded, then Which heads matter": large_vocabulary_on_heads,
     "8 fresh cookies from one address uploading, then another address": fresh_cookies,
     "8 sessions from loopback claiming 8 addresses, then a ninth": claimed_addresses,

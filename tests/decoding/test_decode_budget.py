@@ -4,7 +4,7 @@ of 16 heads, width 16, within every parameter budget, held 3.8 GB of encoder map
 from __future__ import annotations
 
 import pytest
-from fixtures.deep_upload import deep_upload
+from fixtures.crafted import deep_upload
 from helpers import start, translate
 
 from transformer.decoding import greedy

@@ -3,18 +3,32 @@ quickly and holding little, by the listing, the readers and the command line ali
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from fixtures.hostile_toolkits import (
+    MADE,
+    before_torch_1_6,
+    copied,
+    deep_option,
+    eole_vocabulary,
+    expanded_weights,
+    huge_width,
+    laughing_listing,
+    laughing_options,
+    linked_out,
+    marian_bomb,
+    naming_posix_system,
+    rewritten_pt,
+    set_option,
+    shared_leaves,
+    shared_option,
+    vocabulary_pipe,
+)
 from fixtures.toolkit_outputs import FIXTURES
 from helpers import measured, run_cli
 
@@ -24,32 +38,6 @@ from transformer.toolkits import pickled
 from transformer.toolkits.opening import describe_directory, load_any_checkpoint
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-
-
-def copied(tmp_path: Path, name: str, to: str | None = None) -> Path:
-    return Path(shutil.copytree(FIXTURES / name, tmp_path / (to or name)))
-
-
-def billion_laughs(levels: int = 9, width: int = 9) -> list[str]:
-    """YAML lines of `levels` anchors, each a list of `width` aliases of the one before: 9^9 leaves in 0.5 KB."""
-    lines = ['l0: &l0 "vocab.spm"']
-    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels + 1)]
-    return lines
-
-
-def shared_leaves(levels: int, leaf: object = "en", width: int = 4) -> list:
-    """A list of width^levels leaves, each level one list referenced `width` times: a pickle keeps the sharing."""
-    value = leaf
-    for _ in range(levels):
-        value = [value] * width
-    return value  # type: ignore[return-value]
-
-
-def rewritten_pt(path: Path, change) -> None:
-    """The toolkit's checkpoint saved again after `change(saved)` (torch.save keeps shared references)."""
-    saved = torch.load(path, map_location="cpu", weights_only=False)
-    change(saved)
-    torch.save(saved, path)
 
 
 def listed_in_a_process(directory: Path) -> str:
@@ -64,50 +52,21 @@ def listed_in_a_process(directory: Path) -> str:
 def test_listing_a_marian_folder_whose_decoder_yaml_holds_a_billion_laughs_says_so_at_once(tmp_path):
     """Listing the checkpoints labels each Marian folder from its decoder YAML: 484 bytes of nested aliases made its
     vocabulary names a string of 9^9 names, and every page of every visitor waited on it."""
-    directory = copied(tmp_path, "marian-untied")
-    text = "\n".join([*billion_laughs(), "vocabs: [*l9, *l9]"]) + "\n"
-    assert len(text) < 600
-    (directory / "model.npz.decoder.yml").write_text(text)
+    directory = laughing_listing(tmp_path)
+    assert (directory / "model.npz.decoder.yml").stat().st_size < 600
     label = listed_in_a_process(directory)
-    assert label.startswith("marian-untied · Marian · not readable: model.npz.decoder.yml holds YAML aliases"), label
+    assert label.startswith("laughs.en-fr · Marian · not readable: model.npz.decoder.yml holds YAML"), label
     with measured() as cost, pytest.raises(CheckpointError, match=r"holds YAML aliases \(& or \*\)"):
         load_any_checkpoint(directory)
     assert cost.peak_growth_mb < 50, cost
 
 
-def marian_with_options(directory: Path, change) -> None:
-    """The folder's model.npz with its options' YAML text changed by `change(lines)`."""
-    arrays = dict(np.load(directory / "model.npz"))
-    lines = arrays["special:model.yml"].tobytes().rstrip(b"\0").decode().splitlines()
-    arrays["special:model.yml"] = np.frombuffer("\n".join(change(lines)).encode() + b"\0", dtype=np.int8)
-    np.savez(directory / "model.npz", **arrays)
-
-
 @pytest.mark.parametrize("field", ["type", "transformer-heads"])
 def test_aliases_in_a_marian_models_own_options_are_refused_unread(tmp_path, field):
-    directory = copied(tmp_path, "marian-tied")
-    marian_with_options(
-        directory,
-        lambda lines: [
-            *billion_laughs(),
-            *(f"{field}: *l9" if line.startswith(f"{field}:") else line for line in lines),
-        ],
-    )
+    directory = laughing_options(tmp_path, field)
     with measured() as cost, pytest.raises(CheckpointError, match=r"special:model\.yml holds YAML aliases"):
         load_any_checkpoint(directory)
     assert cost.peak_growth_mb < 50, cost
-
-
-def set_option(saved: dict, path: str, value: object) -> None:
-    """Sets cfg.model.arch (dots between a dict's keys or a Namespace's attributes) in a loaded checkpoint."""
-    *parents, last = path.split(".")
-    holder = saved
-    for name in parents:
-        holder = vars(holder)[name] if isinstance(holder, argparse.Namespace) else holder[name]
-    if isinstance(holder, argparse.Namespace):
-        setattr(holder, last, value)
-    else:
-        holder[last] = value
 
 
 @pytest.mark.parametrize(
@@ -120,8 +79,7 @@ def set_option(saved: dict, path: str, value: object) -> None:
 )
 def test_an_option_of_shared_references_expanding_past_billions_is_refused_in_one_line(tmp_path, name, pt, option):
     """A 290 KB file held a list of 4^16 leaves as one option: printing it in the refusal took minutes and 8 GB."""
-    directory = copied(tmp_path, name, "model.en-fr")
-    rewritten_pt(directory / pt, lambda saved: set_option(saved, option, shared_leaves(16)))
+    directory = shared_option(tmp_path, "fairseq" if name.startswith("fairseq") else "opennmt", option)
     assert (directory / pt).stat().st_size < 2 * (FIXTURES / name / pt).stat().st_size
     with measured() as cost, pytest.raises(CheckpointError, match="expand to over 16,777,216 items and characters"):
         load_any_checkpoint(directory)
@@ -134,26 +92,9 @@ def test_an_option_of_shared_references_expanding_past_billions_is_refused_in_on
         assert "expand" not in str(refused) and len(str(refused)) < 400
 
 
-def with_pickle_ops(path: Path, option: str, ops: bytes) -> None:
-    """The checkpoint with cfg.model's `option` made of these pickle opcodes (which torch.save could not write: its
-    pickler recurses), written into the zip's data.pkl in place of a placeholder string."""
-    rewritten_pt(path, lambda saved: set_option(saved, f"cfg.model.{option}", "PLACEHOLDER"))
-    with zipfile.ZipFile(path) as archive:
-        members = {info.filename: archive.read(info) for info in archive.infolist()}
-    (pkl,) = [name for name in members if name.endswith("/data.pkl")]
-    placeholder = b"X\x0b\x00\x00\x00PLACEHOLDER"  # BINUNICODE, protocol 2
-    assert members[pkl].count(placeholder) == 1
-    members[pkl] = members[pkl].replace(placeholder, ops)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-
-
 def test_a_100000_deep_option_and_a_list_inside_itself_are_refused_in_one_line_not_a_traceback(tmp_path):
     """A 100,000-deep list as fairseq's arch ended in a RecursionError's traceback."""
-    directory = copied(tmp_path, "fairseq-joined", "model.en-fr")
-    depth = 100_000
-    with_pickle_ops(directory / "checkpoint_best.pt", "arch", b"]" * (depth + 1) + b"a" * depth)  # [[[...]]]
+    directory = deep_option(tmp_path)
     translated = run_cli("translate", "--checkpoint", str(directory), stdin="A dog.\n")
     assert translated.returncode == 2 and "nested over 100 deep" in translated.stderr
     assert len(translated.stderr.strip().splitlines()) == 1, translated.stderr
@@ -166,12 +107,7 @@ def test_a_100000_deep_option_and_a_list_inside_itself_are_refused_in_one_line_n
 
 def test_a_tensor_whose_strides_repeat_what_is_stored_is_refused_before_anything_is_built(tmp_path):
     """A 60 KB file of expanded tensors described a model of 0.47 billion parameters and was built (2.65 GB)."""
-    directory = copied(tmp_path, "fairseq-joined", "model.en-fr")
-    name = "encoder.layers.0.fc1.weight"
-    rewritten_pt(
-        directory / "checkpoint_best.pt",
-        lambda saved: saved["model"].__setitem__(name, torch.zeros(1, 1).expand(60_000, 8_000)),
-    )
+    directory = expanded_weights(tmp_path)
     with measured() as cost, pytest.raises(CheckpointError, match="480,000,000 elements on 4 stored bytes"):
         load_any_checkpoint(directory)
     assert cost.peak_growth_mb < 100, cost
@@ -191,32 +127,17 @@ def test_pickled_weights_are_held_to_the_memory_free_by_what_they_will_occupy_no
 
 def test_a_posix_system_global_is_named_in_the_refusal(tmp_path):
     """A pickle naming posix.system was refused as "refused unread: " with nothing after it."""
-    directory = copied(tmp_path, "fairseq-joined", "model.en-fr")
-
-    class Runs:
-        def __reduce__(self):
-            return (os.system, ("true",))
-
-    torch.save({"model": {}, "cfg": {"task": Runs()}}, directory / "checkpoint_best.pt")
+    directory = naming_posix_system(tmp_path)
     with pytest.raises(CheckpointError, match=r"refused unread: Unsupported global: GLOBAL posix\.system$"):
         load_any_checkpoint(directory)
 
 
 def test_a_file_of_torchs_format_before_1_6_is_refused_before_torch_reads_it(tmp_path, monkeypatch):
     """A 413-byte pickle declaring a 10 GB storage made torch reserve 10 GB before it refused it."""
-    directory = copied(tmp_path, "fairseq-joined", "model.en-fr")
-    saved = torch.load(directory / "checkpoint_best.pt", map_location="cpu", weights_only=False)
-    torch.save(saved, directory / "checkpoint_best.pt", _use_new_zipfile_serialization=False)
+    directory = before_torch_1_6(tmp_path)
     monkeypatch.setattr(pickled.torch, "load", lambda *a, **k: pytest.fail("torch read the file"))
     with pytest.raises(CheckpointError, match="format before torch 1.6 .* save it again"):
         load_any_checkpoint(directory)
-
-
-def linked_out(directory: Path, pattern: str, outside: Path) -> None:
-    """The one file of `directory` matching `pattern` moved outside it and linked back under another name."""
-    (found,) = directory.glob(pattern)
-    found.rename(outside / found.name)
-    (directory / f"other{found.suffix}").symlink_to(outside / found.name)
 
 
 @pytest.mark.parametrize(
@@ -226,10 +147,7 @@ def linked_out(directory: Path, pattern: str, outside: Path) -> None:
 def test_a_file_found_by_its_kind_through_a_link_out_of_the_folder_is_refused_unread(tmp_path, name, pattern):
     """A reader's fixed names were confined to the folder, the files it found by kind (any .pt, any .npz) were not:
     a model placed elsewhere translated."""
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    directory = copied(tmp_path, name, "model.en-fr")
-    linked_out(directory, pattern, outside)
+    directory = linked_out(tmp_path, name, pattern)
     with pytest.raises(CheckpointError, match="a link that leads out of the directory"):
         load_any_checkpoint(directory)
     assert "not readable" in describe_directory(directory) or "no checkpoint" in describe_directory(directory)
@@ -237,12 +155,7 @@ def test_a_file_found_by_its_kind_through_a_link_out_of_the_folder_is_refused_un
 
 def test_a_marian_archive_of_an_array_no_model_has_is_refused_before_any_array_is_read(tmp_path):
     """9 MB unpacking to 2 GB of zeros was read whole before "unexpected array 'zzz_bomb'"."""
-    directory = copied(tmp_path, "marian-tied")
-    with zipfile.ZipFile(directory / "model.npz", "a", compression=zipfile.ZIP_DEFLATED) as archive:
-        with archive.open("zzz_bomb.npy", "w", force_zip64=True) as member:
-            np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": (2**27,)})
-            for _ in range(2**9):
-                member.write(bytes(2**20))
+    directory = marian_bomb(tmp_path)
     assert (directory / "model.npz").stat().st_size < 2e6
     with measured() as cost, pytest.raises(CheckpointError, match="unexpected array 'zzz_bomb'"):
         load_any_checkpoint(directory)
@@ -261,10 +174,7 @@ def test_a_marian_archive_larger_than_the_model_its_options_describe_is_refused_
 
 def test_an_eole_vocabulary_larger_than_its_config_declares_is_refused_unread(tmp_path, monkeypatch):
     """3.6 million pieces (60 MB) were parsed in full before they were refused: 17 s and 1 GB."""
-    directory = copied(tmp_path, "eole-shared.en-fr")
-    vocab = json.loads((directory / "vocab.json").read_text())
-    pieces = [f"▁p{i}" for i in range(400_000)]
-    (directory / "vocab.json").write_text(json.dumps(vocab | {"src": vocab["src"] + pieces}))
+    directory = eole_vocabulary(tmp_path)
     parse = json.loads
     monkeypatch.setattr(json, "loads", lambda text, **k: parse(text) if len(text) < 1e6 else pytest.fail("parsed"))
     with pytest.raises(CheckpointError, match="more than the 2,000 pieces config.json declares"):
@@ -273,23 +183,27 @@ def test_an_eole_vocabulary_larger_than_its_config_declares_is_refused_unread(tm
 
 def test_an_eole_folder_whose_vocabulary_is_a_pipe_is_refused_as_an_eole_folder(tmp_path):
     """It was called "not a Hugging Face model directory"."""
-    directory = copied(tmp_path, "eole-shared.en-fr")
-    (directory / "vocab.json").unlink()
-    os.mkfifo(directory / "vocab.json")
-    with pytest.raises(CheckpointError, match="vocab.json in eole-shared.en-fr is not a regular file: refused"):
+    directory = vocabulary_pipe(tmp_path)
+    with pytest.raises(CheckpointError, match="vocab.json in pipe.en-fr is not a regular file: refused"):
         load_any_checkpoint(directory)
 
 
 def test_an_eole_width_of_4299_digits_is_refused_as_not_an_integer_of_a_size_read(tmp_path):
     """It was refused for "embeddings of another width than the layers'"."""
-    directory = copied(tmp_path, "eole-shared.en-fr")
-    text = (directory / "config.json").read_text().replace('"hidden_size": 32', '"hidden_size": ' + "9" * 4299)
-    (directory / "config.json").write_text(text)
+    directory = huge_width(tmp_path)
     with pytest.raises(
         CheckpointError,
         match="config.json's encoder hidden_size is an integer of about 4,299 digits, not an integer from 1",
     ):
         load_any_checkpoint(directory)
+
+
+@pytest.mark.parametrize("made", MADE, ids=lambda made: made.make.__name__)
+def test_each_hostile_folder_is_refused_in_one_line_by_the_command_line_saying_what_the_benchmark_expects(
+    tmp_path, made
+):
+    done = run_cli("translate", "--checkpoint", made.make(tmp_path), stdin="A dog.\n")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and made.refusal in done.stderr, done.stderr
 
 
 def test_the_shipped_fixtures_still_open_after_every_check():

@@ -4,7 +4,7 @@ the deep upload with 200 words made 3,200 passes, and with 1,000 words `patch` r
 from __future__ import annotations
 
 import pytest
-from fixtures.deep_upload import deep_upload
+from fixtures.crafted import deep_upload
 from fixtures.patching_pair import CLEAN, CORRUPT
 from helpers import errors, run_cli, start
 
