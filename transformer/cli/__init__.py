@@ -1,4 +1,4 @@
-"""The command line: `python -m transformer {translate,inspect,attribute,contributions,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,heads,timeline,patch} --help`."""
+"""The command line: `python -m transformer {translate,inspect,attribute,contributions,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,heads,timeline,patch,patch-set} --help`."""
 
 from __future__ import annotations
 

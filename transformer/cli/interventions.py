@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from transformer.cli.common import add_checkpoint, device, write_arrays
@@ -32,20 +33,15 @@ def patched(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[Any, 
     return contrast, clean, spans, patch_every_site(model, contrast, noising=args.noising, spans=spans)
 
 
-def cmd_patch(args: argparse.Namespace) -> int:
+def patch_arrays(found: Any, contrast: Any, clean: Any, tokenizer: Any, spans: list | None) -> dict[str, Any]:
+    """What `patch --out` writes of one pair (and `patch-set` of each): every family's grid, the two metrics, the
+    step and tokens read, and the pieces and words of both sources and the output."""
     import numpy as np
 
     from transformer.analysis.words import word_labels, word_spans
-    from transformer.model.heads import Head
-    from transformer.model.kinds import AttentionKind
-    from transformer.text.pieces import readable
-    from transformer.toolkits.opening import load_any_checkpoint
 
-    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
-    model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    contrast, clean, spans, found = patched(model, tokenizer, args)
-    step, foil, corrupt_src = contrast.step, contrast.foil, contrast.corrupt_src
-    arrays = {
+    corrupt_src = contrast.corrupt_src
+    return {
         "encoder_residual": found.encoder_residual,
         "encoder_heads": found.encoder_heads,
         "cross_heads": found.cross_heads,
@@ -53,9 +49,9 @@ def cmd_patch(args: argparse.Namespace) -> int:
         "decoder_residual": found.decoder_residual,
         "metric_clean": np.array(found.metric_clean),
         "metric_corrupt": np.array(found.metric_corrupt),
-        "step": np.array(step),
+        "step": np.array(contrast.step),
         "target_id": np.array(contrast.target),
-        "foil_id": np.array(-1 if foil is None else foil),
+        "foil_id": np.array(-1 if contrast.foil is None else contrast.foil),
         "src_pieces": np.array(clean.src_pieces),
         "src_words": np.array(word_labels(clean.src_pieces, spans or word_spans(clean.src_pieces))),
         "corrupt_pieces": np.array([tokenizer.id_to_piece(i) for i in corrupt_src]),
@@ -64,6 +60,21 @@ def cmd_patch(args: argparse.Namespace) -> int:
         "corrupt_ids": np.array(corrupt_src),
         "tgt_ids": np.array(clean.tgt_ids),
     }
+
+
+def cmd_patch(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from transformer.model.heads import Head
+    from transformer.model.kinds import AttentionKind
+    from transformer.text.pieces import readable
+    from transformer.toolkits.opening import load_any_checkpoint
+
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    contrast, clean, spans, found = patched(model, tokenizer, args)
+    step, foil = contrast.step, contrast.foil
+    arrays = patch_arrays(found, contrast, clean, tokenizer, spans)
     out = write_arrays(args, arrays)
     print(clean.text)
     measured = f"logit({args.target}) - logit({args.foil})" if foil is not None else f"log p({args.target})"
@@ -83,6 +94,104 @@ def cmd_patch(args: argparse.Namespace) -> int:
     )
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def cmd_patch_set(args: argparse.Namespace) -> int:
+    """patch over a pair set: each pair as `patch` patches it alone, its arrays in DIR/pairs/<id>.npz, a row of
+    DIR/pairs.csv, and the set's contrastive accuracy in DIR/summary.json; a run started again skips the pairs
+    already written (of the same settings: DIR/run.json)."""
+    import dataclasses
+
+    from transformer.analysis.interventions.budget import check_patching
+    from transformer.analysis.interventions.contrastive import patched_pairs
+    from transformer.analysis.interventions.pair_sets import read_pair_set
+    from transformer.analysis.interventions.patching import SITES_PER_BATCH
+    from transformer.io.export import npz_bytes
+    from transformer.io.memory import memory_available
+    from transformer.toolkits.opening import load_any_checkpoint
+
+    read = read_pair_set(args.pairs)
+    for number, why in read.refused:
+        print(f"{Path(args.pairs).name}, line {number}: {why}: left out", file=sys.stderr)
+    out = Path(args.out)
+    done = resumed(out, {"checkpoint": str(args.checkpoint), "pairs": Path(args.pairs).name} | run_settings(args))
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
+    model, tokenizer, room = checkpoint.model, checkpoint.tokenizer, memory_available()
+
+    def within_budget(contrast: Any, spans: list | None) -> None:
+        positions = len(spans or contrast.clean_src)
+        check_patching(model, len(contrast.clean_src), len(contrast.output), positions, SITES_PER_BATCH, room)
+
+    left = [pair for pair in read.pairs if pair.id not in done]
+    print(f"{len(read.pairs)} pairs, {len(read.pairs) - len(left)} done before", file=sys.stderr)
+    for number, run in enumerate(patched_pairs(model, tokenizer, left, args.noising, args.words, within_budget), 1):
+        if run.patching is not None:
+            arrays = patch_arrays(run.patching, run.contrast, run.clean, tokenizer, run.spans)
+            written = out / "pairs" / f"{run.pair.id}.npz"
+            written.with_suffix(".part").write_bytes(npz_bytes(arrays))
+            written.with_suffix(".part").replace(written)  # whole, or not there: a stopped run redoes the pair
+        done[run.pair.id] = run.outcome
+        print(f"{number}/{len(left)} {run.pair.id}: {run.outcome.status}", file=sys.stderr)
+    outcomes = [dataclasses.replace(done[pair.id], phenomenon=pair.phenomenon) for pair in read.pairs]
+    write_set_results(out, outcomes, len(read.refused))
+    return 0
+
+
+def run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {"noising": bool(args.noising), "words": bool(args.words), "method": "exact"}
+
+
+def resumed(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """The outcomes of the pairs an earlier run of these settings wrote in `out` (its pairs/*.npz), by id; `out`
+    made where it is new; ValueError where it holds a run of other settings."""
+    import json
+
+    import numpy as np
+
+    from transformer.analysis.interventions.contrastive import READ, Outcome
+
+    (out / "pairs").mkdir(parents=True, exist_ok=True)
+    recorded = out / "run.json"
+    if recorded.exists() and json.loads(recorded.read_text()) != settings:
+        raise ValueError(f"{out} holds a run of other settings ({recorded}): give another --out, or the same settings")
+    recorded.write_text(json.dumps(settings, indent=1))
+    done = {}
+    for path in sorted((out / "pairs").glob("*.npz")):
+        with np.load(path) as arrays:
+            step, clean, corrupt = (float(arrays[name]) for name in ("step", "metric_clean", "metric_corrupt"))
+        done[path.stem] = Outcome(path.stem, "", READ, int(step), clean, corrupt)
+    return done
+
+
+def write_set_results(out: Path, outcomes: list[Any], refused_lines: int) -> None:
+    """DIR/pairs.csv (a row a pair) and DIR/summary.json (the counts, the accuracy and its interval, by phenomenon)."""
+    import csv
+    import dataclasses
+    import json
+
+    from transformer.analysis.interventions.contrastive import accuracy, by_phenomenon
+
+    with open(out / "pairs.csv", "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["id", "phenomenon", "status", "step", "metric_clean", "metric_corrupt", "correct", "why"])
+        for o in outcomes:
+            step = "" if o.step is None else o.step + 1
+            writer.writerow([o.id, o.phenomenon, o.status, step, o.metric_clean, o.metric_corrupt, o.correct, o.why])
+
+    def counted(found: Any) -> dict[str, Any]:  # a share of no pairs is null, not NaN (which JSON has not)
+        return {name: None if value != value else value for name, value in dataclasses.asdict(found).items()}
+
+    summary = counted(accuracy(outcomes)) | {
+        "not_written": sum(o.status == "not written" for o in outcomes),
+        "refused": sum(o.status == "refused" for o in outcomes),
+        "lines_refused": refused_lines,
+        "by_phenomenon": {name or "(none)": counted(a) for name, a in by_phenomenon(outcomes).items()},
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    said = f"{summary['correct']} of {summary['written']} written pairs correct"
+    if summary["written"]:
+        said += f" ({summary['share']:.1%}, 95 % interval {summary['low']:.1%} to {summary['high']:.1%})"
+    print(f"{said}; wrote {out}", file=sys.stderr)
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -109,3 +218,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     patch.add_argument("--out", required=True, help="output file (.npz, or .json with --format json)")
     patch.add_argument("--format", choices=["npz", "json"], default="npz")
     patch.set_defaults(run=cmd_patch)
+    patch_set = commands.add_parser(
+        "patch-set",
+        help="patch over a pair set (docs/pair-sets.md): every site of each pair, and the set's contrastive accuracy",
+    )
+    add_checkpoint(patch_set)
+    patch_set.add_argument("--pairs", required=True, help="a pair set: one JSON object a line (docs/pair-sets.md)")
+    patch_set.add_argument("--out", required=True, help="the results' folder (started again: skips pairs done)")
+    patch_set.add_argument("--noising", action="store_true", help="as patch --noising")
+    patch_set.add_argument("--words", action="store_true", help="as patch --words")
+    patch_set.set_defaults(run=cmd_patch_set)

@@ -52,6 +52,10 @@ class Contrast:
             raise ValueError(f"step {self.step + 1} is past the output's {len(self.output)} tokens")
 
 
+class NotWritten(ValueError):
+    """The output never writes the token asked for (at the step asked)."""
+
+
 def target_step(pieces: list[str], word: str, step: int | None = None) -> int:
     """The step (0-based) whose output piece is `word` as the output writes it, a word's first piece ("▁il" for "il")
     or a piece inside a word ("il" of "qu'il"): the first such, or `step` where it is one; ValueError listing the
@@ -61,7 +65,7 @@ def target_step(pieces: list[str], word: str, step: int | None = None) -> int:
         if pieces[at] in (word, WORD_START + word):
             return at
     where = f"no output token is {word!r}" if step is None else f"the output's token {step + 1} is not {word!r}"
-    raise ValueError(f"{where}: the output's pieces are {' '.join(pieces)}")
+    raise NotWritten(f"{where}: the output's pieces are {' '.join(pieces)}")
 
 
 def foil_id(tokenizer: TokenizerBase, target_piece: str, foil: str) -> int:
