@@ -70,3 +70,31 @@ def test_the_package_is_imported_before_the_warm_up_thread_starts():
     run = subprocess.run([sys.executable, "-c", launch], cwd=REPO, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_the_server_takes_no_forwarded_address_from_loopback(monkeypatch):
+    """uvicorn trusted X-Forwarded-For from loopback: any program on the machine was seen at the address it claimed
+    (eight such sessions held the server's whole upload budget). The launcher turns that off; the classroom's proxy
+    vouches with its token instead."""
+    import asyncio
+
+    import uvicorn
+
+    from ui.server import launch
+
+    seen = {}
+
+    async def app(scope, receive, send):
+        seen["client"] = scope["client"]
+
+    scope = {"type": "http", "client": ("127.0.0.1", 5000), "headers": [(b"x-forwarded-for", b"198.51.100.7")]}
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")  # uvicorn's default; undone after the test
+    trusting = uvicorn.Config(app)
+    trusting.load()
+    asyncio.run(trusting.loaded_app(dict(scope), None, None))
+    assert seen["client"][0] == "198.51.100.7"  # uvicorn's default: what the test must see change
+    launch.trust_no_forwarded_headers()
+    config = uvicorn.Config(app)
+    config.load()
+    asyncio.run(config.loaded_app(dict(scope), None, None))
+    assert seen["client"] == ("127.0.0.1", 5000)
