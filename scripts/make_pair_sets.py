@@ -99,6 +99,13 @@ PREDICATES = ["is tired.", "is happy.", "is sad.", "is ready.", "is late.", "is 
               "was afraid.", "is bored.", "was bored."]  # fmt: skip
 
 
+def drawn(rng: random.Random, sentence: str, sides: list[tuple[str, str, dict]], phenomenon: str) -> Pair:
+    """`sentence` filled with one side's word against the other's, which side is clean drawn with the seed; a side
+    is (its word, the target it makes the translation write, the roles of the clean sentence's words)."""
+    (clean, target, roles), (corrupt, foil, _) = sides if rng.random() < 0.5 else sides[::-1]
+    return Pair("", sentence.format(clean), sentence.format(corrupt), target, foil, phenomenon, None, roles)
+
+
 def antecedent_pairs(rng: random.Random) -> list[Pair]:
     """Every animal and place of the other gender, each pair of adjectives: the clean sentence's adjective points
     "it" at the animal or at the place (as the seed draws), the corrupted one at the other."""
@@ -107,33 +114,27 @@ def antecedent_pairs(rng: random.Random) -> list[Pair]:
         for place, place_gender in PLACES.items():
             if animal_gender == place_gender:
                 continue
+            sentence = f"The {animal} didn't cross the {place} because it was too {{}}."
+            roles = [{"differing": [10], "pronoun": [7], "antecedent": [i], "other_noun": [6 - i]} for i in (1, 5)]
             for animal_adjective, place_adjective in zip(ANIMAL_ADJECTIVES, PLACE_ADJECTIVES):
-                sentence = f"The {animal} didn't cross the {place} because it was too {{}}."
-                sides = [(animal_adjective, animal_gender, 1), (place_adjective, place_gender, 5)]
-                (clean, gender, antecedent), (corrupt, other, _) = sides if rng.random() < 0.5 else sides[::-1]
-                roles = {"differing": [10], "pronoun": [7], "antecedent": [antecedent], "other_noun": [6 - antecedent]}
-                pairs.append(
-                    Pair("", sentence.format(clean), sentence.format(corrupt), PRONOUNS[gender], PRONOUNS[other],
-                         "antecedent", None, roles)
-                )  # fmt: skip
+                sides = [
+                    (animal_adjective, PRONOUNS[animal_gender], roles[0]),
+                    (place_adjective, PRONOUNS[place_gender], roles[1]),
+                ]
+                pairs.append(drawn(rng, sentence, sides, "antecedent"))
     return pairs
 
 
 def noun_gender_pairs(rng: random.Random) -> list[Pair]:
     """Each relative of each gender with each possessive and ending: the possessive agrees with the relative."""
-    pairs = []
-    for female, male in RELATIVES:
-        for possessive, forms in POSSESSIVES.items():
-            for ending in PROFESSIONS:
-                sides = [(female, "f"), (male, "m")]
-                (clean, gender), (corrupt, other) = sides if rng.random() < 0.5 else sides[::-1]
-                sentence = f"{possessive} {{}} is {ending}."
-                roles = {"differing": [1], "target_source": [0]}
-                pairs.append(
-                    Pair("", sentence.format(clean), sentence.format(corrupt), forms[gender], forms[other],
-                         "noun-gender", None, roles)
-                )  # fmt: skip
-    return pairs
+    roles = {"differing": [1], "target_source": [0]}
+    return [
+        drawn(rng, f"{possessive} {{}} is {ending}.", [(female, forms["f"], roles), (male, forms["m"], roles)],
+              "noun-gender")
+        for female, male in RELATIVES
+        for possessive, forms in POSSESSIVES.items()
+        for ending in PROFESSIONS
+    ]  # fmt: skip
 
 
 def pronoun_gender_pairs(rng: random.Random) -> list[Pair]:
