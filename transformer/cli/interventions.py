@@ -134,6 +134,7 @@ def cmd_patch_set(args: argparse.Namespace) -> int:
         print(f"{number}/{len(left)} {run.pair.id}: {run.outcome.status}", file=sys.stderr)
     outcomes = [dataclasses.replace(done[pair.id], phenomenon=pair.phenomenon) for pair in read.pairs]
     write_set_results(out, outcomes, len(read.refused))
+    write_effects(out, [pair for pair in read.pairs if done[pair.id].written], args.words)
     return 0
 
 
@@ -192,6 +193,56 @@ def write_set_results(out: Path, outcomes: list[Any], refused_lines: int) -> Non
     if summary["written"]:
         said += f" ({summary['share']:.1%}, 95 % interval {summary['low']:.1%} to {summary['high']:.1%})"
     print(f"{said}; wrote {out}", file=sys.stderr)
+
+
+def write_effects(out: Path, pairs: list[Any], words: bool) -> None:
+    """DIR/effects.npz and DIR/effects.csv: each site family's mean share over the written pairs, its interval and
+    top-five count (set_effects), read from the pairs' own files (a resumed run's too)."""
+    import csv
+
+    import numpy as np
+
+    from transformer.analysis.interventions.set_effects import FAMILIES, columns_by_role, effects, pair_sites
+    from transformer.analysis.interventions.sites import Patching
+    from transformer.io.export import npz_bytes
+
+    if not pairs:
+        return
+    found, roles = [], []
+    for pair in pairs:
+        with np.load(out / "pairs" / f"{pair.id}.npz") as arrays:
+            patching = Patching(*(arrays[name] for name in PATCHING_ARRAYS), 0.0, 0.0, False)
+            differing = np.flatnonzero(arrays["src_ids"] != arrays["corrupt_ids"]).tolist()
+            roles.append(columns_by_role(list(arrays["src_pieces"]), differing, pair.roles, words))
+        found.append(patching)
+    names = list(dict.fromkeys(name for pair_roles in roles for name in pair_roles))
+    names = [n for n in names if n not in ("before", "after", "rest")] + ["before", "after", "rest"]
+    by_family = effects([pair_sites(patching, role, names) for patching, role in zip(found, roles)])
+    arrays = {"roles": np.array(names), "pairs": np.array(len(pairs))}
+    for family, effect in by_family.items():
+        arrays |= {f"{family}_{part}": getattr(effect, part) for part in ("mean", "low", "high", "top")}
+    (out / "effects.npz").write_bytes(npz_bytes(arrays))
+    with open(out / "effects.csv", "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file)
+        writer.writerow(["family", "layer", "head", "role", "mean", "low", "high", "top_five_in"])
+        for family in FAMILIES:
+            effect = by_family[family]
+            for at in np.ndindex(effect.mean.shape):
+                layer, head, role = _site_labels(family, at, names)
+                values = (effect.mean[at], effect.low[at], effect.high[at], effect.top[at])
+                writer.writerow([family, layer, head, role, *values])
+
+
+PATCHING_ARRAYS = ("encoder_residual", "encoder_heads", "cross_heads", "decoder_self_heads", "decoder_residual")
+
+
+def _site_labels(family: str, at: tuple[int, ...], roles: list[str]) -> tuple[Any, Any, str]:
+    """A site's layer (a layer boundary for a stream), head (1-based) and role, as the CSV names them."""
+    if family == "encoder_stream":
+        return at[0], "", roles[at[1]]
+    if family == "decoder_stream":
+        return at[0], "", ""
+    return at[0] + 1, at[1] + 1, "differing" if family == "encoder_heads_differing" else ""
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
