@@ -98,64 +98,87 @@ def cmd_patch(args: argparse.Namespace) -> int:
 
 def cmd_patch_set(args: argparse.Namespace) -> int:
     """patch over a pair set: each pair as `patch` patches it alone, its arrays in DIR/pairs/<id>.npz, a row of
-    DIR/pairs.csv, and the set's contrastive accuracy in DIR/summary.json; a run started again skips the pairs
-    already written (of the same settings: DIR/run.json)."""
+    DIR/pairs.csv, the set's contrastive accuracy in DIR/summary.json and its effects in DIR/effects.*; a run
+    started again skips the pairs already written (of the same settings: DIR/run.json). Under torchrun the pairs
+    left are split by rank and rank 0 writes what they make together."""
     import dataclasses
 
+    from transformer.analysis.interventions.pair_sets import read_pair_set
+    from transformer.training.distributed import device_for_rank, gathered_on_rank_zero, in_turn, leave, rank_and_world
+
+    read = read_pair_set(args.pairs)
+    rank, world = rank_and_world()
+    out, settings = Path(args.out), {"checkpoint": str(args.checkpoint), "pairs": Path(args.pairs).name}
+    if rank == 0:
+        for number, why in read.refused:
+            print(f"{Path(args.pairs).name}, line {number}: {why}: left out", file=sys.stderr)
+        done = resumed(out, settings | run_settings(args))
+    in_turn(world)  # rank 0 has made the folder and recorded the run
+    done = done if rank == 0 else resumed(out, settings | run_settings(args), record=False)
+    left = [pair for pair in read.pairs if pair.id not in done]
+    if rank == 0:
+        print(f"{len(read.pairs)} pairs, {len(read.pairs) - len(left)} done before", file=sys.stderr)
+    on = device_for_rank(rank) if world > 1 else device(args.device)
+    mine = patched_into(out, args, left[rank::world], on, f"rank {rank}: " if world > 1 else "")
+    every_rank = gathered_on_rank_zero(mine, world)
+    if every_rank is not None:
+        for outcomes in every_rank:
+            done |= outcomes  # type: ignore[arg-type]
+        outcomes = [dataclasses.replace(done[pair.id], phenomenon=pair.phenomenon) for pair in read.pairs]
+        write_set_results(out, outcomes, len(read.refused))
+        write_effects(out, [pair for pair in read.pairs if done[pair.id].written], args.words)
+    leave(world)
+    return 0
+
+
+def patched_into(out: Path, args: argparse.Namespace, pairs: list[Any], on: Any, said: str) -> dict[str, Any]:
+    """Each pair patched (its decode and each pass held to the memory free first) and its arrays written whole into
+    DIR/pairs/<id>.npz; the pairs' outcomes by id."""
     from transformer.analysis.interventions.budget import check_patching
     from transformer.analysis.interventions.contrastive import patched_pairs
-    from transformer.analysis.interventions.pair_sets import read_pair_set
     from transformer.analysis.interventions.patching import SITES_PER_BATCH
     from transformer.io.export import npz_bytes
     from transformer.io.memory import memory_available
     from transformer.toolkits.opening import load_any_checkpoint
 
-    read = read_pair_set(args.pairs)
-    for number, why in read.refused:
-        print(f"{Path(args.pairs).name}, line {number}: {why}: left out", file=sys.stderr)
-    out = Path(args.out)
-    done = resumed(out, {"checkpoint": str(args.checkpoint), "pairs": Path(args.pairs).name} | run_settings(args))
-    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
+    checkpoint = load_any_checkpoint(args.checkpoint, on)
     model, tokenizer, room = checkpoint.model, checkpoint.tokenizer, memory_available()
 
     def within_budget(contrast: Any, spans: list | None) -> None:
         positions = len(spans or contrast.clean_src)
         check_patching(model, len(contrast.clean_src), len(contrast.output), positions, SITES_PER_BATCH, room)
 
-    left = [pair for pair in read.pairs if pair.id not in done]
-    print(f"{len(read.pairs)} pairs, {len(read.pairs) - len(left)} done before", file=sys.stderr)
-    for number, run in enumerate(patched_pairs(model, tokenizer, left, args.noising, args.words, within_budget), 1):
+    outcomes = {}
+    for number, run in enumerate(patched_pairs(model, tokenizer, pairs, args.noising, args.words, within_budget), 1):
         if run.patching is not None:
             arrays = patch_arrays(run.patching, run.contrast, run.clean, tokenizer, run.spans)
             written = out / "pairs" / f"{run.pair.id}.npz"
             written.with_suffix(".part").write_bytes(npz_bytes(arrays))
             written.with_suffix(".part").replace(written)  # whole, or not there: a stopped run redoes the pair
-        done[run.pair.id] = run.outcome
-        print(f"{number}/{len(left)} {run.pair.id}: {run.outcome.status}", file=sys.stderr)
-    outcomes = [dataclasses.replace(done[pair.id], phenomenon=pair.phenomenon) for pair in read.pairs]
-    write_set_results(out, outcomes, len(read.refused))
-    write_effects(out, [pair for pair in read.pairs if done[pair.id].written], args.words)
-    return 0
+        outcomes[run.pair.id] = run.outcome
+        print(f"{said}{number}/{len(pairs)} {run.pair.id}: {run.outcome.status}", file=sys.stderr)
+    return outcomes
 
 
 def run_settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"noising": bool(args.noising), "words": bool(args.words), "method": "exact"}
 
 
-def resumed(out: Path, settings: dict[str, Any]) -> dict[str, Any]:
+def resumed(out: Path, settings: dict[str, Any], record: bool = True) -> dict[str, Any]:
     """The outcomes of the pairs an earlier run of these settings wrote in `out` (its pairs/*.npz), by id; `out`
-    made where it is new; ValueError where it holds a run of other settings."""
+    made and the settings recorded where it is new (`record`); ValueError where it holds a run of other settings."""
     import json
 
     import numpy as np
 
     from transformer.analysis.interventions.contrastive import READ, Outcome
 
-    (out / "pairs").mkdir(parents=True, exist_ok=True)
     recorded = out / "run.json"
     if recorded.exists() and json.loads(recorded.read_text()) != settings:
         raise ValueError(f"{out} holds a run of other settings ({recorded}): give another --out, or the same settings")
-    recorded.write_text(json.dumps(settings, indent=1))
+    if record:
+        (out / "pairs").mkdir(parents=True, exist_ok=True)
+        recorded.write_text(json.dumps(settings, indent=1))
     done = {}
     for path in sorted((out / "pairs").glob("*.npz")):
         with np.load(path) as arrays:

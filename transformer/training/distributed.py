@@ -1,5 +1,6 @@
 """One process, or data-parallel under torchrun (one process per GPU): the rank, its device, the model as DDP needs
-it, rank 0's decisions for every rank, and the check that every rank ends with the same weights."""
+it, rank 0's decisions for every rank, and the check that every rank ends with the same weights; for work split
+by rank (a pair set's pairs), each rank's results gathered on rank 0 and a common end."""
 
 from __future__ import annotations
 
@@ -63,3 +64,25 @@ def finish(model: Transformer, world: int, device: torch.device, progress: Progr
         dist.barrier()
         dist.destroy_process_group()
     return progress
+
+
+def in_turn(world: int) -> None:
+    """Every rank waits here for the others (rank 0's files written before the others read them)."""
+    if world > 1:
+        dist.barrier()
+
+
+def gathered_on_rank_zero(value: object, world: int) -> list[object] | None:
+    """Every rank's `value`, by rank, on rank 0 (None on the others); [value] in one process."""
+    if world == 1:
+        return [value]
+    found: list[object] | None = [None] * world if dist.get_rank() == 0 else None
+    dist.gather_object(value, found, dst=0)
+    return found
+
+
+def leave(world: int) -> None:
+    """Under torchrun: waits for every rank, then ends the process group (before the interpreter does)."""
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()

@@ -126,8 +126,23 @@ def test_patch_set_writes_each_pair_as_patch_does_alone_and_resumes_skipping_pai
     assert done.returncode == 0, done.stderr
     assert "set.jsonl, line 4: not JSON" in done.stderr and "3 pairs, 0 done before" in done.stderr
     alone = tmp_path / "alone.npz"
-    assert run_cli("patch", "--clean", CLEAN, "--corrupt", CORRUPT, "--target", "il", "--foil", "elle",
-                   "--words", "--out", alone).returncode == 0  # fmt: skip
+    assert (
+        run_cli(
+            "patch",
+            "--clean",
+            CLEAN,
+            "--corrupt",
+            CORRUPT,
+            "--target",
+            "il",
+            "--foil",
+            "elle",
+            "--words",
+            "--out",
+            alone,
+        ).returncode
+        == 0
+    )
     with np.load(out / "pairs" / "it.npz") as in_the_set, np.load(alone) as by_itself:
         assert sorted(in_the_set.files) == sorted(by_itself.files)
         for name in by_itself.files:
@@ -135,8 +150,10 @@ def test_patch_set_writes_each_pair_as_patch_does_alone_and_resumes_skipping_pai
             assert np.array_equal(in_the_set[name], by_itself[name], equal_nan=numbers), name
     rows = list(csv.DictReader((out / "pairs.csv").open()))
     assert [(row["id"], row["status"], row["correct"]) for row in rows] == [
-        ("it", "read", "True"), ("tired-he", "read", "True"), ("never", "not written", "False")
-    ]  # fmt: skip
+        ("it", "read", "True"),
+        ("tired-he", "read", "True"),
+        ("never", "not written", "False"),
+    ]
     assert rows[0]["step"] == "17" and not (out / "pairs" / "never.npz").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["pairs"], summary["written"], summary["correct"], summary["not_written"]) == (3, 2, 2, 1)
@@ -152,3 +169,49 @@ def test_patch_set_writes_each_pair_as_patch_does_alone_and_resumes_skipping_pai
 def test_patch_set_refuses_a_set_it_cannot_read_in_one_line(tmp_path):
     done = run_cli("patch-set", "--pairs", tmp_path, "--out", tmp_path / "run")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and Path(tmp_path).name in done.stderr
+
+
+def test_patch_set_split_over_two_processes_by_torchrun_writes_what_one_process_writes(tmp_path):
+    """Each rank patches its share of the pairs, rank 0 writes what they make together (gloo, on this machine)."""
+    import os
+    import socket
+    import subprocess
+
+    pairs = [IT_PAIR, IT_PAIR | {"id": "never", "target": "chien"}]
+    pairs += [
+        {
+            "id": f"g{i}",
+            "clean": f"{a} is {w}.",
+            "corrupt": f"{b} is {w}.",
+            "target": t,
+            "foil": f,
+            "phenomenon": "pronoun-gender",
+        }
+        for i, (a, b, t, f, w) in enumerate(
+            [("She", "He", "Elle", "Il", "tired"), ("He", "She", "Il", "Elle", "happy")]
+        )
+    ]
+    (tmp_path / "set.jsonl").write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    environment = os.environ | {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}  # both runs: one thread each
+    command = ["-m", "transformer", "patch-set", "--pairs", str(tmp_path / "set.jsonl"), "--out"]
+    alone = subprocess.run([sys.executable, *command, str(tmp_path / "one")], env=environment, capture_output=True)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", str(port)]
+    done = subprocess.run(
+        [*torchrun, *command, str(tmp_path / "two")], cwd=tmp_path, env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rank 0: " in done.stderr and "rank 1: " in done.stderr
+    for name in ("summary.json", "pairs.csv", "run.json"):  # one thread each: the same sums, the same numbers
+        assert (tmp_path / "two" / name).read_text() == (tmp_path / "one" / name).read_text(), name
+    assert sorted(p.name for p in (tmp_path / "two" / "pairs").iterdir()) == ["g0.npz", "g1.npz", "it.npz"]
+    for name in ["effects.npz", *(f"pairs/{p}" for p in ("g0.npz", "g1.npz", "it.npz"))]:
+        with np.load(tmp_path / "one" / name) as one, np.load(tmp_path / "two" / name) as two:
+            for array in one.files:
+                if one[array].dtype.kind == "f":
+                    assert np.allclose(one[array], two[array], atol=1e-6, equal_nan=True), (name, array)
+                else:
+                    assert np.array_equal(one[array], two[array]), (name, array)

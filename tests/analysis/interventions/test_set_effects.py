@@ -58,9 +58,15 @@ def test_effects_are_the_mean_over_pairs_with_an_interval_around_it_and_top_coun
 def test_patch_set_writes_the_sets_effects_as_the_pairs_own_files_give_them(tmp_path):
     pairs = [
         {"id": "it", "clean": CLEAN, "corrupt": CORRUPT, "target": "il", "foil": "elle", "roles": IT_ROLES},
-        {"id": "he", "clean": "He is tired.", "corrupt": "She is tired.", "target": "Il", "foil": "Elle",
-         "roles": {"differing": [0]}},
-    ]  # fmt: skip
+        {
+            "id": "he",
+            "clean": "He is tired.",
+            "corrupt": "She is tired.",
+            "target": "Il",
+            "foil": "Elle",
+            "roles": {"differing": [0]},
+        },
+    ]
     (tmp_path / "set.jsonl").write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
     done = run_cli("patch-set", "--pairs", tmp_path / "set.jsonl", "--out", tmp_path / "run", "--words")
     assert done.returncode == 0, done.stderr

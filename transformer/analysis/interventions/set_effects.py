@@ -81,9 +81,14 @@ def pair_sites(found: Patching, roles: dict[str, list[int]], names: list[str]) -
     """A pair's patching at the shared sites: the stream's mean over each role's columns (NaN where the pair has
     none of a role), the heads at the differing columns and at their strongest column."""
     stream = np.stack(
-        [found.encoder_residual[:, roles[n]].mean(axis=1) if roles.get(n) else np.full(len(found.encoder_residual), np.nan)
-         for n in names], axis=1
-    )  # fmt: skip
+        [
+            found.encoder_residual[:, roles[n]].mean(axis=1)
+            if roles.get(n)
+            else np.full(len(found.encoder_residual), np.nan)
+            for n in names
+        ],
+        axis=1,
+    )
     heads = found.encoder_heads  # (L, H, columns)
     differing = (
         heads[:, :, roles["differing"]].mean(axis=2) if roles.get("differing") else np.full(heads.shape[:2], np.nan)
