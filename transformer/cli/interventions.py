@@ -33,22 +33,22 @@ def patched(model: Any, tokenizer: Any, args: argparse.Namespace) -> tuple[Any, 
     return contrast, clean, spans, patch_every_site(model, contrast, noising=args.noising, spans=spans)
 
 
-def patch_arrays(found: Any, contrast: Any, clean: Any, tokenizer: Any, spans: list | None) -> dict[str, Any]:
-    """What `patch --out` writes of one pair (and `patch-set` of each): every family's grid, the two metrics, the
-    step and tokens read, and the pieces and words of both sources and the output."""
+def patch_arrays(
+    found: Any, contrast: Any, clean: Any, tokenizer: Any, spans: list | None, estimate: Any = None
+) -> dict[str, Any]:
+    """What `patch --out` writes of one pair (and `patch-set` of each): every family's grid (exact patching's, and
+    attribution patching's `estimate` under the same names prefixed `attribution_`, either alone where the other is
+    None), the two metrics, the step and tokens read, and the pieces and words of both sources and the output."""
     import numpy as np
 
     from transformer.analysis.words import word_labels, word_spans
 
-    corrupt_src = contrast.corrupt_src
-    return {
-        "encoder_residual": found.encoder_residual,
-        "encoder_heads": found.encoder_heads,
-        "cross_heads": found.cross_heads,
-        "decoder_self_heads": found.decoder_self_heads,
-        "decoder_residual": found.decoder_residual,
-        "metric_clean": np.array(found.metric_clean),
-        "metric_corrupt": np.array(found.metric_corrupt),
+    corrupt_src, metrics = contrast.corrupt_src, found or estimate
+    grids = {name: getattr(found, name) for name in PATCHING_ARRAYS} if found is not None else {}
+    grids |= {f"attribution_{name}": getattr(estimate, name) for name in PATCHING_ARRAYS} if estimate else {}
+    return grids | {
+        "metric_clean": np.array(metrics.metric_clean),
+        "metric_corrupt": np.array(metrics.metric_corrupt),
         "step": np.array(contrast.step),
         "target_id": np.array(contrast.target),
         "foil_id": np.array(-1 if contrast.foil is None else contrast.foil),
@@ -60,6 +60,9 @@ def patch_arrays(found: Any, contrast: Any, clean: Any, tokenizer: Any, spans: l
         "corrupt_ids": np.array(corrupt_src),
         "tgt_ids": np.array(clean.tgt_ids),
     }
+
+
+PATCHING_ARRAYS = ("encoder_residual", "encoder_heads", "cross_heads", "decoder_self_heads", "decoder_residual")
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
@@ -126,7 +129,7 @@ def cmd_patch_set(args: argparse.Namespace) -> int:
             done |= outcomes  # type: ignore[arg-type]
         outcomes = [dataclasses.replace(done[pair.id], phenomenon=pair.phenomenon) for pair in read.pairs]
         write_set_results(out, outcomes, len(read.refused))
-        write_effects(out, [pair for pair in read.pairs if done[pair.id].written], args.words)
+        write_effects(out, [pair for pair in read.pairs if done[pair.id].written], args.words, args.method)
     leave(world)
     return 0
 
@@ -149,9 +152,10 @@ def patched_into(out: Path, args: argparse.Namespace, pairs: list[Any], on: Any,
         check_patching(model, len(contrast.clean_src), len(contrast.output), positions, SITES_PER_BATCH, room)
 
     outcomes = {}
-    for number, run in enumerate(patched_pairs(model, tokenizer, pairs, args.noising, args.words, within_budget), 1):
-        if run.patching is not None:
-            arrays = patch_arrays(run.patching, run.contrast, run.clean, tokenizer, run.spans)
+    runs = patched_pairs(model, tokenizer, pairs, args.noising, args.words, within_budget, args.method)
+    for number, run in enumerate(runs, 1):
+        if run.shares is not None:
+            arrays = patch_arrays(run.patching, run.contrast, run.clean, tokenizer, run.spans, run.estimate)
             written = out / "pairs" / f"{run.pair.id}.npz"
             written.with_suffix(".part").write_bytes(npz_bytes(arrays))
             written.with_suffix(".part").replace(written)  # whole, or not there: a stopped run redoes the pair
@@ -161,7 +165,7 @@ def patched_into(out: Path, args: argparse.Namespace, pairs: list[Any], on: Any,
 
 
 def run_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {"noising": bool(args.noising), "words": bool(args.words), "method": "exact"}
+    return {"noising": bool(args.noising), "words": bool(args.words), "method": args.method}
 
 
 def resumed(out: Path, settings: dict[str, Any], record: bool = True) -> dict[str, Any]:
@@ -218,30 +222,42 @@ def write_set_results(out: Path, outcomes: list[Any], refused_lines: int) -> Non
     print(f"{said}; wrote {out}", file=sys.stderr)
 
 
-def write_effects(out: Path, pairs: list[Any], words: bool) -> None:
+def write_effects(out: Path, pairs: list[Any], words: bool, method: str = "exact") -> None:
     """DIR/effects.npz and DIR/effects.csv: each site family's mean share over the written pairs, its interval and
-    top-five count (set_effects), read from the pairs' own files (a resumed run's too)."""
+    top-five count (set_effects), read from the pairs' own files (a resumed run's too): exact patching's, or with
+    `method` "attribution" the estimate's (`estimate` says which). With "both", DIR/agreement.csv: each pair's
+    Spearman ρ and overlap of the ten strongest sites between the two."""
     import csv
 
     import numpy as np
 
+    from transformer.analysis.interventions.attribution_patching import agreement
     from transformer.analysis.interventions.set_effects import FAMILIES, columns_by_role, effects, pair_sites
     from transformer.analysis.interventions.sites import Patching
     from transformer.io.export import npz_bytes
 
     if not pairs:
         return
-    found, roles = [], []
+    prefix = "attribution_" if method == "attribution" else ""
+    found, roles, agreed = [], [], []
     for pair in pairs:
         with np.load(out / "pairs" / f"{pair.id}.npz") as arrays:
-            patching = Patching(*(arrays[name] for name in PATCHING_ARRAYS), 0.0, 0.0, False)
+            patching = Patching(*(arrays[prefix + name] for name in PATCHING_ARRAYS), 0.0, 0.0, False)
+            if method == "both":
+                estimate = Patching(*(arrays[f"attribution_{name}"] for name in PATCHING_ARRAYS), 0.0, 0.0, False)
+                agreed.append((pair.id, *agreement(estimate, patching)))
             differing = np.flatnonzero(arrays["src_ids"] != arrays["corrupt_ids"]).tolist()
             roles.append(columns_by_role(list(arrays["src_pieces"]), differing, pair.roles, words))
         found.append(patching)
+    if agreed:
+        with open(out / "agreement.csv", "w", newline="", encoding="utf-8") as file:
+            csv.writer(file).writerows([("id", "spearman_rho", "top10_overlap"), *agreed])
+        rho, top = np.nanmean([row[1] for row in agreed]), np.nanmean([row[2] for row in agreed])
+        print(f"attribution patching against exact: mean ρ {rho:.3f}, ten strongest shared {top:.0%}", file=sys.stderr)
     names = list(dict.fromkeys(name for pair_roles in roles for name in pair_roles))
     names = [n for n in names if n not in ("before", "after", "rest")] + ["before", "after", "rest"]
     by_family = effects([pair_sites(patching, role, names) for patching, role in zip(found, roles)])
-    arrays = {"roles": np.array(names), "pairs": np.array(len(pairs))}
+    arrays = {"roles": np.array(names), "pairs": np.array(len(pairs)), "estimate": np.array(method == "attribution")}
     for family, effect in by_family.items():
         arrays |= {f"{family}_{part}": getattr(effect, part) for part in ("mean", "low", "high", "top")}
     (out / "effects.npz").write_bytes(npz_bytes(arrays))
@@ -254,9 +270,6 @@ def write_effects(out: Path, pairs: list[Any], words: bool) -> None:
                 layer, head, role = _site_labels(family, at, names)
                 values = (effect.mean[at], effect.low[at], effect.high[at], effect.top[at])
                 writer.writerow([family, layer, head, role, *values])
-
-
-PATCHING_ARRAYS = ("encoder_residual", "encoder_heads", "cross_heads", "decoder_self_heads", "decoder_residual")
 
 
 def _site_labels(family: str, at: tuple[int, ...], roles: list[str]) -> tuple[Any, Any, str]:
@@ -301,4 +314,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     patch_set.add_argument("--out", required=True, help="the results' folder (started again: skips pairs done)")
     patch_set.add_argument("--noising", action="store_true", help="as patch --noising")
     patch_set.add_argument("--words", action="store_true", help="as patch --words")
+    patch_set.add_argument(
+        "--method",
+        choices=["exact", "attribution", "both"],
+        default="exact",
+        help="exact patching of every site, attribution patching's estimate of it (one backward pass a pair), or "
+        "both with their agreement",
+    )
     patch_set.set_defaults(run=cmd_patch_set)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from transformer.analysis.interventions.attribution_patching import attribution_patching
 from transformer.analysis.interventions.pair_sets import Pair
 from transformer.analysis.interventions.patching import Contrast, NotWritten, Span, contrast_of_texts
 from transformer.analysis.interventions.sites import Patching, patch_every_site, recorded_runs
@@ -18,6 +19,7 @@ from transformer.decoding.result import DecodeInputError, DecodeResult
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.tokenizer import TokenizerBase
 
+METHODS = ("exact", "attribution", "both")
 RESAMPLES = 2000
 SEED = 0
 
@@ -92,7 +94,13 @@ class PairPatching:
     contrast: Contrast | None = None
     clean: DecodeResult | None = None
     spans: list[Span] | None = None
-    patching: Patching | None = None
+    patching: Patching | None = None  # exact patching's shares
+    estimate: Patching | None = None  # attribution patching's
+
+    @property
+    def shares(self) -> Patching | None:
+        """The pair's shares: exact where they were computed, else the estimate."""
+        return self.patching or self.estimate
 
 
 def patched_pairs(
@@ -102,10 +110,14 @@ def patched_pairs(
     noising: bool = False,
     words: bool = False,
     before_each: Callable[[Contrast, list[Span] | None], None] = lambda contrast, spans: None,
+    method: str = "exact",
 ) -> Iterator[PairPatching]:
     """Every site of each pair patched in turn, one pair at a time (the pair's own run: what `patch` computes for it
-    alone); a pair that cannot be read is yielded with its outcome alone. `before_each` hears each read pair's
-    contrast before it is patched (a budget's check)."""
+    alone), by `method`: "exact", "attribution" (attribution patching's estimate) or "both"; a pair that cannot be
+    read is yielded with its outcome alone. `before_each` hears each read pair's contrast before it is patched (a
+    budget's check)."""
+    if method not in METHODS:
+        raise ValueError(f"the method is one of {', '.join(METHODS)}, not {method!r}")
     for pair in pairs:
         found = contrast_of_pair(model, tokenizer, pair)
         if isinstance(found, Outcome):
@@ -114,9 +126,11 @@ def patched_pairs(
         contrast, clean = found
         spans = word_spans(clean.src_pieces) if words else None
         before_each(contrast, spans)
-        patching = patch_every_site(model, contrast, noising=noising, spans=spans)
-        outcome = Outcome(pair.id, pair.phenomenon, READ, contrast.step, patching.metric_clean, patching.metric_corrupt)
-        yield PairPatching(pair, outcome, contrast, clean, spans, patching)
+        exact = patch_every_site(model, contrast, noising, spans=spans) if method != "attribution" else None
+        estimate = attribution_patching(model, contrast, noising, spans) if method != "exact" else None
+        metrics = exact or estimate
+        outcome = Outcome(pair.id, pair.phenomenon, READ, contrast.step, metrics.metric_clean, metrics.metric_corrupt)
+        yield PairPatching(pair, outcome, contrast, clean, spans, exact, estimate)
 
 
 def accuracy(outcomes: list[Outcome], resamples: int = RESAMPLES, seed: int = SEED) -> Accuracy:
