@@ -31,7 +31,7 @@ from .model_speed import (
     table,
     training_row,
 )
-from .patching_speed import patching_rows
+from .patching_speed import pair_set_row, patching_rows
 from .report_speed import report_rows
 from .training_step import GENERAL, training_step_rows
 
@@ -88,6 +88,7 @@ def main() -> None:
     rows.append(contributions_row(checkpoint, repeats))
     rows.append(flow_row(checkpoint, repeats))
     rows.extend(patching_rows(checkpoint, repeats))
+    rows.append(pair_set_row(checkpoint, 2 if args.smoke else None))
     if not args.no_browser:
         rows.extend(browser_rows(*((1, 2, 1) if args.smoke else ())))
         rows.extend(report_rows(checkpoint, *((1, 1) if args.smoke else ())))
