@@ -215,3 +215,54 @@ def test_patch_set_split_over_two_processes_by_torchrun_writes_what_one_process_
                     assert np.allclose(one[array], two[array], atol=1e-6, equal_nan=True), (name, array)
                 else:
                     assert np.array_equal(one[array], two[array]), (name, array)
+
+
+def test_patch_set_runs_on_a_tiny_hugging_face_directory_as_patch_does(tmp_path):
+    """End to end on another family: a Marian directory read by the Hugging Face importer, its pair's target and foil
+    the tiny model's own first output token and its runner-up."""
+    from fixtures.hf_models import save_marian
+    from helpers import make_sentences
+
+    from transformer.decoding.strategies import decode_text
+    from transformer.toolkits.opening import load_any_checkpoint
+
+    sentences = [" ".join(s.split()) for s in make_sentences(300, seed=1)]
+    (tmp_path / "marian").mkdir()
+    directory = save_marian(tmp_path / "marian", sentences, sentences)
+    checkpoint = load_any_checkpoint(directory)
+    output = decode_text(checkpoint.model, checkpoint.tokenizer, "the red dog runs")
+    target, foil = output.tgt_pieces[0], checkpoint.tokenizer.id_to_piece(int(output.topk_ids[0][1]))
+    pair = {"id": "dog", "clean": "the red dog runs", "corrupt": "the blue dog runs", "target": target, "foil": foil}
+    (tmp_path / "set.jsonl").write_text(json.dumps(pair) + "\n")
+    done = run_cli(
+        "patch-set",
+        "--checkpoint",
+        directory,
+        "--pairs",
+        tmp_path / "set.jsonl",
+        "--out",
+        tmp_path / "run",
+        "--method",
+        "both",
+    )
+    assert done.returncode == 0 and json.loads((tmp_path / "run" / "summary.json").read_text())["written"] == 1
+    alone = run_cli(
+        "patch",
+        "--checkpoint",
+        directory,
+        "--clean",
+        pair["clean"],
+        "--corrupt",
+        pair["corrupt"],
+        "--target",
+        target,
+        "--foil",
+        foil,
+        "--out",
+        tmp_path / "alone.npz",
+    )
+    assert alone.returncode == 0, alone.stderr
+    with np.load(tmp_path / "run" / "pairs" / "dog.npz") as in_the_set, np.load(tmp_path / "alone.npz") as by_itself:
+        for name in by_itself.files:
+            numbers = by_itself[name].dtype.kind == "f"
+            assert np.array_equal(in_the_set[name], by_itself[name], equal_nan=numbers), name
