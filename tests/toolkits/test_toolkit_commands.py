@@ -3,6 +3,8 @@ that hold the attention the toolkit itself returned, `contributions` and `heads`
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -51,3 +53,14 @@ def test_inspect_contributions_and_heads_run_on_it_and_inspect_holds_the_toolkit
         len(pd.read_csv(tmp_path / "heads.csv"))
         == (config.n_encoder_layers + 2 * config.n_decoder_layers) * config.n_heads
     )
+
+
+def test_help_names_every_command_once_the_importers_among_them(capsys):
+    """`--help` listed the commands twice (in the usage and above their lines) and its description's list missed the
+    importers (issue 83, item 13)."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    said = capsys.readouterr().out
+    for command in ("translate", "import-fairseq", "import-marian", "import-eole", "import-opennmt", "patch-set"):
+        assert len(re.findall(rf"^    {command}\b", said, re.MULTILINE)) == 1, command
+    assert "{translate," not in said  # no list of choices repeated in the usage

@@ -27,9 +27,12 @@ CONSOLE_COMMAND = "transformer-explorer"  # pyproject.toml's [project.scripts]
 def build_parser() -> argparse.ArgumentParser:
     command = Path(sys.argv[0]).name
     parser = argparse.ArgumentParser(
-        prog=command if command == CONSOLE_COMMAND else "python -m transformer", description=__doc__
+        prog=command if command == CONSOLE_COMMAND else "python -m transformer",
+        description="Decode, inspect, attribute, patch and train encoder-decoder Transformers; each command's --help "
+        "says more (docs/command-line.md).",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    # Named once, each with its line: a list of choices in the usage and again above the lines said them twice.
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for module in COMMAND_MODULES:
         module.add_parsers(commands)
     return parser
