@@ -193,18 +193,20 @@ def resumed(out: Path, settings: dict[str, Any], record: bool = True) -> dict[st
 
 def write_set_results(out: Path, outcomes: list[Any], refused_lines: int) -> None:
     """DIR/pairs.csv (a row a pair) and DIR/summary.json (the counts, the accuracy and its interval, by phenomenon)."""
-    import csv
     import dataclasses
     import json
 
+    import pandas as pd
+
     from transformer.analysis.interventions.contrastive import accuracy, by_phenomenon
 
-    with open(out / "pairs.csv", "w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(["id", "phenomenon", "status", "step", "metric_clean", "metric_corrupt", "correct", "why"])
-        for o in outcomes:
-            step = "" if o.step is None else o.step + 1
-            writer.writerow([o.id, o.phenomenon, o.status, step, o.metric_clean, o.metric_corrupt, o.correct, o.why])
+    rows = [
+        (o.id, o.phenomenon, o.status, "" if o.step is None else o.step + 1, o.metric_clean, o.metric_corrupt)
+        + (o.correct, o.why)
+        for o in outcomes
+    ]
+    columns = ["id", "phenomenon", "status", "step", "metric_clean", "metric_corrupt", "correct", "why"]
+    written_csv(out / "pairs.csv", pd.DataFrame(rows, columns=columns))
 
     def counted(found: Any) -> dict[str, Any]:  # a share of no pairs is null, not NaN (which JSON has not)
         return {name: None if value != value else value for name, value in dataclasses.asdict(found).items()}
@@ -227,12 +229,11 @@ def write_effects(out: Path, pairs: list[Any], words: bool, method: str = "exact
     top-five count (set_effects), read from the pairs' own files (a resumed run's too): exact patching's, or with
     `method` "attribution" the estimate's (`estimate` says which). With "both", DIR/agreement.csv: each pair's
     Spearman ρ and overlap of the ten strongest sites between the two."""
-    import csv
-
     import numpy as np
+    import pandas as pd
 
     from transformer.analysis.interventions.attribution_patching import agreement
-    from transformer.analysis.interventions.set_effects import FAMILIES, columns_by_role, effects, pair_sites
+    from transformer.analysis.interventions.set_effects import columns_by_role, effects, pair_sites
     from transformer.analysis.interventions.sites import Patching
     from transformer.io.export import npz_bytes
 
@@ -250,8 +251,7 @@ def write_effects(out: Path, pairs: list[Any], words: bool, method: str = "exact
             roles.append(columns_by_role(list(arrays["src_pieces"]), differing, pair.roles, words))
         found.append(patching)
     if agreed:
-        with open(out / "agreement.csv", "w", newline="", encoding="utf-8") as file:
-            csv.writer(file).writerows([("id", "spearman_rho", "top10_overlap"), *agreed])
+        written_csv(out / "agreement.csv", pd.DataFrame(agreed, columns=["id", "spearman_rho", "top10_overlap"]))
         rho, top = np.nanmean([row[1] for row in agreed]), np.nanmean([row[2] for row in agreed])
         print(f"attribution patching against exact: mean ρ {rho:.3f}, ten strongest shared {top:.0%}", file=sys.stderr)
     names = list(dict.fromkeys(name for pair_roles in roles for name in pair_roles))
@@ -261,15 +261,24 @@ def write_effects(out: Path, pairs: list[Any], words: bool, method: str = "exact
     for family, effect in by_family.items():
         arrays |= {f"{family}_{part}": getattr(effect, part) for part in ("mean", "low", "high", "top")}
     (out / "effects.npz").write_bytes(npz_bytes(arrays))
-    with open(out / "effects.csv", "w", newline="", encoding="utf-8") as file:
-        writer = csv.writer(file)
-        writer.writerow(["family", "layer", "head", "role", "mean", "low", "high", "top_five_in"])
-        for family in FAMILIES:
-            effect = by_family[family]
-            for at in np.ndindex(effect.mean.shape):
-                layer, head, role = _site_labels(family, at, names)
-                values = (effect.mean[at], effect.low[at], effect.high[at], effect.top[at])
-                writer.writerow([family, layer, head, role, *values])
+    rows = [
+        (
+            family,
+            *_site_labels(family, at, names),
+            *(getattr(effect, part)[at] for part in ("mean", "low", "high", "top")),
+        )
+        for family, effect in by_family.items()
+        for at in np.ndindex(effect.mean.shape)
+    ]
+    columns = ["family", "layer", "head", "role", "mean", "low", "high", "top_five_in"]
+    written_csv(out / "effects.csv", pd.DataFrame(rows, columns=columns))
+
+
+def written_csv(path: Path, frame: Any) -> None:
+    """A table written as every CSV of the project is (csv_text: cells a spreadsheet would run made text)."""
+    from transformer.io.export import csv_text
+
+    path.write_text(csv_text(frame, index=False), encoding="utf-8", newline="")
 
 
 def _site_labels(family: str, at: tuple[int, ...], roles: list[str]) -> tuple[Any, Any, str]:

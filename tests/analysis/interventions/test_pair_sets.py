@@ -266,3 +266,12 @@ def test_patch_set_runs_on_a_tiny_hugging_face_directory_as_patch_does(tmp_path)
         for name in by_itself.files:
             numbers = by_itself[name].dtype.kind == "f"
             assert np.array_equal(in_the_set[name], by_itself[name], equal_nan=numbers), name
+
+
+def test_the_results_tables_neutralise_what_a_spreadsheet_would_run(tmp_path):
+    """A set's free text (a phenomenon, the pieces a refusal quotes) reaches pairs.csv through csv_text."""
+    line = IT_PAIR | {"id": "x", "target": "chien", "phenomenon": "=HYPERLINK(1)"}
+    (tmp_path / "set.jsonl").write_text(json.dumps(line) + "\n")
+    assert run_cli("patch-set", "--pairs", tmp_path / "set.jsonl", "--out", tmp_path / "run").returncode == 0
+    table = (tmp_path / "run" / "pairs.csv").read_text()
+    assert ",=HYPERLINK" not in table and "HYPERLINK" in table and "not written" in table
