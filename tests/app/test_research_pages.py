@@ -995,14 +995,3 @@ def test_one_loopback_address_holds_one_share_whatever_it_claims(ledger):
     ledger.who["visitor"] = "browser:fresh-cookie"
     ledger.monkeypatch.setattr(ledger.uploads.st, "context", Claiming("198.51.100.2"))
     assert "uploads from your address hold" in errors(ledger.upload("again.safetensors"))
-
-
-def test_identical_sentences_are_refused_before_the_run_and_nothing_is_drawn(monkeypatch):
-    """Tried as a new user would (issue 83, item 4): the same sentence as the corrupted one ran the whole patching
-    (8.5 s) and drew five empty grey grids under the one clear line."""
-    import ui.services.models as models
-
-    monkeypatch.setattr(models, "patch_every_site", lambda *a, **k: pytest.fail("patched"))
-    at = opened_cause(LINK | {"corrupt": CLEAN})
-    assert not at.exception and not at.get("plotly_chart")
-    assert "Cannot patch: the two sentences are the same pieces" in errors(at) and len(errors(at).splitlines()) == 1

@@ -48,11 +48,6 @@ class Contrast:
                 f"the clean source has {len(self.clean_src)} pieces and the corrupted one {len(self.corrupt_src)}: "
                 "patching compares the same positions, so both need the same count"
             )
-        if self.clean_src == self.corrupt_src:
-            raise ValueError(
-                "the two sentences are the same pieces, so no site can carry a difference: change the corrupted "
-                "sentence's word"
-            )
         if not 0 <= self.step < len(self.output):
             raise ValueError(f"step {self.step + 1} is past the output's {len(self.output)} tokens")
 
