@@ -29,16 +29,22 @@ def teacher_force(
     (DecodeTooLarge, before it runs, where that would hold more than `limit_bytes`)."""
     ids, truncated = source_ids(tokenizer, text, model.config.max_len)
     tgt_ids = source_ids(tokenizer, target, model.config.max_len, side="target")[0]
-    if limit_bytes is not None:
-        check_decode(model, len(ids), len(tgt_ids), limit_bytes)
-    return teacher_force_ids(model, tokenizer, ids, tgt_ids, truncated)
+    return teacher_force_ids(model, tokenizer, ids, tgt_ids, truncated, limit_bytes)
 
 
 @torch.inference_mode()
 def teacher_force_ids(
-    model: Transformer, tokenizer: TokenizerBase, src_ids: list[int], tgt_ids: list[int], truncated: bool = False
+    model: Transformer,
+    tokenizer: TokenizerBase,
+    src_ids: list[int],
+    tgt_ids: list[int],
+    truncated: bool = False,
+    limit_bytes: int | None = None,
 ) -> DecodeResult:
-    """One parallel forward pass over the whole output tgt_ids (eos included), no cache."""
+    """One parallel forward pass over the whole output tgt_ids (eos included), no cache (DecodeTooLarge, before it
+    runs, where it would hold more than `limit_bytes`)."""
+    if limit_bytes is not None:
+        check_decode(model, len(src_ids), len(tgt_ids), limit_bytes)
     device = model_device(model)
     decoder_input = torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=device)
     output = model(torch.tensor([src_ids], device=device), decoder_input, need_weights=True)

@@ -30,7 +30,7 @@ from transformer.decoding.forcing import teacher_force, teacher_force_ids
 from transformer.decoding.greedy import decode_with_chooser
 from transformer.decoding.lens import LogitLens, read_lens
 from transformer.decoding.result import DecodeResult
-from transformer.decoding.strategies import DecodeSettings, check_decode, decode_text
+from transformer.decoding.strategies import DecodeSettings, decode_text
 from transformer.io.checkpoint import Checkpoint
 from transformer.model.heads import Head
 from transformer.model.probes import Probe
@@ -144,8 +144,8 @@ def teacher_force_ids_cached(
     _checkpoint: Checkpoint, checkpoint_key: str, src_ids: tuple[int, ...], tgt_ids: tuple[int, ...], truncated: bool
 ) -> DecodeResult:
     """A checkpoint run on given tokens (another checkpoint's output, on the comparison page)."""
-    check_decode(_checkpoint.model, len(src_ids), len(tgt_ids), DECODE_LIMIT_BYTES)
-    return teacher_force_ids(_checkpoint.model, _checkpoint.tokenizer, list(src_ids), list(tgt_ids), truncated)
+    model, tokenizer = _checkpoint.model, _checkpoint.tokenizer
+    return teacher_force_ids(model, tokenizer, list(src_ids), list(tgt_ids), truncated, DECODE_LIMIT_BYTES)
 
 
 @RESULTS
