@@ -1,4 +1,5 @@
-"""The command line: `python -m transformer {translate,inspect,attribute,contributions,evaluate,train,average,holdout,synthetic,import-hf,train-lens,align,heads,timeline,patch,patch-set} --help`."""
+"""The command line: `python -m transformer COMMAND --help`, each command registered by its module
+(COMMAND_MODULES)."""
 
 from __future__ import annotations
 

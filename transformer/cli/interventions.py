@@ -41,11 +41,12 @@ def patch_arrays(
     None), the two metrics, the step and tokens read, and the pieces and words of both sources and the output."""
     import numpy as np
 
+    from transformer.analysis.interventions.sites import SHARE_FAMILIES
     from transformer.analysis.words import word_labels, word_spans
 
     corrupt_src, metrics = contrast.corrupt_src, found or estimate
-    grids = {name: getattr(found, name) for name in PATCHING_ARRAYS} if found is not None else {}
-    grids |= {f"attribution_{name}": getattr(estimate, name) for name in PATCHING_ARRAYS} if estimate else {}
+    grids = {name: getattr(found, name) for name in SHARE_FAMILIES} if found is not None else {}
+    grids |= {f"{ESTIMATE}{name}": getattr(estimate, name) for name in SHARE_FAMILIES} if estimate else {}
     return grids | {
         "metric_clean": np.array(metrics.metric_clean),
         "metric_corrupt": np.array(metrics.metric_corrupt),
@@ -62,7 +63,7 @@ def patch_arrays(
     }
 
 
-PATCHING_ARRAYS = ("encoder_residual", "encoder_heads", "cross_heads", "decoder_self_heads", "decoder_residual")
+ESTIMATE = "attribution_"  # what prefixes attribution patching's arrays in a pair's file
 
 
 def cmd_patch(args: argparse.Namespace) -> int:
@@ -198,7 +199,7 @@ def write_set_results(out: Path, outcomes: list[Any], refused_lines: int) -> Non
 
     import pandas as pd
 
-    from transformer.analysis.interventions.contrastive import accuracy, by_phenomenon
+    from transformer.analysis.interventions.contrastive import NOT_WRITTEN, REFUSED, accuracy, by_phenomenon
 
     rows = [
         (o.id, o.phenomenon, o.status, "" if o.step is None else o.step + 1, o.metric_clean, o.metric_corrupt)
@@ -212,8 +213,8 @@ def write_set_results(out: Path, outcomes: list[Any], refused_lines: int) -> Non
         return {name: None if value != value else value for name, value in dataclasses.asdict(found).items()}
 
     summary = counted(accuracy(outcomes)) | {
-        "not_written": sum(o.status == "not written" for o in outcomes),
-        "refused": sum(o.status == "refused" for o in outcomes),
+        "not_written": sum(o.status == NOT_WRITTEN for o in outcomes),
+        "refused": sum(o.status == REFUSED for o in outcomes),
         "lines_refused": refused_lines,
         "by_phenomenon": {name or "(none)": counted(a) for name, a in by_phenomenon(outcomes).items()},
     }
@@ -234,19 +235,21 @@ def write_effects(out: Path, pairs: list[Any], words: bool, method: str = "exact
 
     from transformer.analysis.interventions.attribution_patching import agreement
     from transformer.analysis.interventions.set_effects import columns_by_role, effects, pair_sites
-    from transformer.analysis.interventions.sites import Patching
+    from transformer.analysis.interventions.sites import SHARE_FAMILIES, Patching
     from transformer.io.export import npz_bytes
 
     if not pairs:
         return
-    prefix = "attribution_" if method == "attribution" else ""
+
+    def stored(arrays: Any, prefix: str) -> Patching:  # the shares a pair's file holds under these names
+        return Patching(*(arrays[prefix + name] for name in SHARE_FAMILIES), 0.0, 0.0, False)
+
     found, roles, agreed = [], [], []
     for pair in pairs:
         with np.load(out / "pairs" / f"{pair.id}.npz") as arrays:
-            patching = Patching(*(arrays[prefix + name] for name in PATCHING_ARRAYS), 0.0, 0.0, False)
+            patching = stored(arrays, ESTIMATE if method == "attribution" else "")
             if method == "both":
-                estimate = Patching(*(arrays[f"attribution_{name}"] for name in PATCHING_ARRAYS), 0.0, 0.0, False)
-                agreed.append((pair.id, *agreement(estimate, patching)))
+                agreed.append((pair.id, *agreement(stored(arrays, ESTIMATE), patching)))
             differing = np.flatnonzero(arrays["src_ids"] != arrays["corrupt_ids"]).tolist()
             roles.append(columns_by_role(list(arrays["src_pieces"]), differing, pair.roles, words))
         found.append(patching)

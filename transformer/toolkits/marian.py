@@ -300,23 +300,24 @@ def _array(tensors: dict[str, torch.Tensor], name: str) -> torch.Tensor:
 def _layer_tensor(name: str, tensor: torch.Tensor, norm_first: bool) -> tuple[str, torch.Tensor]:
     """One of Marian's layer arrays under this project's name, a matrix transposed and a (1, n) vector flattened;
     CheckpointError for an array it has no place for."""
-    ours = _our_name(name, norm_first)
-    return (ours, tensor.T) if ours.endswith(".weight") and LAYER_ARRAY.fullmatch(name) else (ours, tensor.reshape(-1))
+    ours, matrix = _our_name(name, norm_first)
+    return ours, tensor.T if matrix else tensor.reshape(-1)
 
 
-def _our_name(name: str, norm_first: bool) -> str:
-    """This project's name of one of Marian's layer arrays; CheckpointError for an array it has no place for."""
+def _our_name(name: str, norm_first: bool) -> tuple[str, bool]:
+    """This project's name of one of Marian's layer arrays, and whether it is a matrix (Marian's (in, out), to be
+    transposed); CheckpointError for an array it has no place for."""
     if match := LAYER_ARRAY.fullmatch(name):
         side, number, sublayer, kind, projection = match.groups()
         ours = f"{side}_layers.{int(number) - 1}.{SUBLAYERS[sublayer]}.{PROJECTIONS[projection]}"
-        return f"{ours}.weight" if kind == "W" else f"{ours}.bias"
+        return (f"{ours}.weight", True) if kind == "W" else (f"{ours}.bias", False)
     leaves = {"scale": "weight", "bias": "bias"}
     if (match := NORM_ARRAY.fullmatch(name)) and bool(match.group(5)) == norm_first:
         side, number, sublayer, leaf, _ = match.groups()
         block = NORM_BLOCKS.get(sublayer, {}).get(side, "ff_block")
-        return f"{side}_layers.{int(number) - 1}.{block}.norm.{leaves[leaf]}"
+        return f"{side}_layers.{int(number) - 1}.{block}.norm.{leaves[leaf]}", False
     if (match := TOP_NORM.fullmatch(name)) and norm_first:
-        return f"{match.group(1)}_norm.{leaves[match.group(2)]}"
+        return f"{match.group(1)}_norm.{leaves[match.group(2)]}", False
     raise CheckpointError(
         f"unexpected array {shown(name, 60)}: not a part of the Marian transformer its options describe"
     )

@@ -12,7 +12,7 @@ import torch
 from scipy.stats import spearmanr
 
 from transformer.analysis.interventions.patching import Contrast, Span, each_position, step_metric
-from transformer.analysis.interventions.sites import Patching, Site, recorded_runs, sublayers
+from transformer.analysis.interventions.sites import SHARE_FAMILIES, Patching, Site, recorded_runs, sublayers
 from transformer.decoding.result import model_device
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.kinds import AttentionKind
@@ -104,8 +104,7 @@ def attribution_patching(
 def agreement(estimated: Patching, exact: Patching) -> tuple[float, float]:
     """How far the estimate can stand in for the exact run: Spearman's ρ over every site of every family, and the
     share of the exact run's STRONGEST sites (by |share|) that are among the estimate's."""
-    families = ("encoder_residual", "encoder_heads", "cross_heads", "decoder_self_heads", "decoder_residual")
-    first, second = (np.concatenate([np.ravel(getattr(p, f)) for f in families]) for p in (estimated, exact))
+    first, second = (np.concatenate([np.ravel(getattr(p, f)) for f in SHARE_FAMILIES]) for p in (estimated, exact))
     kept = ~(np.isnan(first) | np.isnan(second))
     first, second = first[kept], second[kept]
     rho = float(spearmanr(first, second).statistic) if len(first) > 1 else float("nan")

@@ -22,8 +22,6 @@ from transformer.text.tokenizer import TokenizerBase
 METHODS = ("exact", "attribution", "both")
 RESAMPLES = 2000
 SEED = 0
-
-
 READ, NOT_WRITTEN, REFUSED = "read", "not written", "refused"
 
 

@@ -55,6 +55,9 @@ class Run:
     before_step: list[LayerCache]  # the decoder's keys and values at the positions before the step (batch 1)
 
 
+SHARE_FAMILIES = ("encoder_residual", "encoder_heads", "cross_heads", "decoder_self_heads", "decoder_residual")
+
+
 @dataclass(frozen=True)
 class Patching:
     """Each site's share of the metric's difference (denoising: 1 where patching it restores all of the clean
