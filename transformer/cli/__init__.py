@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from transformer.cli import align, decode, evaluate, heads, interventions, models, timeline, train
+from transformer.cli import align, decode, evaluate, heads, interventions, models, pair_set, timeline, train
 from transformer.decoding.result import DecodeInputError
 from transformer.io.checkpoint import CheckpointError
 
@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     heads,
     timeline,
     interventions,
+    pair_set,
 )  # the order --help lists them
 
 CONSOLE_COMMAND = "transformer-explorer"  # pyproject.toml's [project.scripts]

@@ -113,7 +113,7 @@ def patched_pairs(
     """Every site of each pair patched in turn, one pair at a time (the pair's own run: what `patch` computes for it
     alone), by `method`: "exact", "attribution" (attribution patching's estimate) or "both"; a pair that cannot be
     read is yielded with its outcome alone. `before_each` hears each read pair's contrast before it is patched (a
-    budget's check)."""
+    budget's check): a ValueError it raises refuses that pair alone, with its message."""
     if method not in METHODS:
         raise ValueError(f"the method is one of {', '.join(METHODS)}, not {method!r}")
     for pair in pairs:
@@ -123,7 +123,11 @@ def patched_pairs(
             continue
         contrast, clean = found
         spans = word_spans(clean.src_pieces) if words else None
-        before_each(contrast, spans)
+        try:
+            before_each(contrast, spans)
+        except ValueError as error:  # past a budget: this pair is refused, the others still run
+            yield PairPatching(pair, Outcome(pair.id, pair.phenomenon, REFUSED, why=str(error)))
+            continue
         exact = patch_every_site(model, contrast, noising, spans=spans) if method != "attribution" else None
         estimate = attribution_patching(model, contrast, noising, spans) if method != "exact" else None
         metrics = exact or estimate

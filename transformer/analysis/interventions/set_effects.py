@@ -128,3 +128,19 @@ def effects(pairs: list[PairSites], resamples: int = RESAMPLES, seed: int = SEED
             low, high = np.nanpercentile(means, [2.5, 97.5], axis=0)
             found[family] = Effect(np.nanmean(values, axis=0), low, high, counts[family])
     return found
+
+
+def roles_of(
+    src_pieces: list[str], src_ids: list[int], corrupt_ids: list[int], named: dict[str, list[int]], words: bool
+) -> dict[str, list[int]]:
+    """columns_by_role() of a pair read from its two sources: the differing columns are where their ids differ."""
+    differing = [at for at, (clean, corrupt) in enumerate(zip(src_ids, corrupt_ids)) if clean != corrupt]
+    return columns_by_role(list(src_pieces), differing, named, words)
+
+
+def effects_by_role(found: list[Patching], roles: list[dict[str, list[int]]]) -> tuple[list[str], dict[str, Effect]]:
+    """The roles the encoder's stream is read by (the set's own first, then before, after and rest) and each
+    family's effect over the pairs: `found` each pair's patching, `roles` its columns by role (roles_of)."""
+    names = list(dict.fromkeys(name for pair_roles in roles for name in pair_roles))
+    names = [n for n in names if n not in ("before", "after", "rest")] + ["before", "after", "rest"]
+    return names, effects([pair_sites(patching, role, names) for patching, role in zip(found, roles)])
