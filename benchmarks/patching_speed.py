@@ -1,11 +1,23 @@
 """Activation patching of the it pair: the encoder stream's whole grid batched, against one site a pass and against
 one decode of the sentence; every site of every family (the stream, the encoder's heads at each position, the
 decoder's heads and stream at the step) against one decode; attribution patching's estimate of every site against
-one decode and against exact patching; and exact patching of the built-in pair sets."""
+one decode and against exact patching; and exact patching of the built-in pair sets. With --scale, the rows that need
+several processes or a large model (minutes, alone on a quiet machine): `patch-set` of the built-in sets' first
+pairs in 2 processes (torchrun, a thread each) against 1 process of 2 threads, both from a fresh start (loading the
+model is part of a run); and attribution patching of a set at NLLB-600M's shape (random weights, made-up pieces:
+only the shapes count), a pair at a time as `patch-set --method attribution` runs them, against one greedy decode a
+pair, with what 1,000 pairs would take at that pace."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,7 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.model_speed import Row, median_ms, table
 from transformer.analysis.interventions.attribution_patching import attribution_patching
 from transformer.analysis.interventions.contrastive import patched_pairs
-from transformer.analysis.interventions.pair_sets import read_pair_set
+from transformer.analysis.interventions.pair_sets import Pair, pair_line, read_pair_set
 from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
 from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
 from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
@@ -23,6 +35,8 @@ from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.strategies import decode_text
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_checkpoint
 from transformer.model.encoder_decoder import Transformer
+from transformer.text.pieces import readable
+from transformer.toolkits.opening import load_any_checkpoint
 
 SETS = Path(__file__).resolve().parents[1] / "transformer" / "analysis" / "interventions" / "sets"
 
@@ -96,7 +110,91 @@ def pair_set_row(checkpoint: Checkpoint, pairs_per_set: int | None) -> Row:
     )
 
 
-if __name__ == "__main__":  # python -m benchmarks.patching_speed [repeats] [device]: these rows alone, quiet machine
-    repeats, device = int(sys.argv[1]) if len(sys.argv) > 1 else 9, sys.argv[2] if len(sys.argv) > 2 else "cpu"
-    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT, device)
-    print(table([*patching_rows(checkpoint, repeats), pair_set_row(checkpoint, None)]))
+def seconds_of(command: list[str], threads: int) -> float:
+    """The wall time of a command run to its end with `threads` threads a process."""
+    started = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, env=os.environ | {"OMP_NUM_THREADS": str(threads)})
+    return time.perf_counter() - started
+
+
+def two_processes_row(pairs_per_set: int) -> Row:
+    """patch-set of the built-in sets' first pairs: 2 processes of a thread each against 1 of 2 threads."""
+    pairs = [pair for path in sorted(SETS.glob("*.jsonl")) for pair in read_pair_set(path).pairs[:pairs_per_set]]
+    with tempfile.TemporaryDirectory() as folder:
+        listed = Path(folder) / "set.jsonl"
+        listed.write_text("".join(pair_line(pair) + "\n" for pair in pairs))
+        run = ["-m", "transformer", "patch-set", "--pairs", str(listed), "--out"]
+        one = seconds_of([sys.executable, *run, f"{folder}/one"], threads=2)
+        torchrun = str(Path(sys.executable).with_name("torchrun"))
+        two = seconds_of([torchrun, "--nproc_per_node", "2", *run, f"{folder}/two"], threads=1)
+        same = json.loads(Path(f"{folder}/one/summary.json").read_text()) == json.loads(
+            Path(f"{folder}/two/summary.json").read_text()
+        )
+    what = f"patch-set, every site of {len(pairs)} built-in pairs, 2 processes (torchrun, a thread each)"
+    note = f"{one:.0f} s against {two:.0f} s, the same summary: {same}"
+    return Row(what, "1 process of 2 threads", one * 1000, two * 1000, "report", note)
+
+
+def nllb_pairs(checkpoint, count: int, seed: int = 0) -> list[Pair]:
+    """Pairs of made-up sentences of one piece a word, differing in a word; the target the clean translation's
+    first token (random weights write what they write), the foil another piece."""
+    rng, pairs = random.Random(seed), []
+    for number in range(count):
+        words = [f"w{rng.randrange(1, 5000)}" for _ in range(10)]
+        corrupt = [*words[:4], f"w{rng.randrange(5000, 9000)}", *words[5:]]
+        first = decode_text(checkpoint.model, checkpoint.tokenizer, " ".join(words)).tgt_pieces[0]
+        target = readable(first)
+        foil = "w9999" if target != "w9999" else "w9998"
+        pairs.append(Pair(f"nllb-{number}", " ".join(words), " ".join(corrupt), target, foil))
+    return pairs
+
+
+def nllb_attribution_row(count: int) -> Row:
+    """Attribution patching of `count` pairs at NLLB-600M's shape, one after another, against a decode of each."""
+    from benchmarks.hf_families import save_nllb_at_size  # imports the tests' Hugging Face fixtures
+
+    folder = Path(tempfile.mkdtemp())
+    try:
+        save_nllb_at_size(folder, "600M")
+        checkpoint = load_any_checkpoint(folder)
+        pairs = nllb_pairs(checkpoint, count)
+        started = time.perf_counter()
+        for pair in pairs:
+            decode_text(checkpoint.model, checkpoint.tokenizer, pair.clean)
+        decodes = time.perf_counter() - started
+        started = time.perf_counter()
+        outcomes = [
+            run.outcome.status
+            for run in patched_pairs(checkpoint.model, checkpoint.tokenizer, pairs, method="attribution")
+        ]
+        estimated = time.perf_counter() - started
+    finally:
+        shutil.rmtree(folder)
+    read = outcomes.count("read")
+    note = (
+        f"{estimated / count:.1f} s a pair ({read} of {count} read; its clean decode included): 1,000 pairs in "
+        f"about {estimated / count * 1000 / 60:.0f} min on this machine"
+    )
+    what = f"attribution patching, every site of {count} pairs at NLLB-600M's shape"
+    return Row(what, "one greedy decode a pair", decodes * 1000, estimated * 1000, "report", note)
+
+
+if __name__ == "__main__":  # these rows alone, on a quiet machine
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.patching_speed", description=__doc__.split("\n\n")[0])
+    parser.add_argument("repeats", nargs="?", type=int, default=9)
+    parser.add_argument("device", nargs="?", default="cpu")
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="instead, the rows that need processes or a large model (minutes): patch-set in 2 processes against 1, "
+        "and attribution patching at NLLB-600M's shape",
+    )
+    parser.add_argument("--pairs", type=int, default=40, help="of each built-in set, for the processes' row")
+    parser.add_argument("--nllb-pairs", type=int, default=20, help="pairs at NLLB-600M's shape (0: skip that row)")
+    args = parser.parse_args()
+    if args.scale:
+        rows = [two_processes_row(args.pairs)]
+        print(table(rows + ([nllb_attribution_row(args.nllb_pairs)] if args.nllb_pairs else [])))
+    else:
+        checkpoint = load_checkpoint(DEFAULT_CHECKPOINT, args.device)
+        print(table([*patching_rows(checkpoint, args.repeats), pair_set_row(checkpoint, None)]))

@@ -249,7 +249,21 @@ def weights_megabytes(directory: Path) -> str:
 
 
 PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computation", "learned", "checkpoints",
-         "compare", "heads", "corpus", "alignment", "cause"]  # fmt: skip
+         "compare", "heads", "corpus", "alignment", "cause", "sets"]  # fmt: skip
+
+
+def run_uploaded_set(at: AppTest, corrupted: tuple[str, ...]) -> AppTest:
+    """The Pair sets page run on a set uploaded of the sidebar's sentence against each of `corrupted` and against
+    itself, at its translation's first token."""
+    first, clean = at.session_state["result"].tgt_pieces[0].lstrip("▁Ġ"), at.session_state["applied_text"]
+    lines = [
+        json.dumps({"id": f"pair-{number}", "clean": clean, "corrupt": corrupt, "target": first})
+        for number, corrupt in enumerate((*corrupted, clean))
+    ]
+    at.radio(key="sets_source").set_value("My own set")
+    at = at.run()
+    at.file_uploader(key="sets_file").set_value(("set.jsonl", "\n".join(lines).encode(), "text/plain"))
+    return at.run().button(key="sets_run").click().run()
 
 
 def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
@@ -292,6 +306,9 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
                 at = at.text_input(key="cause_corrupt").input(corrupt).run()
                 if not any("pieces and the corrupted one" in error.value for error in at.error):
                     break
+        if page == "sets":  # Cause's candidates as an uploaded set: each pair read or refused, and the set run
+            at = run_uploaded_set(at, ("the red cat runs", "the blue dog runs", "a red dog runs", "the red dog sits"))
+            assert "pairs are correct" in markdown(at) or "No pair was read" in markdown(at), page
         assert not at.exception, page
         assert page != "cause" or not at.error, [e.value for e in at.error]
         if page == "learned":  # no timeline in this checkpoints folder, the default's included: the page says so

@@ -1,4 +1,4 @@
-"""Checkpoints, uploads, comparison, head statistics and ablation, corpus mode: through AppTest."""
+"""Checkpoints, uploads, comparison, head statistics and ablation, corpus mode, Cause and Pair sets: through AppTest."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import urllib.parse
 from dataclasses import dataclass
 from types import ModuleType
 
+import cachetools
 import numpy as np
 import pytest
 import torch
@@ -32,13 +33,21 @@ from helpers import (
 )
 from streamlit.testing.v1 import AppTest
 
+import ui.services.pair_sets
+from transformer.analysis.interventions import contrastive
+from transformer.analysis.interventions.attribution_patching import agreement
+from transformer.analysis.interventions.contrastive import accuracy, patched_pairs
+from transformer.analysis.interventions.pair_sets import read_pair_set
 from transformer.analysis.interventions.patching import SITES_PER_BATCH, contrast_of_texts
+from transformer.analysis.interventions.set_ablation import ablation_over_set, metrics_with_each_head_off
+from transformer.analysis.interventions.set_effects import effects_by_role, roles_of
 from transformer.analysis.interventions.sites import batches, patch_every_site
-from transformer.analysis.interventions.summary import in_words
+from transformer.analysis.interventions.summary import in_words, set_in_words
 from transformer.analysis.views import attention_view
 from transformer.decoding.forcing import teacher_force
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint, load_cost
 from transformer.io.header import read_header
+from transformer.model.heads import every_head
 from ui.players.packing import unpacked
 from ui.services.uploads import client_address, upload_cost
 
@@ -995,3 +1004,127 @@ def test_one_loopback_address_holds_one_share_whatever_it_claims(ledger):
     ledger.who["visitor"] = "browser:fresh-cookie"
     ledger.monkeypatch.setattr(ledger.uploads.st, "context", Claiming("198.51.100.2"))
     assert "uploads from your address hold" in errors(ledger.upload("again.safetensors"))
+
+
+# The Pair sets page (issue 82, item 7): a built-in or uploaded set run with its bar and Stop, kept as it finishes
+# and shared by identity; what it says computed by the package for the same pairs; each pair a link to Cause.
+
+SETS = REPO / "transformer" / "analysis" / "interventions" / "sets"
+
+
+@pytest.fixture
+def no_run_kept(monkeypatch):
+    """Each test's runs start from none kept (the server keeps runs across visitors)."""
+    monkeypatch.setattr(ui.services.pair_sets, "_RUNS", cachetools.TTLCache(8, 3600))
+
+
+def opened_sets(query: dict[str, str]) -> AppTest:
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    at.query_params.update(query)
+    return at.switch_page("pages/sets.py").run()
+
+
+def sets_table(at: AppTest, key: str):
+    """The heads' table ("sets_heads") or the pairs' ("sets_pairs_table"), known by a column of its own."""
+    column = {"sets_heads": "head", "sets_pairs_table": "Cause"}[key]
+    return next(frame.value for frame in at.dataframe if column in frame.value.columns)
+
+
+def test_a_built_in_set_says_what_the_package_computes_for_its_pairs(no_run_kept):
+    at = opened_sets({"set": "noun-gender", "pairs": "4", "method": "both"})
+    assert not at.exception and at.number_input(key="sets_pairs").value == 4
+    at = at.button(key="sets_run").click().run()
+    assert not at.exception and not at.error
+    checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    pairs = read_pair_set(SETS / "noun-gender.jsonl").pairs[:4]
+    runs = list(patched_pairs(model, tokenizer, pairs, method="both"))
+    outcomes = [run.outcome for run in runs]
+    roles = [
+        roles_of(r.clean.src_pieces, r.contrast.clean_src, r.contrast.corrupt_src, r.pair.roles, False) for r in runs
+    ]
+    names, by_family = effects_by_role([run.patching for run in runs], roles)
+    with_each_off = {run.pair.id: metrics_with_each_head_off(model, run.contrast) for run in runs}
+    ablations = ablation_over_set(outcomes, with_each_off, every_head(model.config))
+    said = set_in_words(accuracy(outcomes), 0, by_family, names, ablations)
+    assert said in markdown(at).replace("\\", "") and "cross.3.5" in said
+    assert len(at.get("plotly_chart")) == 5  # the stream by role, encoder heads, cross and self heads, decoder stream
+    heads = sets_table(at, "sets_heads")
+    assert len(heads) == len(every_head(model.config)) and heads.iloc[0]["head"] == "cross.3.5"
+    shown = sets_table(at, "sets_pairs_table")
+    assert list(shown["id"]) == [pair.id for pair in pairs] and shown["correct"].all()
+    expected_rho = [agreement(run.estimate, run.patching)[0] for run in runs]
+    assert np.allclose(shown["ρ"], expected_rho) and np.allclose(
+        shown["metric clean"], [o.metric_clean for o in outcomes]
+    )
+    assert {name: at.query_params[name] for name in ("set", "pairs", "method")} == {
+        "set": "noun-gender",
+        "pairs": "4",
+        "method": "both",
+    }
+    assert {button.proto.label for button in at.get("download_button")} == {"Heads as CSV", "Pairs as CSV"}
+
+
+def test_each_pair_opens_on_the_cause_page_with_its_own_metrics(no_run_kept):
+    at = opened_sets({"set": "pronoun-gender", "pairs": "2"}).button(key="sets_run").click().run()
+    row = sets_table(at, "sets_pairs_table").iloc[1]
+    page, query = row["Cause"].split("?", 1)
+    assert page == "cause"
+    cause = AppTest.from_file(str(REPO / "app.py"), default_timeout=180)
+    cause.query_params.update(dict(urllib.parse.parse_qsl(query)))
+    cause = cause.switch_page("pages/cause.py").run()
+    assert not cause.exception and not cause.error
+    said = markdown(cause).replace("\\", "")
+    assert f"is {row['metric clean']:.3f} with the clean sentence and {row['metric corrupted']:.3f}" in said
+
+
+def test_a_stopped_run_keeps_the_pairs_done_and_runs_the_rest_alone(no_run_kept, monkeypatch):
+    real, patched = ui.services.pair_sets.run_set, []
+
+    def stopped_after_two(checkpoint, key, pairs, settings, progress, should_stop):
+        return real(checkpoint, key, pairs, settings, progress, lambda: len(ui.services.pair_sets.kept(key)) >= 2)
+
+    monkeypatch.setattr(ui.services.pair_sets, "run_set", stopped_after_two)
+    at = opened_sets({"set": "pronoun-gender", "pairs": "4"})
+    at.toggle(key="sets_ablation").set_value(False)
+    at = at.button(key="sets_run").click().run()
+    assert not at.exception and "2 of 4 pairs done and kept" in "\n".join(i.value for i in at.info)
+    assert len(sets_table(at, "sets_pairs_table")) == 2  # the results of the pairs done
+    monkeypatch.setattr(ui.services.pair_sets, "run_set", real)
+    counting = contrastive.patch_every_site
+    monkeypatch.setattr(contrastive, "patch_every_site", lambda *a, **k: patched.append(1) or counting(*a, **k))
+    at = at.button(key="sets_run").click().run()  # "Run the rest"
+    assert len(patched) == 2 and len(sets_table(at, "sets_pairs_table")) == 4
+    again = opened_sets({"set": "pronoun-gender", "pairs": "4"})  # another visitor asking the same run: it is there
+    again.toggle(key="sets_ablation").set_value(False)
+    again = again.run()
+    assert len(patched) == 2 and len(sets_table(again, "sets_pairs_table")) == 4
+    assert not [button for button in again.button if button.key == "sets_run"]
+
+
+def test_an_uploaded_set_is_read_line_by_line_and_one_that_is_not_text_is_refused(no_run_kept):
+    line = {"id": "he", "clean": "He is tired.", "corrupt": "She is tired.", "target": "Il", "foil": "Elle"}
+    at = opened_sets({})
+    at.radio(key="sets_source").set_value("My own set")
+    at = at.run()
+    assert any("Upload a pair set" in info.value for info in at.info)
+    at.file_uploader(key="sets_file").set_value(("set.jsonl", (json.dumps(line) + "\n{bad\n").encode(), "text/plain"))
+    at = at.run()
+    assert any(w.value.replace("\\", "").startswith("Line 2: not JSON") for w in at.warning)
+    assert at.number_input(key="sets_pairs").value == 1
+    at = at.button(key="sets_run").click().run()
+    assert not at.exception and "1 of 1 pairs are correct" in markdown(at).replace("\\", "")
+    at.file_uploader(key="sets_file").set_value(("set.jsonl", b"\x00\xff\xfe binary", "application/octet-stream"))
+    at = at.run()
+    assert "Cannot read the set: set.jsonl" in errors(at) and not at.exception
+
+
+@pytest.mark.parametrize("words", [False, True])
+def test_the_set_is_read_by_role_by_piece_or_by_word(no_run_kept, words):
+    at = opened_sets({"set": "antecedent", "pairs": "3"} | ({"words": "1"} if words else {}))
+    at = at.button(key="sets_run").click().run()
+    assert not at.exception and not at.error
+    stream = at.get("plotly_chart")[0]
+    columns = json.loads(stream.proto.spec)["data"][0]["x"]
+    assert columns[:3] == ["the differing word", "the pronoun", "the antecedent"] and columns[-1] == "the rest"
+    assert "0 of" in markdown(at)  # the default resolves none of the set's first pairs (docs/pair-sets.md)

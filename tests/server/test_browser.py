@@ -383,6 +383,23 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
 
 
+def test_a_pair_set_runs_from_its_link_and_reads_on_a_projector(server, browser):
+    """The Pair sets page (issue 82) as a class sees it at 1024x768 in presentation mode: a built-in set opened by its
+    link, run, its grids, tables and links within the view, no text too small."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/sets?set=pronoun-gender&pairs=3&method=both&presentation=1")
+    page.get_by_role("button", name="Run", exact=True).click()
+    wait_for_heatmaps(page, 5, timeout=180_000)
+    page.wait_for_function("[...document.querySelectorAll('a')].some(a => a.href.includes('/cause?'))", timeout=60_000)
+    wait_idle(page)
+    page.wait_for_timeout(500)  # Plotly's redraw at the column's final width
+    page.screenshot(path=ARTIFACTS / "presentation-1024x768-sets.png", full_page=True)
+    assert "3 of 3 pairs are correct" in page.inner_text('[data-testid="stMain"]')
+    assert page.evaluate(VIEW_PROBLEMS, True) == []
+    assert page.evaluate(SMALL_TEXT) == []
+    assert page.locator('[data-testid="stDataFrame"]').count() == 0  # plain tables, which the room can read
+
+
 # Each figure on screen as a room reads it: its tick labels' smallest size, the pairs of labels of one axis over each
 # other, and its widest map's share of the figure's width.
 FIGURES_READ = """() => [...document.querySelectorAll('.js-plotly-plot')].filter(p => p.getBoundingClientRect().width > 0)

@@ -1,5 +1,5 @@
 """The grids of an activation patching run, each family of sites on one diverging scale centred on 0: the Cause
-page draws them, and its offline report holds them all."""
+page draws them, and its offline report holds them all; and a pair set's grids of mean shares (the Pair sets page)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
+from transformer.analysis.interventions.set_effects import Effect, role_label
 from transformer.analysis.interventions.sites import Patching
 from transformer.model.heads import head_names, layer_name, layer_names
 from transformer.viz.matrices import matrix_heatmap
@@ -73,3 +74,36 @@ def patching_grids(found: Patching, source_labels: list[str]) -> PatchingGrids:
             ["the input", *(f"after {name}" for name in decoder_names)],
         ),
     )
+
+
+def set_grids(by_family: dict[str, Effect], roles: list[str]) -> list[go.Figure]:
+    """A pair set's grids of mean shares, on one scale centred on 0: the encoder's stream by the word's role, its
+    heads at the differing word, the decoder's heads and stream at the step."""
+    means = {family: effect.mean for family, effect in by_family.items()}
+    bound = max(1.0, *(float(np.nanmax(np.abs(values), initial=0)) for values in means.values()))
+    encoder_layers, decoder_layers = means["encoder_heads_differing"].shape[0], means["cross_heads"].shape[0]
+    heads = head_names(means["cross_heads"].shape[1])
+
+    def grid(values: np.ndarray, title: str, rows: list[str], columns: list[str]) -> go.Figure:
+        return matrix_heatmap(values, title, rows, columns, signed_bound=bound)
+
+    decoder_names = layer_names(decoder_layers)
+    return [
+        grid(
+            means["encoder_stream"],
+            "The encoder's stream, by the word's role (mean share)",
+            ["the input", *(f"after {name}" for name in layer_names(encoder_layers))],
+            [role_label(role) for role in roles],
+        ),
+        grid(
+            means["encoder_heads_differing"], "Encoder heads at the differing word", layer_names(encoder_layers), heads
+        ),
+        grid(means["cross_heads"], "Cross-attention heads at the step", decoder_names, heads),
+        grid(means["self_heads"], "Decoder self-attention heads at the step", decoder_names, heads),
+        grid(
+            means["decoder_stream"][None],
+            "The decoder's stream",
+            ["at the step"],
+            ["the input", *(f"after {name}" for name in decoder_names)],
+        ),
+    ]

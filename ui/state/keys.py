@@ -186,6 +186,15 @@ KEYS: dict[str, Key] = {
     "cause_noising": Key(bool, None, "whether Cause patches the corrupted run into the clean one (its widget, linked)"),
     "cause_layer": Key(int, None, "the encoder layer whose heads Cause draws (0-based; its widget, linked)"),
     "cause_stopped": Key(tuple, None, "the checkpoint key, contrast and direction whose patching the visitor stopped"),
+    "sets_source": Key(str, None, "whether Pair sets runs a built-in set or an upload (its widget, linked as set=)"),
+    "sets_builtin": Key(str, None, "the built-in set Pair sets runs (its widget, linked as set=)"),
+    "sets_method": Key(str, None, "exact, attribution or both: how Pair sets patches (its widget, linked)"),
+    "sets_noising": Key(bool, None, "whether Pair sets patches the corrupted run into the clean one (linked)"),
+    "sets_ablation": Key(bool, None, "whether Pair sets switches each head off (its widget, linked as ablation=0)"),
+    "sets_pairs": Key(int, None, "how many of the set's first pairs Pair sets runs (its widget, linked)"),
+    "sets_link_read": Key(bool, None, "whether Pair sets has taken its form's fields from the link this session"),
+    "sets_linked_pairs": Key(int, None, "the count a link names, applied once the set says it is in range"),
+    "sets_asked": Key(tuple, None, "the run (checkpoint, pairs, settings) the visitor pressed Run for, until done"),
 }
 
 

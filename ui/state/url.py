@@ -75,7 +75,8 @@ def read_url_once(checkpoints: dict) -> None:
 # over heads and its foil, the heads Head statistics switches off and its statistics, the dimensions Positional
 # encoding draws, whether Attention, step by step draws whole weight matrices, the explorer's step view's layers,
 # Cause's corrupted sentence, target, the token it is read against, its direction and encoder layer shown, and the
-# step view's knockout: the source words it blocks (1-based), in which decoder layers, the head pinned and its word.
+# step view's knockout: the source words it blocks (1-based), in which decoder layers, the head pinned and its word;
+# Pair sets' built-in set (or "own": an upload), how many of its pairs, the method and whether heads are switched off.
 PAGE_PARAMETERS = (
     "with",
     "mean",
@@ -94,6 +95,10 @@ PAGE_PARAMETERS = (
     "cut_layers",
     "pin",
     "pin_to",
+    "set",
+    "pairs",
+    "method",
+    "ablation",
 )
 MAX_PAGE_VALUE = 2000  # characters of one such value a link may hold
 

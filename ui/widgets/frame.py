@@ -45,6 +45,7 @@ PAGES = {
         ("pages/corpus.py", "Corpus"),
         ("pages/alignment.py", "Alignment"),
         ("pages/cause.py", "Cause"),
+        ("pages/sets.py", "Pair sets"),
     ),
 }
 TITLES = {Path(script).name: title for pages in PAGES.values() for script, title in pages}

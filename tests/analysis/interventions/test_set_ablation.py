@@ -15,7 +15,7 @@ from helpers import run_cli
 
 from transformer.analysis.interventions.contrastive import NOT_WRITTEN, READ, Outcome
 from transformer.analysis.interventions.patching import contrast_of_texts, decoder_input_of
-from transformer.analysis.interventions.set_ablation import ablation_over_set, metrics_with_each_head_off
+from transformer.analysis.interventions.set_ablation import HeadAblation, ablation_over_set, metrics_with_each_head_off
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.model.heads import Head, every_head
 from transformer.model.probes import Probe
@@ -114,3 +114,16 @@ def test_a_pair_past_the_patching_budget_is_refused_alone_and_the_set_runs_on(tm
     rows = {row["id"]: row for row in csv.DictReader((tmp_path / "run" / "pairs.csv").open())}
     assert rows["long"]["status"] == "refused" and "shorten the sentences" in rows["long"]["why"]
     assert rows["he"]["status"] == "read" and rows["he"]["correct"] == "True"
+
+
+def test_what_a_set_shows_is_said_from_its_numbers_where_none_is_right_and_no_head_matters():
+    from transformer.analysis.interventions.contrastive import Accuracy
+    from transformer.analysis.interventions.summary import set_in_words
+
+    none_right = Accuracy(5, 4, 0, 0.0, 0.0, 0.0)
+    no_head = [HeadAblation(Head.parse("cross.1.1"), none_right, 0.0, 0, 0, -0.5)]
+    said = set_in_words(none_right, 1, None, [], no_head)
+    assert said.startswith("0 of 4 pairs are correct: 0% (95 % interval 0% to 0%); 1 more were left out")
+    assert "resolves none as the set asks" in said and "No head switched off alone changes the accuracy" in said
+    nothing = Accuracy(3, 0, 0, float("nan"), float("nan"), float("nan"))
+    assert set_in_words(nothing, 3, None, []).startswith("No pair was read (3 not written or refused)")

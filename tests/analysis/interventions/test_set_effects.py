@@ -80,3 +80,20 @@ def test_patch_set_writes_the_sets_effects_as_the_pairs_own_files_give_them(tmp_
     assert not np.isnan(found["encoder_stream_mean"][1, 1])  # the pronoun: the it pair's alone (the other has none)
     rows = (tmp_path / "run" / "effects.csv").read_text().splitlines()
     assert rows[0] == "family,layer,head,role,mean,low,high,top_five_in" and len(rows) > 50
+
+
+def test_a_pair_whose_two_sentences_are_one_is_read_as_no_share_not_refused_with_an_exception(tmp_path):
+    """A set with a pair patched against itself (every share NaN: no difference) stopped patch-set and the page at
+    the heads' strongest positions ("All-NaN slice encountered")."""
+    nothing = patching(np.full((3, 4), np.nan), np.full((2, 2, 4), np.nan))
+    sites = pair_sites(nothing, {"differing": [], "rest": [0, 1, 2, 3]}, ["differing", "rest"])
+    assert np.isnan(sites.encoder_heads_strongest).all() and np.isnan(sites.encoder_stream).all()
+    pairs = [
+        {"id": "it", "clean": CLEAN, "corrupt": CORRUPT, "target": "il", "foil": "elle"},
+        {"id": "same", "clean": CLEAN, "corrupt": CLEAN, "target": "il", "foil": "elle"},
+    ]
+    (tmp_path / "set.jsonl").write_text("".join(json.dumps(pair) + "\n" for pair in pairs))
+    done = run_cli("patch-set", "--pairs", tmp_path / "set.jsonl", "--out", tmp_path / "run")
+    assert done.returncode == 0, done.stderr
+    with np.load(tmp_path / "run" / "effects.npz") as arrays:
+        assert np.isfinite(arrays["encoder_heads_strongest_mean"]).all()  # the pair with shares makes the mean

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from transformer.model.config import shown
 from transformer.text.files import open_regular, text_lines
@@ -60,9 +60,19 @@ def read_pair_set(path: str | Path) -> PairSet:
     """The pairs of a JSON-lines file; PairSetError where the file cannot be read at all."""
     try:
         with open_regular(path) as file:
-            lines = text_lines(file, MAX_SET_BYTES, MAX_PAIRS + 1, MAX_LINE_BYTES)
-    except (OSError, ValueError) as error:
+            return pair_set_from(file, Path(path).name)
+    except PairSetError:
+        raise
+    except (OSError, ValueError) as error:  # not a regular file, or one that cannot be opened
         raise PairSetError(f"{Path(path).name}: {str(error)[:200]}") from None
+
+
+def pair_set_from(data: bytes | BinaryIO, name: str) -> PairSet:
+    """read_pair_set of a file's bytes (an upload), `name` the file's name as errors say it."""
+    try:
+        lines = text_lines(data, MAX_SET_BYTES, MAX_PAIRS + 1, MAX_LINE_BYTES)
+    except ValueError as error:
+        raise PairSetError(f"{name}: {str(error)[:200]}") from None
     return pair_set_of(lines)
 
 

@@ -93,7 +93,8 @@ def pair_sites(found: Patching, roles: dict[str, list[int]], names: list[str]) -
     differing = (
         heads[:, :, roles["differing"]].mean(axis=2) if roles.get("differing") else np.full(heads.shape[:2], np.nan)
     )
-    strongest = np.take_along_axis(heads, np.nanargmax(np.abs(heads), axis=2)[:, :, None], axis=2)[:, :, 0]
+    at = np.argmax(np.nan_to_num(np.abs(heads), nan=-1.0), axis=2)  # a head with no share (NaN) at any column: NaN
+    strongest = np.take_along_axis(heads, at[:, :, None], axis=2)[:, :, 0]
     return PairSites(stream, differing, strongest, found.cross_heads, found.decoder_self_heads, found.decoder_residual)
 
 
@@ -144,3 +145,12 @@ def effects_by_role(found: list[Patching], roles: list[dict[str, list[int]]]) ->
     names = list(dict.fromkeys(name for pair_roles in roles for name in pair_roles))
     names = [n for n in names if n not in ("before", "after", "rest")] + ["before", "after", "rest"]
     return names, effects([pair_sites(patching, role, names) for patching, role in zip(found, roles)])
+
+
+ROLE_LABELS = {"differing": "the differing word", "before": "the word before", "after": "the word after"}
+ROLE_LABELS |= {"rest": "the rest"}
+
+
+def role_label(role: str) -> str:
+    """A role as a reader reads it: "the differing word", "the pronoun", "the other noun"."""
+    return ROLE_LABELS.get(role, "the " + role.replace("_", " "))

@@ -1,9 +1,13 @@
-"""What a patching run shows, said in words from its numbers: the page's sentence above the grids."""
+"""What a patching run shows, said in words from its numbers: the Cause page's sentence above the grids, and the
+Pair sets page's above a set's."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from transformer.analysis.interventions.contrastive import Accuracy
+from transformer.analysis.interventions.set_ablation import HeadAblation
+from transformer.analysis.interventions.set_effects import Effect, role_label
 from transformer.analysis.interventions.sites import Patching
 from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
@@ -60,3 +64,68 @@ def in_words(found: Patching, src_pieces: list[str], measured: str) -> str:
         where = "its input" if boundary == 0 else f"layer {boundary}"
         said.append(f"The decoder's stream at the step carries half of it or more from {where} on.")
     return " ".join(said)
+
+
+def set_in_words(
+    found: Accuracy,
+    left_out: int,
+    by_family: dict[str, Effect] | None,
+    roles: list[str],
+    ablations: list[HeadAblation] | None = None,
+    estimate: bool = False,
+) -> str:
+    """A few sentences on what a pair set shows: its accuracy, where the difference is carried on average (the
+    encoder's stream after its last layer, by role; the strongest head at the step) and the head whose ablation
+    changes the accuracy most. `left_out`: pairs not written or refused; `estimate`: the shares are attribution
+    patching's."""
+    if not found.written:
+        return f"No pair was read ({left_out} not written or refused): there is nothing to average."
+    said = [
+        f"{found.correct} of {found.written} pairs are correct: {found.share:.0%} (95 % interval {found.low:.0%} to "
+        f"{found.high:.0%})" + (f"; {left_out} more were left out (not written or refused)." if left_out else ".")
+    ]
+    if found.correct == 0:
+        said.append("The model resolves none as the set asks, so the shares below trace a difference it does not make.")
+    if by_family is not None:
+        said.append(_carried(by_family, roles, found.written, "Estimated by attribution patching: " * estimate))
+    changed = [a for a in ablations or [] if a.change]
+    if changed:
+        first = min(changed, key=lambda a: (a.change, a.gap_change))
+        said.append(
+            f"Switched off alone, head {first.head} changes the accuracy most, to {first.accuracy.share:.0%} "
+            f"({first.broken} of {first.accuracy.written} pairs made wrong, {first.mended} made right)."
+        )
+    elif ablations:
+        said.append("No head switched off alone changes the accuracy: what carries it does not rest on one head.")
+    return " ".join(said)
+
+
+def _carried(by_family: dict[str, Effect], roles: list[str], written: int, prefix: str) -> str:
+    """Where the set's difference is carried: the role whose stream after the encoder's last layer carries most,
+    and the head at the step that does, with its interval and in how many pairs it is among the five strongest."""
+    stream = by_family["encoder_stream"]
+    if not np.isfinite(stream.mean).any():  # every pair's two sources give one metric: no share to average
+        return _sentence(f"{prefix}the two sentences of every pair give the same metric: nothing to trace.")
+    last = np.nan_to_num(stream.mean[-1], nan=0.0)
+    role = int(np.argmax(np.abs(last)))
+    said = (
+        f"{prefix}after the encoder's last layer the difference sits most on {role_label(roles[role])} (mean share "
+        f"{stream.mean[-1, role]:+.2f}, 95 % interval {stream.low[-1, role]:+.2f} to {stream.high[-1, role]:+.2f})"
+    )
+    heads = {AttentionKind.CROSS: by_family["cross_heads"], AttentionKind.DECODER: by_family["self_heads"]}
+    kind = max(heads, key=lambda k: np.nanmax(np.abs(heads[k].mean), initial=0))
+    effect = heads[kind]
+    if not np.isfinite(effect.mean).any():
+        return _sentence(said + ".")
+    layer, index = np.unravel_index(np.nanargmax(np.abs(effect.mean)), effect.mean.shape)
+    said = _sentence(said)
+    top = int(effect.top[layer, index])
+    among = f", among a pair's five strongest sites in {top} of {written} pairs" if top else ""
+    return (
+        f"{said}; at the step, head {Head(kind, int(layer), int(index))} carries {effect.mean[layer, index]:+.2f} "
+        f"({effect.low[layer, index]:+.2f} to {effect.high[layer, index]:+.2f}){among}."
+    )
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
