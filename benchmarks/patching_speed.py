@@ -136,14 +136,17 @@ def two_processes_row(pairs_per_set: int) -> Row:
 
 
 def nllb_pairs(checkpoint, count: int, seed: int = 0) -> list[Pair]:
-    """Pairs of made-up sentences of one piece a word, differing in a word; the target the clean translation's
-    first token (random weights write what they write), the foil another piece."""
-    rng, pairs = random.Random(seed), []
+    """Pairs of ten-word sentences differing in their fifth word. The made-up tokenizer knows no word of a text (each
+    is <unk>) but its language codes, so the fifth word is one of those, another in the corrupted sentence: the two
+    sources differ at one position. The target is the clean translation's first word (random weights write what
+    they write), the foil another."""
+    rng, codes, pairs = random.Random(seed), ["deu_Latn", "spa_Latn", "ita_Latn", "por_Latn"], []
     for number in range(count):
         words = [f"w{rng.randrange(1, 5000)}" for _ in range(10)]
-        corrupt = [*words[:4], f"w{rng.randrange(5000, 9000)}", *words[5:]]
-        first = decode_text(checkpoint.model, checkpoint.tokenizer, " ".join(words)).tgt_pieces[0]
-        target = readable(first)
+        words[4] = codes[number % len(codes)]
+        corrupt = [*words[:4], codes[(number + 1) % len(codes)], *words[5:]]
+        pieces = decode_text(checkpoint.model, checkpoint.tokenizer, " ".join(words)).tgt_pieces
+        target = readable(next(piece for piece in pieces if piece.startswith("▁")))  # past the language's code
         foil = "w9999" if target != "w9999" else "w9998"
         pairs.append(Pair(f"nllb-{number}", " ".join(words), " ".join(corrupt), target, foil))
     return pairs
@@ -189,11 +192,13 @@ if __name__ == "__main__":  # these rows alone, on a quiet machine
         help="instead, the rows that need processes or a large model (minutes): patch-set in 2 processes against 1, "
         "and attribution patching at NLLB-600M's shape",
     )
-    parser.add_argument("--pairs", type=int, default=40, help="of each built-in set, for the processes' row")
+    parser.add_argument(
+        "--pairs", type=int, default=40, help="of each built-in set, for the processes' row (0: skip it)"
+    )
     parser.add_argument("--nllb-pairs", type=int, default=20, help="pairs at NLLB-600M's shape (0: skip that row)")
     args = parser.parse_args()
     if args.scale:
-        rows = [two_processes_row(args.pairs)]
+        rows = [two_processes_row(args.pairs)] if args.pairs else []
         print(table(rows + ([nllb_attribution_row(args.nllb_pairs)] if args.nllb_pairs else [])))
     else:
         checkpoint = load_checkpoint(DEFAULT_CHECKPOINT, args.device)

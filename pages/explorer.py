@@ -157,7 +157,9 @@ def teacher_forcing(explored: Explored) -> None:
             else:
                 layer_column, head_column = st.columns(2)
                 layers, heads = forced.cross.shape[:2]
-                layer = layer_column.slider("Layer", 1, layers, layers, key="tf_layer") - 1
+                if not 1 <= session.get("tf_layer", layers) <= layers:  # the last layer first, or another model's
+                    session.tf_layer = layers
+                layer = layer_column.slider("Layer", 1, layers, key="tf_layer") - 1  # its value the session's alone
                 choices = [MEAN_OVER_HEADS, *head_names(heads)]
                 chosen = head_column.selectbox("Head", choices, key="tf_head")
                 head = None if chosen == MEAN_OVER_HEADS else choices.index(chosen) - 1

@@ -139,8 +139,9 @@ def ran(explored: Explored, pairs: list[Pair], settings: SetSettings) -> list[Pa
         if stop_button("sets_stop", stop):  # pressed: this rerun ended the work at its last update
             session.pop("sets_asked")
             st.rerun()
-        work = f"pair set, {settings.method}" + ", ablation" * settings.ablation
-        progress = ProgressBar("Running the set", len(pairs), "pairs", timed=(work, explored.checkpoint_key, 1))
+        work, left = f"pair set, {settings.method}" + ", ablation" * settings.ablation, len(pairs) - len(done)
+        what = "Running the set" if not done else f"Running the {left:,} pairs left"
+        progress = ProgressBar(what, left, "pairs", timed=(work, explored.checkpoint_key, left))
         try:
             with heavy_job("a pair set") as should_stop:
                 run_set(explored.checkpoint, key, pairs, settings, progress, should_stop)

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import array, figure, markdown, start, step_action, step_view, translate
+from helpers import REPO, array, figure, markdown, start, step_action, step_view, translate
 from streamlit.testing.v1 import AppTest
 
 from transformer.analysis.contributions import contributions
@@ -798,3 +798,22 @@ def test_the_work_after_translate_runs_under_a_spinner(monkeypatch):
     at = translate(start(), "A spinner stays up until the new page is drawn.")
     assert not at.exception
     assert seen == {"contributions_cached": True, "candidate_words_cached": True}
+
+
+def test_no_widget_is_given_a_default_beside_a_value_the_session_sets(monkeypatch):
+    """Tried as a new user would (issue 83, item 12): the Bahdanau button logged Streamlit's "The widget with key
+    "tf_layer" was created with a default value but also had its value set via the Session State API"; the Pair
+    sets page's link sets its widgets too."""
+    from streamlit.elements.lib import policies
+
+    said: list[str] = []
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)  # Streamlit says it once a process
+    monkeypatch.setattr(policies._LOGGER, "warning", lambda message, *args: said.append(message % args))
+    at = start()
+    at.button(key="textbook_0").click().run()
+    assert not at.exception and at.slider(key="tf_layer").value == 3
+    linked = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    linked.query_params.update({"set": "noun-gender", "pairs": "4", "method": "both", "ablation": "0"})
+    linked = linked.switch_page("pages/sets.py").run()
+    assert not linked.exception and linked.number_input(key="sets_pairs").value == 4
+    assert not [message for message in said if "created with a default value" in message], said

@@ -83,8 +83,8 @@ def run_set(
     progress: Callable[[int, int], None],
     should_stop: Callable[[], bool],
 ) -> list[PairRun]:
-    """Every pair of the set run (those done before skipped), in order; SetStopped once `should_stop` says so
-    between pairs, what finished kept under `key`. Each pair held to the server's decode and patching budgets (a
+    """Every pair of the set run (those done before skipped), in order, `progress` hearing how many of those left
+    are done; SetStopped once `should_stop` says so between pairs, what finished kept under `key`. Each pair held to the server's decode and patching budgets (a
     pair past them is refused alone, saying why)."""
     model, tokenizer, done = checkpoint.model, checkpoint.tokenizer, kept(key)
 
@@ -106,14 +106,13 @@ def run_set(
         if refused is not None:
             done[pair.id] = PairRun(PairPatching(pair, refused))
     left = [pair for pair in left if pair.id not in done]
-    progress(len(pairs) - len(left), len(pairs))
     runs = patched_pairs(model, tokenizer, left, settings.noising, settings.words, within_budget, settings.method)
-    for number, run in enumerate(runs, len(pairs) - len(left) + 1):
+    for number, run in enumerate(runs, 1):
         ablation = None
         if settings.ablation and run.contrast is not None:
             ablation = metrics_with_each_head_off(model, run.contrast)
         done[run.pair.id] = PairRun(run, ablation)
-        progress(number, len(pairs))
-        if number < len(pairs) and should_stop():
+        progress(number, len(left))
+        if number < len(left) and should_stop():
             raise SetStopped
     return [done[pair.id] for pair in pairs]

@@ -13,12 +13,14 @@ from helpers import make_sentences
 
 from transformer.analysis.interventions.patching import (
     Contrast,
+    NotWritten,
     contrast_of_texts,
     encoder_streams,
     patch_encoder_stream,
     step_metric,
     stream_metrics,
     stream_sites,
+    target_step,
 )
 from transformer.analysis.interventions.sites import patch_every_site
 from transformer.decoding.result import source_ids
@@ -198,3 +200,10 @@ def test_the_command_line_writes_the_grid_and_says_what_it_cannot_read(tmp_path,
         assert main(command) == 2, flag
         error = capsys.readouterr().err
         assert said in error and error.count("\n") == 1, (flag, error)
+
+
+def test_a_target_never_written_is_said_with_the_outputs_pieces_as_the_pages_show_them():
+    """Tried as a new user would (issue 83, item 14): the message listed raw pieces ("▁Mon ▁frère ▁est …")."""
+    with pytest.raises(NotWritten) as raised:
+        target_step(["▁Mon", "▁frère", "▁est", "▁méde", "cin", "."], "Ma")
+    assert str(raised.value) == "no output token is 'Ma': the output's pieces are Mon frère est méde ·cin ."

@@ -22,7 +22,7 @@ from transformer.decoding.strategies import decode_text
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
-from transformer.text.pieces import WORD_START
+from transformer.text.pieces import WORD_START, readable
 from transformer.text.tokenizer import TokenizerBase
 
 SITES_PER_BATCH = 64  # patched runs in one forward pass (the it pair's stream grid: 32 took 1.12x the time of 64)
@@ -65,7 +65,8 @@ def target_step(pieces: list[str], word: str, step: int | None = None) -> int:
         if pieces[at] in (word, WORD_START + word):
             return at
     where = f"no output token is {word!r}" if step is None else f"the output's token {step + 1} is not {word!r}"
-    raise NotWritten(f"{where}: the output's pieces are {' '.join(pieces)}")
+    written = " ".join(readable(piece) for piece in pieces)  # as the pages show pieces: "·" marks one inside a word
+    raise NotWritten(f"{where}: the output's pieces are {written}")
 
 
 def foil_id(tokenizer: TokenizerBase, target_piece: str, foil: str) -> int:
