@@ -11,8 +11,15 @@ from streamlit.delta_generator import DeltaGenerator
 from transformer.analysis.interventions.budget import PatchingTooLarge, check_patching
 from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
 from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
-from transformer.analysis.interventions.patching import SITES_PER_BATCH, Contrast, foil_id, target_step
-from transformer.analysis.interventions.sites import Patching, PatchingStopped, batches
+from transformer.analysis.interventions.patching import (
+    SITES_PER_BATCH,
+    Contrast,
+    check_piece_counts,
+    each_position,
+    foil_id,
+    target_step,
+)
+from transformer.analysis.interventions.sites import Patching, PatchingStopped, batches, stream_sites_expected
 from transformer.analysis.interventions.summary import in_words
 from transformer.analysis.words import word_labels, word_spans
 from transformer.decoding.result import DecodeInputError, source_ids
@@ -88,7 +95,7 @@ def the_form(explored: Explored) -> tuple[Asked | None, DeltaGenerator]:
         "asks which are needed.",
     )
     expectation = st.empty()
-    passes = passes_over(explored, columns(explored, words)[0])
+    passes = passes_over(explored, columns(explored, words)[0], corrupt_ids(explored, corrupt))
     expectation.caption(pace("activation patching", explored.checkpoint_key, "forward pass", passes))
     if not corrupt.strip() or not target.strip():
         st.info("Give a corrupted sentence and a target token, or try the example.")
@@ -103,6 +110,7 @@ def contrast_of(explored: Explored, asked: Asked) -> Contrast | None:
         step = target_step(result.tgt_pieces, asked.target)
         foil = foil_id(tokenizer, result.tgt_pieces[step], asked.foil) if asked.foil else None
         corrupt = source_ids(tokenizer, asked.corrupt, explored.checkpoint.config.max_len)[0]
+        check_piece_counts(tokenizer, explored.text, asked.corrupt, len(result.src_ids), len(corrupt))
         return Contrast(result.src_ids, corrupt, result.tgt_ids, step, result.tgt_ids[step], foil)
     except (ValueError, DecodeInputError) as error:
         st.error(literal(f"Cannot patch: {error}"))
@@ -123,7 +131,7 @@ def patched(explored: Explored, contrast: Contrast, noising: bool, spans: Spans)
     if stop_button("cause_stop", stop):  # pressed: this rerun ended the work at its last update
         session.cause_stopped = asked
         st.rerun()
-    passes = passes_over(explored, spans)
+    passes = passes_over(explored, spans, contrast.corrupt_src)
     timed = ("activation patching", explored.checkpoint_key, passes)
     progress = ProgressBar("Patching every site", passes, "forward passes", timed=timed)
     try:
@@ -179,10 +187,26 @@ def columns(explored: Explored, words: bool) -> tuple[Spans, list[str]]:
     return tuple(spans), word_labels(pieces, spans)
 
 
-def passes_over(explored: Explored, spans: Spans) -> int:
-    """The forward passes patching every site over the source's spans (each piece where None) makes at the most:
-    what the page says to expect and what its bar and pace count."""
-    return batches(explored.checkpoint.model, len(spans or explored.result.src_ids), SITES_PER_BATCH)
+def passes_over(explored: Explored, spans: Spans, corrupt: list[int] | None = None) -> int:
+    """The forward passes patching every site over the source's spans (each piece where None) makes: what the page
+    says to expect and what its bar and pace count. With the corrupted source's ids (of as many pieces), the passes
+    the run makes (the stream's sites where the two runs differ, sites.stream_sites_expected); without, the most."""
+    model, clean = explored.checkpoint.model, explored.result.src_ids
+    sites = list(spans or each_position(len(clean)))
+    differing = (
+        None if corrupt is None or len(corrupt) != len(clean) else stream_sites_expected(model, clean, corrupt, sites)
+    )
+    return batches(model, len(sites), SITES_PER_BATCH, differing)
+
+
+def corrupt_ids(explored: Explored, corrupt: str) -> list[int] | None:
+    """The corrupted sentence's source ids, or None where there is none yet or it cannot be read (said later)."""
+    if not corrupt.strip():
+        return None
+    try:
+        return source_ids(explored.checkpoint.tokenizer, corrupt.strip(), explored.checkpoint.config.max_len)[0]
+    except DecodeInputError:
+        return None
 
 
 def measured(asked: Asked) -> str:

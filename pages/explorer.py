@@ -12,7 +12,7 @@ from transformer.decoding.candidate_words import worked_out_at_open
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeInputError, DecodeResult
 from transformer.model.heads import head_names, layer_name
-from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START, readable
+from transformer.text.pieces import CONTINUES_WORD, SPACE, WORD_START, is_special, readable
 from transformer.text.tokenizer import TokenizerBase
 from transformer.viz.attention import attention_heatmap
 from transformer.viz.charts import token_probabilities
@@ -119,11 +119,14 @@ def word_start_note(explored: Explored) -> None:
 
 
 def answer(explored: Explored, action: StepAction) -> None:
-    """What the visitor asked of the step view: another page at this step, a what-if branch, a beam hypothesis."""
+    """What the visitor asked of the step view: another page at this step, a what-if branch, a beam hypothesis, why
+    this token (Cause)."""
     session = st.session_state
     session.step, session.stepped = action.step, True
     if action.page is not None:
         st.switch_page(action.page)
+    if action.name == "why":
+        ask_cause(explored, action.step)
     if action.name == "what_if":
         taken = session.get("branch_from", ()) if explored.result is not explored.original else ()
         with st.spinner("Decoding the branch ..."):
@@ -250,7 +253,11 @@ def attention_edit(explored: Explored) -> dict[str, str]:
     session = st.session_state
     linked_edit = {"cut", "pin"} & set(session.get("url_page", {}))
     asked = linked_edit or session.get("knockout_words") or session.get("knockout_pin") is not None
-    with st.expander("Knockout: cut source words from the decoder, or pin a head to one word", expanded=bool(asked)):
+    # Once opened by an edit it stays open: the last word unblocked or the pin undone folded it mid-experiment
+    session.knockout_opened = bool(asked or session.get("knockout_opened"))
+    with st.expander(
+        "Knockout: cut source words from the decoder, or pin a head to one word", expanded=session.knockout_opened
+    ):
         st.caption(
             "A blocked word's attention score is set to −∞ before the softmax in every head of the layers chosen, "
             "so it gets no weight and the other words share what it had; a pinned head looks at its word only. "
@@ -266,12 +273,30 @@ def attention_edit(explored: Explored) -> dict[str, str]:
         tokenizer, original = explored.checkpoint.tokenizer, explored.result
         before, after = (literal(readable(r.tgt_pieces[step])) if step < r.steps else "" for r in (original, edited))
         said = "still writes" if before == after else f"now writes **{after}** where it wrote"
-        st.markdown(f"At step {step + 1} the model {said} **{before}**.")
+        same_after = original.tgt_ids[step + 1 :] == edited.tgt_ids[step + 1 :]
+        rest = "the rest of the translation is as it was" if same_after else "what follows changes (below)"
+        st.markdown(f"At step {step + 1} the model {said} **{before}**; {rest}.")
         for column, result, name in zip(st.columns(2), (original, edited), ("As it was", "With the edit")):
             column.markdown(f"**{name}** · {literal(result.text)}")
             if step < result.steps:
                 column.caption(f"Candidates at step {step + 1}: {candidates_line(tokenizer, result, step)}")
     return linked
+
+
+def ask_cause(explored: Explored, step: int) -> None:
+    """The Cause page opened from the step view asking why the step's token and not the likeliest other one, its
+    fields filled in as far as they can be (the corrupted sentence is the visitor's to write): one click, where it
+    took four in presentation mode (issue 83). The foil is left out where it is not in the target's form."""
+    result, tokenizer, session = explored.result, explored.checkpoint.tokenizer, st.session_state
+    chosen = int(result.tgt_ids[step])
+    others = [int(i) for i in result.topk_ids[step] if int(i) != chosen]
+    target = tokenizer.id_to_piece(chosen)
+    foil = tokenizer.id_to_piece(others[0]) if others else ""
+    if not foil or is_special(foil) or target.startswith(WORD_START) != foil.startswith(WORD_START):
+        foil = ""  # a foil is read in the target's form: a word's first piece, or a piece inside a word
+    session.cause_target, session.cause_foil = target.removeprefix(WORD_START), foil.removeprefix(WORD_START)
+    session.cause_corrupt = session.get("cause_corrupt", "")  # the link's fields are not read over these
+    st.switch_page("pages/cause.py")
 
 
 def page(explored: Explored) -> None:

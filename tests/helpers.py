@@ -252,6 +252,9 @@ PAGES = ["explorer", "attention", "attribution", "positional", "masks", "computa
          "compare", "heads", "corpus", "alignment", "cause", "sets"]  # fmt: skip
 
 
+SWAPPED = "the dog red runs"  # the every-page sentence's words in another order
+
+
 def run_uploaded_set(at: AppTest, corrupted: tuple[str, ...]) -> AppTest:
     """The Pair sets page run on a set uploaded of the sidebar's sentence against each of `corrupted` and against
     itself, at its translation's first token."""
@@ -301,13 +304,13 @@ def open_on_every_page(directory, tmp_path, monkeypatch, label: str):
         if page == "cause":  # patched against a source of as many pieces (the first found), at the first output token
             first = at.session_state["result"].tgt_pieces[0].lstrip("▁Ġ")
             at = at.text_input(key="cause_target").input(first).run()
-            same = at.session_state["applied_text"]  # last: the sentence itself, nothing to trace, said so
-            for corrupt in ("the red cat runs", "the blue dog runs", "a red dog runs", "the red dog sits", same):
+            # the last: two words swapped, as many pieces wherever words split alone
+            for corrupt in ("the red cat runs", "the blue dog runs", "a red dog runs", "the red dog sits", SWAPPED):
                 at = at.text_input(key="cause_corrupt").input(corrupt).run()
                 if not any("pieces and the corrupted one" in error.value for error in at.error):
                     break
         if page == "sets":  # Cause's candidates as an uploaded set: each pair read or refused, and the set run
-            at = run_uploaded_set(at, ("the red cat runs", "the blue dog runs", "a red dog runs", "the red dog sits"))
+            at = run_uploaded_set(at, ("the red cat runs", "the blue dog runs", "a red dog runs", SWAPPED))
             assert "pairs are correct" in markdown(at) or "No pair was read" in markdown(at), page
         assert not at.exception, page
         assert page != "cause" or not at.error, [e.value for e in at.error]

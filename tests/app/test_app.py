@@ -817,3 +817,21 @@ def test_no_widget_is_given_a_default_beside_a_value_the_session_sets(monkeypatc
     linked = linked.switch_page("pages/sets.py").run()
     assert not linked.exception and linked.number_input(key="sets_pairs").value == 4
     assert not [message for message in said if "created with a default value" in message], said
+
+
+def test_why_this_token_opens_cause_from_the_step_view_with_the_token_and_its_likeliest_rival():
+    """Tried as a new user would (issue 83, item 3): in presentation mode Cause was four clicks away (the sidebar,
+    "View 3 more", Cause, the example); the step view asks it in one, at the step it shows."""
+    from transformer.analysis.interventions.patching import CLEAN_EXAMPLE
+    from transformer.decoding.strategies import decode_text
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    decoded = decode_text(shipped.model, shipped.tokenizer, CLEAN_EXAMPLE)
+    step = decoded.tgt_pieces.index("il")
+    rival = next(int(i) for i in decoded.topk_ids[step] if int(i) != int(decoded.tgt_ids[step]))
+    at = translate(start({"presentation": "1"}), CLEAN_EXAMPLE)
+    at = step_action(at, name="why", step=step)
+    assert not at.exception and at.title[0].value == "Cause" and at.session_state["step"] == step
+    assert at.text_input(key="cause_target").value == "il"
+    assert at.text_input(key="cause_foil").value == shipped.tokenizer.id_to_piece(rival).removeprefix("▁")
+    assert any("Give a corrupted sentence" in info.value for info in at.info)  # the one field left to the visitor

@@ -208,3 +208,34 @@ def test_a_link_with_a_knockout_opens_the_translation_as_the_edited_model_writes
     assert {name: at.query_params[name] for name in link} | {"pin_to": at.query_params["pin_to"]} == link | {
         "pin_to": "2"
     }
+
+
+def knockout_panel(at: AppTest):
+    return next(e for e in at.expander if e.label.startswith("Knockout"))
+
+
+def test_the_knockout_says_what_changes_after_the_step_and_stays_open_when_its_edit_is_undone():
+    """Tried as a new user would (issue 83, items 6 and 7): "At step 17 the model still writes il" while the rest of
+    the translation had changed ("fatigué" dropped); and the panel folded, its controls gone, when the last blocked
+    word was removed."""
+    from helpers import markdown
+
+    from transformer.analysis.interventions.knockout import AttentionEdit, edited_decode
+    from transformer.analysis.interventions.patching import CLEAN_EXAMPLE
+    from transformer.decoding.strategies import decode_text
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    original = decode_text(shipped.model, shipped.tokenizer, CLEAN_EXAMPLE)
+    step = original.tgt_pieces.index("il")
+    tired = CLEAN_EXAMPLE.split().index("tired.")
+    at = opened("explorer", {"text": CLEAN_EXAMPLE, "step": str(step + 1), "cut": str(tired + 1)})
+    pieces = tuple(p for p, piece in enumerate(original.src_pieces) if piece in ("▁tired", "."))
+    edited = edited_decode(shipped.model, shipped.tokenizer, original, step, AttentionEdit(pieces, (0, 1, 2)))
+    assert edited.tgt_pieces[step] == "il" and edited.tgt_ids[step + 1 :] != original.tgt_ids[step + 1 :]
+    said = markdown(at).replace("\\", "")
+    assert f"At step {step + 1} the model still writes **·il**; what follows changes (below)." in said  # of qu'il
+    assert knockout_panel(at).proto.expanded
+    at = at.multiselect(key="knockout_words").set_value([]).run()
+    assert not at.exception and knockout_panel(at).proto.expanded  # open, its controls in view
+    assert at.multiselect(key="knockout_words").value == []

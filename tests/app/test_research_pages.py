@@ -1128,3 +1128,65 @@ def test_the_set_is_read_by_role_by_piece_or_by_word(no_run_kept, words):
     columns = json.loads(stream.proto.spec)["data"][0]["x"]
     assert columns[:3] == ["the differing word", "the pronoun", "the antecedent"] and columns[-1] == "the rest"
     assert "0 of" in markdown(at)  # the default resolves none of the set's first pairs (docs/pair-sets.md)
+
+
+def test_identical_sentences_are_refused_before_any_run_and_draw_nothing(monkeypatch):
+    """Tried as a new user would (issue 83, item 4): the sentence against itself ran the whole patch (8.5 s), then drew
+    five empty grey grids under the one clear line."""
+    import ui.services.models
+
+    monkeypatch.setattr(ui.services.models, "patch_every_site", lambda *a, **k: pytest.fail("patched"))
+    at = opened_cause(LINK | {"corrupt": CLEAN})
+    assert not at.exception and not at.get("plotly_chart")
+    assert "Cannot patch: the corrupted sentence reads as the same pieces as the clean one" in errors(at)
+    with pytest.raises(ValueError, match="no difference to trace"):
+        shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+        contrast_of_texts(shipped.model, shipped.tokenizer, CLEAN, CLEAN, "il", "elle")
+
+
+def test_a_pair_of_different_piece_counts_is_told_which_word_splits_and_into_what():
+    """Tried as a new user would (issue 83, item 5): on the fairseq and eole models every pair tried was refused, and
+    the message gave the counts alone."""
+    at = opened_cause(LINK | {"corrupt": CORRUPT.replace("wide", "exhausted")})
+    said = errors(at)
+    assert "Cannot patch: the clean source has 15 pieces and the corrupted one 16" in said
+    assert "“tired.” is tired . (2), “exhausted.” exhaust ·ed . (3)" in said and "Pair sets page" in said
+    assert not at.get("plotly_chart")
+
+
+def test_the_passes_said_before_the_run_are_the_passes_the_run_makes(monkeypatch):
+    """Tried as a new user would (issue 83, item 2): by piece, "about 16 s for 17" before the run against "of 16
+    forward passes" on its bar: the run leaves out the embeddings' sites where the two sentences are alike."""
+    import ui.widgets.progress
+    from ui.services.work import Timings
+
+    class OneSecondAPass(Timings):
+        def expected(self, work: str, checkpoint_key: str, units: float) -> float | None:
+            return units * 1.0 if work == "activation patching" else None
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    contrast, _ = contrast_of_texts(shipped.model, shipped.tokenizer, CLEAN, CORRUPT, "il", "elle")
+    totals: list[int] = []
+    patch_every_site(shipped.model, contrast, progress=lambda done, total: totals.append(total))
+    made = totals[-1]
+    assert made < batches(shipped.model, len(contrast.clean_src), SITES_PER_BATCH)  # fewer than the most: the case
+    monkeypatch.setattr(ui.widgets.progress, "TIMINGS", OneSecondAPass())
+    waiting = opened_cause({"text": CLEAN, "corrupt": CORRUPT})  # no target yet: what to expect, before the run
+    lines = [c.value for c in waiting.caption if "At the pace measured" in c.value]
+    assert lines == [
+        f"At the pace measured on this server with this model: about 1 s a forward pass, about {made} s for {made}."
+    ]
+    bars: list[tuple[int, int | None]] = []
+
+    class Counted(ui.widgets.progress.ProgressBar):
+        def __init__(self, what, total, *args, **kwargs):
+            bars.append((total, None))
+            super().__init__(what, total, *args, **kwargs)
+
+        def __call__(self, done, total=None):
+            bars.append((self.total, total))
+            super().__call__(done, total)
+
+    monkeypatch.setattr(ui.widgets.progress, "ProgressBar", Counted)
+    opened_cause(LINK)
+    assert bars and all(said == made and run in (None, made) for said, run in bars), bars

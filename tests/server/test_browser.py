@@ -584,6 +584,22 @@ def test_stepping_and_playing_ask_nothing_of_the_server_and_actions_carry_the_st
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
+def test_why_this_token_opens_cause_at_the_step_the_browser_shows(server, browser):
+    """Issue 83, item 3: Cause one click from the step view, at the step stepped to in the browser alone, its token
+    in the target's field."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/?{urlencode({'text': CLEAN, 'step': '16'})}&presentation=1")
+    wait_for_step_view(page, 16)
+    page.get_by_role("button", name="Next").click()  # step 17, "il": known only to the browser
+    wait_for_step_view(page, 17)
+    page.get_by_role("button", name="Why this token? Ask the Cause page").click()
+    page.get_by_role("heading", name="Cause").wait_for(timeout=60_000)
+    target = page.get_by_role("textbox", name="Target token")
+    target.wait_for()
+    assert target.input_value() == "il"
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
 @pytest.mark.parametrize("path", ["", "attention"], ids=["explorer", "attention"])
 def test_translate_in_presentation_mode_closes_the_sidebar_again(server, browser, path):
     """The sidebar, opened to type a sentence, stayed open after Translate, covering 30 % of a projector's width."""

@@ -41,3 +41,18 @@ def test_a_second_start_installs_nothing_and_a_changed_requirement_installs_agai
     (repo / "requirements.txt").write_text("torch==2.13.0\n")
     assert install()[1:] == ["pip install -q -r requirements.txt", "pip install -q -e ."]
     assert install() == []
+
+
+def test_a_first_install_says_what_it_does_and_how_long_it_takes_before_it_starts(tmp_path):
+    """Tried as a new user would (issue 83, item 11): a first start printed nothing for 164 s while it installed."""
+    repo, bin_dir, log = _fake_repo(tmp_path)
+    environment = os.environ | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "scripts/install.sh"], cwd=repo, env=environment, capture_output=True, text=True)
+    said = done.stderr.splitlines()
+    assert (
+        said[0]
+        == "Installing the project and requirements.txt into .venv: about 3 minutes the first time; later starts skip it."
+    )
+    assert said[-1].startswith("Installed in ") and said[-1].endswith(" s.")
+    again = subprocess.run(["bash", "scripts/install.sh"], cwd=repo, env=environment, capture_output=True, text=True)
+    assert again.stderr == ""  # nothing to install, nothing said

@@ -228,10 +228,11 @@ function stepLayout(data, stepper, withContributions) {
   boxes.right.append(boxes.cross, boxes.self, ...(withContributions ? [boxes.contributions] : []));
   boxes.body.append(boxes.left, boxes.right);
   boxes.open = button("Open Attention maps at this step", "The full maps, rows up to this step");
+  boxes.why = button("Why this token? Ask the Cause page", "Cause opens with this step's token against the likeliest other");
   const root = element("div", data.presentation ? "player presentation" : "player");
   root.tabIndex = 0;
   root.append(stepper.controls, stepper.slider, boxes.caption, boxes.body, boxes.lens,
-    ...(data.beam ? [boxes.tree] : []), boxes.open);
+    ...(data.beam ? [boxes.tree] : []), boxes.open, boxes.why);
   return { root, boxes };
 }
 
@@ -290,6 +291,7 @@ function wireStepActions({ key, data, state, boxes, stepper, act }, root) {
     if (boxes.candidate.value) act({ name: "what_if", step: state.at, token: Number(boxes.candidate.value) });
   };
   boxes.open.onclick = () => act({ name: "attention", step: state.at });
+  boxes.why.onclick = () => act({ name: "why", step: state.at });
   leaving.set(key, (link) => {
     if (state.at === state.serverStep) return false; // the server knows the step: the link goes as it is
     act({ name: "leave", step: state.at, page: link.pathname });

@@ -71,7 +71,7 @@ class StepAction:
 
     name: str  # "what_if": branch from this step with token; "attention": open Attention maps at this step;
     # "leave": the visitor followed a link to `page` after stepping in the browser; "beam_node": open a beam
-    # search's hypothesis (`node` of its tree) as a what-if branch
+    # search's hypothesis (`node` of its tree) as a what-if branch; "why": ask Cause why this step's token
     step: int
     token: int | None = None
     page: str | None = None  # the page script to open ("pages/attribution.py")
@@ -244,7 +244,7 @@ def step_player(
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (docs/performance.md); a list goes to JSON as it is.
     action = PLAYER(key="step_player", data=[data], on_action_change=lambda: None).action
-    if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention", "leave", "beam_node"):
+    if not isinstance(action, dict) or action.get("name") not in ("what_if", "attention", "leave", "beam_node", "why"):
         return None
     if action["name"] == "beam_node":
         node = action.get("node")

@@ -50,6 +50,11 @@ class Contrast:
             )
         if not 0 <= self.step < len(self.output):
             raise ValueError(f"step {self.step + 1} is past the output's {len(self.output)} tokens")
+        if self.clean_src == self.corrupt_src:  # every share would be 0 / 0: refused before any run
+            raise ValueError(
+                "the corrupted sentence reads as the same pieces as the clean one: there is no difference to trace "
+                "(change a word, keeping the number of pieces)"
+            )
 
 
 class NotWritten(ValueError):
@@ -94,7 +99,33 @@ def contrast_of_texts(
     at = target_step(output.tgt_pieces, target, step)
     foil_token = None if foil is None else foil_id(tokenizer, output.tgt_pieces[at], foil)
     corrupt_src = source_ids(tokenizer, corrupt, model.config.max_len)[0]
+    check_piece_counts(tokenizer, clean, corrupt, len(output.src_ids), len(corrupt_src))
     return Contrast(output.src_ids, corrupt_src, output.tgt_ids, at, output.tgt_ids[at], foil_token), output
+
+
+def check_piece_counts(tokenizer: TokenizerBase, clean: str, corrupt: str, clean_len: int, corrupt_len: int) -> None:
+    """ValueError where the two sources' piece counts differ, naming the words that split differently and into
+    which pieces, so that another word can be chosen (on the fairseq and eole models every pair tried was refused
+    with the counts alone)."""
+    if clean_len == corrupt_len:
+        return
+
+    def words(text: str) -> list[tuple[str, list[str]]]:
+        ids, ranges = tokenizer.encode_words(text)
+        return [
+            (word, [readable(tokenizer.id_to_piece(i)) for i, belongs in zip(ids, ranges) if at in belongs])
+            for at, word in enumerate(text.split())
+        ]
+
+    split = [(a, b) for a, b in zip(words(clean), words(corrupt)) if len(a[1]) != len(b[1])]
+    told = [f"“{a}” is {' '.join(p)} ({len(p)}), “{b}” {' '.join(q)} ({len(q)})" for (a, p), (b, q) in split]
+    if len(clean.split()) != len(corrupt.split()):
+        told.append(f"the clean sentence has {len(clean.split())} words and the corrupted one {len(corrupt.split())}")
+    raise ValueError(
+        f"the clean source has {clean_len} pieces and the corrupted one {corrupt_len}: patching compares the same "
+        f"positions, so both need the same count. {'; '.join(told) or 'The words split alike, the sentence not'}: "
+        "choose a word of as many pieces, or a pair of a built-in set (the Pair sets page)"
+    )
 
 
 @dataclass(frozen=True)

@@ -259,6 +259,14 @@ def batches(model: Transformer, positions: int, per_batch: int, stream_sites: in
     return stream + heads + 2 * config.n_decoder_layers + 1
 
 
+def stream_sites_expected(model: Transformer, clean_src: list[int], corrupt_src: list[int], spans: list[Span]) -> int:
+    """The encoder stream's sites where two sources' runs will differ, known before they run: at the embeddings the
+    spans whose pieces differ (the others embed alike and are not run), above them every span (attention carries the
+    difference to every position). What batches() takes as `stream_sites` to count the passes the run makes."""
+    first = sum(clean_src[start:end] != corrupt_src[start:end] for start, end in spans)
+    return first + model.config.n_encoder_layers * len(spans)
+
+
 @torch.inference_mode()
 def patch_every_site(
     model: Transformer,
