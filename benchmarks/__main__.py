@@ -12,7 +12,7 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
-from .app_speed import browser_rows, candidate_words_row, lens_row, long_input_row, step_view_row
+from .app_speed import browser_rows, candidate_words_row, decoder_lens_row, lens_row, long_input_row, step_view_row
 from .attribution_speed import (
     attention_path_rows,
     attribution_row,
@@ -81,6 +81,7 @@ def main() -> None:
     rows.extend(training_step_rows(recipe, repeats=max(1 if args.smoke else 3, repeats // 2)))
     rows.append(step_view_row(checkpoint, repeats))
     rows.append(lens_row(checkpoint, repeats))
+    rows.append(decoder_lens_row(checkpoint, repeats))
     rows.append(candidate_words_row(checkpoint, repeats))
     rows.append(long_input_row(checkpoint))
     rows.append(attribution_row(checkpoint, repeats))

@@ -86,6 +86,21 @@ def lens_row(checkpoint: Checkpoint, repeats: int) -> Row:
     return Row(f"logit lens of a {result.steps}-step decode", "the whole decode", decode_ms, lens_ms, "≤ 0.1", note)
 
 
+def decoder_lens_row(checkpoint: Checkpoint, repeats: int) -> Row:
+    """DecoderLens of the it pair's clean sentence, every encoder layer's translation in one batch, against one
+    greedy decode of it (aim: at most a decode a layer and one more)."""
+    from transformer.analysis.decoder_lens import decoder_lens
+    from transformer.analysis.interventions.patching import CLEAN_EXAMPLE
+
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    ids = tokenizer.encode(CLEAN_EXAMPLE) + [model.config.eos_id]
+    decode_ms = median_ms(lambda: decode_ids(model, tokenizer, ids), repeats)
+    lens_ms = median_ms(lambda: decoder_lens(model, tokenizer, ids), repeats)
+    layers = model.config.n_encoder_layers
+    what = f"DecoderLens, the it sentence from each of {layers} encoder layers, batched"
+    return Row(what, "one greedy decode", decode_ms, lens_ms, f"≤ {layers + 1}")
+
+
 def candidate_words_row(checkpoint: Checkpoint, repeats: int) -> Row:
     """The word each candidate of a 30-step decode would make (computed once per decode, beside it) against the
     decode itself, and its share of the step view's JSON."""

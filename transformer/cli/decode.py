@@ -1,4 +1,6 @@
-"""Decoding from the command line: `translate` (sentences, one a line), `inspect` (every attention map of one sentence) and `attribute` (which source tokens each output token depends on)."""
+"""Decoding from the command line: `translate` (sentences, one a line), `inspect` (every attention map of one sentence),
+`attribute` (which source tokens each output token depends on) and `decoderlens` (what each encoder layer already
+says)."""
 
 from __future__ import annotations
 
@@ -98,6 +100,38 @@ def cmd_contributions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_decoderlens(args: argparse.Namespace) -> int:
+    """The translation from each encoder layer's output (analysis.decoder_lens) as JSON; with --step, each layer's
+    candidates at that step of the model's own translation."""
+    import json
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from transformer.analysis.decoder_lens import candidates_at_step, decoder_lens
+    from transformer.decoding.strategies import DecodeSettings, decode_text
+
+    if args.step is not None and args.step < 1:
+        raise ValueError(f"--step {args.step}: steps count from 1")
+    checkpoint = load_any_checkpoint(args.checkpoint, device(args.device))
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    own = decode_text(model, tokenizer, args.text, DecodeSettings())
+    layers = decoder_lens(model, tokenizer, own.src_ids)
+    found: dict = {"text": args.text, "translation": own.text, "layers": [asdict(layer) for layer in layers]}
+    if args.step is not None:
+        candidates = candidates_at_step(model, own.src_ids, own.tgt_ids, args.step - 1)
+        found["step"] = {"step": args.step, "token": own.tgt_pieces[args.step - 1]} | {
+            "candidates": [
+                {"layer": layer, "pieces": [tokenizer.id_to_piece(i) for i in ids], "ids": ids, "probabilities": ps}
+                for layer, (ids, ps) in enumerate(zip(candidates.ids, candidates.probabilities), 1)
+            ]
+        }
+    Path(args.out).write_text(json.dumps(found, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    for layer in layers:
+        print(f"layer {layer.layer}: {layer.text}")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     """Registers this module's commands."""
     translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
@@ -146,3 +180,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     contributions.add_argument("--format", choices=["npz", "json"], default="npz")
     add_decode_fields(contributions)
     contributions.set_defaults(run=cmd_contributions)
+
+    lens = commands.add_parser(
+        "decoderlens",
+        help="DecoderLens: the translation the decoder writes from each encoder layer's output (docs/decoder-lens.md)",
+    )
+    add_checkpoint(lens)
+    lens.add_argument("--text", required=True)
+    lens.add_argument("--step", type=int, help="also each layer's candidates at this step of the translation (1-based)")
+    lens.add_argument("--out", required=True, help="output file (.json)")
+    lens.set_defaults(run=cmd_decoderlens)

@@ -19,11 +19,16 @@ from transformer.text.tokenizer import TokenizerBase
 
 
 def encode_source(
-    model: Transformer, src: torch.Tensor, need_weights: bool, probe: Probe | None = None
+    model: Transformer,
+    src: torch.Tensor,
+    need_weights: bool,
+    probe: Probe | None = None,
+    start: tuple[int, torch.Tensor] | None = None,
 ) -> tuple[EncoderOutput, torch.Tensor]:
-    """The encoded source and its padding mask, which every decoder step needs."""
+    """The encoded source and its padding mask, which every decoder step needs; `start`: the encoder begun at a
+    boundary's stream (Transformer.encode's)."""
     src_mask = padding_mask(src, model.config.pad_id)
-    return model.encode(src, src_mask, need_weights, probe), src_mask
+    return model.encode(src, src_mask, need_weights, probe, start=start), src_mask
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ def generate(
     prefix: Sequence[int] = (),
     probe: Probe | None = None,
     tokens_only: bool = False,
+    start: tuple[int, torch.Tensor] | None = None,
 ) -> Generation:
     """Token-by-token decoding of a batch src (B, S); one decoder step per new token.
 
@@ -113,10 +119,11 @@ def generate(
     chosen by `choose`; a probe (heads switched off) applies to every step. tokens_only keeps no
     log-probabilities (a batch of 256 rows over 8,000 pieces would hold 8 MB a step), and, greedy, once a quarter
     of the rows have ended, decodes the others alone (one long row no longer keeps the whole batch computing).
+    `start`: the encoder begun at a boundary's stream (the DecoderLens gives each row a layer's output).
     """
     config = model.config
     batch = src.size(0)
-    encoded, src_mask = encode_source(model, src, need_weights, probe)
+    encoded, src_mask = encode_source(model, src, need_weights, probe, start)
     memory = encoded.memory
     steps = min(max_new_tokens, config.max_len)
     cache = model.start_cache(memory, capacity=steps)
