@@ -600,6 +600,23 @@ def test_why_this_token_opens_cause_at_the_step_the_browser_shows(server, browse
     assert page.locator('[data-testid="stException"]').count() == 0
 
 
+def test_a_page_chosen_from_the_menu_in_presentation_mode_folds_the_sidebar_and_its_more_link_reads(server, browser):
+    """Tried as a new user would (issue 83, item 3): in presentation mode the menu's "View 4 more" was 14 px, and
+    the sidebar stayed open after a page was chosen from it, the page 724 px wide."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/?presentation=1")
+    wait_for_step_view(page)
+    wait_idle(page)
+    page.locator('[data-testid="stExpandSidebarButton"]').click()
+    page.wait_for_function("document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'false'")
+    more = page.locator('[data-testid="stSidebarNavViewButton"]')
+    assert float(more.evaluate("e => parseFloat(getComputedStyle(e).fontSize)")) >= 18
+    page.get_by_role("link", name="Masks").click()
+    page.get_by_role("heading", name="Masks").wait_for(timeout=60_000)
+    page.wait_for_function("document.querySelector('[data-testid=stSidebar]').dataset.collapsed === 'true'")
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
 @pytest.mark.parametrize("path", ["", "attention"], ids=["explorer", "attention"])
 def test_translate_in_presentation_mode_closes_the_sidebar_again(server, browser, path):
     """The sidebar, opened to type a sentence, stayed open after Translate, covering 30 % of a projector's width."""

@@ -180,6 +180,9 @@ KEYS: dict[str, Key] = {
     ),
     "knockout_pin": Key(tuple, None, "the (layer, head) the step view pins to a word, or None (its widget, linked)"),
     "knockout_pin_word": Key(int, None, "the source word the pinned head looks at (0-based; its widget, linked)"),
+    "page_shown": Key(
+        str, None, "the page script the last run drew: another one is a page chosen (presentation folds)"
+    ),
     "knockout_opened": Key(bool, None, "whether the step view's knockout panel was opened by an edit: it stays open"),
     "cause_corrupt": Key(str, None, "the corrupted sentence Cause patches against the sidebar's (its widget, linked)"),
     "cause_target": Key(str, None, "the output token Cause reads (its widget, linked)"),

@@ -74,7 +74,9 @@ def draw(script: str) -> Explored:
         page_title="Transformer Explorer", page_icon=ICON, layout="wide", initial_sidebar_state=sidebar_state()
     )
     st.title(TITLES[Path(script).name])
-    explored = sidebar.render()
+    shown, session = Path(script).name, st.session_state
+    navigated, session.page_shown = session.get("page_shown") not in (None, shown), shown
+    explored = sidebar.render(navigated)
     presentation_style()
     if explored is None:
         first_steps(st.session_state.get("checkpoint", ""))

@@ -55,8 +55,9 @@ def _settings_form() -> bool:
         return translate
 
 
-def render() -> explorer.Explored | None:
-    """Draws the sidebar; decodes when the sentence, setting or checkpoint changed. None when nothing can be shown."""
+def render(navigated: bool = False) -> explorer.Explored | None:
+    """Draws the sidebar; decodes when the sentence, setting or checkpoint changed. None when nothing can be shown.
+    `navigated`: this run draws another page than the last (presentation mode folds the sidebar then)."""
     files = checkpoints.checkpoint_files()
     session = st.session_state
     uploads = session.get("uploads", {})
@@ -83,7 +84,7 @@ def render() -> explorer.Explored | None:
             checkpoints.serving_device()
         )  # under the form: the sentence and Translate stay in view on a laptop's screen
         st.caption(f"Running on **{'GPU' if device.type == 'cuda' else 'CPU'}** ({device})")
-    close_sidebar_if_presenting(submitted)
+    close_sidebar_if_presenting(submitted or navigated)
     if submitted or "applied_text" not in session:
         session.applied_text = session.text[: keys.MAX_CHARACTERS]
         session.applied_settings = DecodeSettings(**{name: session[name] for name in keys.SETTINGS})
