@@ -27,7 +27,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.model_speed import Row, median_ms, table
 from transformer.analysis.interventions.attribution_patching import attribution_patching
 from transformer.analysis.interventions.contrastive import patched_pairs
-from transformer.analysis.interventions.pair_sets import Pair, pair_line, read_pair_set
+from transformer.analysis.interventions.pair_sets import BUILT_IN_SETS, Pair, pair_line, read_pair_set
 from transformer.analysis.interventions.patching import CLEAN_EXAMPLE as CLEAN
 from transformer.analysis.interventions.patching import CORRUPT_EXAMPLE as CORRUPT
 from transformer.analysis.interventions.patching import contrast_of_texts, patch_encoder_stream
@@ -37,8 +37,6 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, Checkpoint, load_check
 from transformer.model.encoder_decoder import Transformer
 from transformer.text.pieces import readable
 from transformer.toolkits.opening import load_any_checkpoint
-
-SETS = Path(__file__).resolve().parents[1] / "transformer" / "analysis" / "interventions" / "sets"
 
 
 def products_floor(model: Transformer, work, repeats: int) -> tuple[float, float, float]:
@@ -95,7 +93,9 @@ def pair_set_row(checkpoint: Checkpoint, pairs_per_set: int | None) -> Row:
     """Exact patching of every site of the built-in sets' pairs (the first `pairs_per_set` of each, or all), one
     pair after another as patch-set runs them, against one greedy decode of each pair's clean sentence."""
     model, tokenizer = checkpoint.model, checkpoint.tokenizer
-    pairs = [pair for path in sorted(SETS.glob("*.jsonl")) for pair in read_pair_set(path).pairs[:pairs_per_set]]
+    pairs = [
+        pair for path in sorted(BUILT_IN_SETS.glob("*.jsonl")) for pair in read_pair_set(path).pairs[:pairs_per_set]
+    ]
     started = time.perf_counter()
     for _ in patched_pairs(model, tokenizer, pairs):
         pass
@@ -119,7 +119,9 @@ def seconds_of(command: list[str], threads: int) -> float:
 
 def two_processes_row(pairs_per_set: int) -> Row:
     """patch-set of the built-in sets' first pairs: 2 processes of a thread each against 1 of 2 threads."""
-    pairs = [pair for path in sorted(SETS.glob("*.jsonl")) for pair in read_pair_set(path).pairs[:pairs_per_set]]
+    pairs = [
+        pair for path in sorted(BUILT_IN_SETS.glob("*.jsonl")) for pair in read_pair_set(path).pairs[:pairs_per_set]
+    ]
     with tempfile.TemporaryDirectory() as folder:
         listed = Path(folder) / "set.jsonl"
         listed.write_text("".join(pair_line(pair) + "\n" for pair in pairs))

@@ -2,7 +2,6 @@
 where the difference is carried on average, and which heads the model needs, with each pair a link to the Cause
 page."""
 
-from pathlib import Path
 from urllib.parse import urlencode
 
 import numpy as np
@@ -10,10 +9,16 @@ import pandas as pd
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-import transformer.analysis.interventions
 from transformer.analysis.interventions.attribution_patching import agreement
 from transformer.analysis.interventions.contrastive import PairPatching, accuracy, by_phenomenon
-from transformer.analysis.interventions.pair_sets import Pair, PairSet, PairSetError, pair_set_from, read_pair_set
+from transformer.analysis.interventions.pair_sets import (
+    BUILT_IN_SETS,
+    Pair,
+    PairSet,
+    PairSetError,
+    pair_set_from,
+    read_pair_set,
+)
 from transformer.analysis.interventions.set_ablation import HeadAblation, ablation_over_set
 from transformer.analysis.interventions.set_effects import Effect, effects_by_role, roles_of
 from transformer.analysis.interventions.summary import set_in_words
@@ -38,8 +43,7 @@ INTRO = (
     "site patched and averaged over the pairs by the word's role, and, where asked, each head switched off alone "
     "against the accuracy. Each pair opens on the Cause page."
 )
-SETS = Path(transformer.analysis.interventions.__file__).parent / "sets"
-BUILT_IN = sorted(path.stem for path in SETS.glob("*.jsonl"))
+BUILT_IN = sorted(path.stem for path in BUILT_IN_SETS.glob("*.jsonl"))
 METHODS = {
     "exact": "Exact patching: a pass a site",
     "attribution": "Attribution patching: an estimate, one backward pass a pair",
@@ -75,7 +79,7 @@ def chosen_set() -> PairSet | None:
     from_the_link()
     uploaded = None
     if st.radio("Pairs", [BUILT, OWN], horizontal=True, key="sets_source") == BUILT:
-        read = read_pair_set(SETS / f"{st.selectbox('Set', BUILT_IN, key='sets_builtin')}.jsonl")
+        read = read_pair_set(BUILT_IN_SETS / f"{st.selectbox('Set', BUILT_IN, key='sets_builtin')}.jsonl")
     else:
         uploaded = st.file_uploader("A pair set: one JSON object a line (docs/pair-sets.md)", key="sets_file")
         if uploaded is None:

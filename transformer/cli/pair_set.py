@@ -58,9 +58,8 @@ def patched_into(out: Path, args: argparse.Namespace, pairs: list[Any], on: Any,
     `ablation_heads`' order); the pairs' outcomes by id."""
     import numpy as np
 
-    from transformer.analysis.interventions.budget import check_patching
+    from transformer.analysis.interventions.budget import check_contrast
     from transformer.analysis.interventions.contrastive import patched_pairs
-    from transformer.analysis.interventions.patching import SITES_PER_BATCH
     from transformer.analysis.interventions.set_ablation import metrics_with_each_head_off
     from transformer.io.export import npz_bytes
     from transformer.io.memory import memory_available
@@ -71,11 +70,11 @@ def patched_into(out: Path, args: argparse.Namespace, pairs: list[Any], on: Any,
     model, tokenizer, room = checkpoint.model, checkpoint.tokenizer, memory_available()
     heads = every_head(model.config)
 
-    def within_budget(contrast: Any, spans: list | None) -> None:
-        positions = len(spans or contrast.clean_src)
-        check_patching(model, len(contrast.clean_src), len(contrast.output), positions, SITES_PER_BATCH, room)
-
     outcomes = {}
+
+    def within_budget(contrast: Any, spans: list | None) -> None:
+        check_contrast(model, contrast, spans, room)
+
     runs = patched_pairs(model, tokenizer, pairs, args.noising, args.words, within_budget, args.method)
     for number, run in enumerate(runs, 1):
         if run.shares is not None:
@@ -218,7 +217,7 @@ def write_ablation(out: Path, outcomes: list[Any]) -> None:
         if outcome.written:
             with np.load(out / "pairs" / f"{outcome.id}.npz") as arrays:
                 with_each_off[outcome.id] = (arrays["ablation_clean"], arrays["ablation_corrupt"])
-                heads = [Head.parse(str(name)) for name in arrays["ablation_heads"]]
+                heads = heads or [Head.parse(str(name)) for name in arrays["ablation_heads"]]  # every pair's the same
     found = sorted(ablation_over_set(outcomes, with_each_off, heads), key=lambda a: (a.change, a.gap_change))
     rows = [
         (str(a.head), a.head.kind.value, a.head.layer + 1, a.head.index + 1, a.accuracy.share, a.accuracy.low)

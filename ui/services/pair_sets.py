@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import cachetools
 import numpy as np
 
-from transformer.analysis.interventions.budget import check_patching
+from transformer.analysis.interventions.budget import check_contrast
 from transformer.analysis.interventions.contrastive import REFUSED, Outcome, PairPatching, patched_pairs
 from transformer.analysis.interventions.pair_sets import Pair, pair_line
-from transformer.analysis.interventions.patching import SITES_PER_BATCH, Contrast, Span
+from transformer.analysis.interventions.patching import Contrast, Span
 from transformer.analysis.interventions.set_ablation import metrics_with_each_head_off
 from transformer.decoding.result import DecodeInputError, source_ids
 from transformer.decoding.strategies import check_decode
@@ -89,16 +89,7 @@ def run_set(
     model, tokenizer, done = checkpoint.model, checkpoint.tokenizer, kept(key)
 
     def within_budget(contrast: Contrast, spans: list[Span] | None) -> None:
-        positions = len(spans or contrast.clean_src)
-        check_patching(
-            model,
-            len(contrast.clean_src),
-            len(contrast.output),
-            positions,
-            SITES_PER_BATCH,
-            DECODE_LIMIT_BYTES,
-            PATCH_MAX_PASSES,
-        )
+        check_contrast(model, contrast, spans, DECODE_LIMIT_BYTES, PATCH_MAX_PASSES)
 
     left = [pair for pair in pairs if pair.id not in done]
     for pair in left:

@@ -5,6 +5,7 @@ of a 200-word pair, and with 1,000 words a pass held gigabytes: the server reach
 
 from __future__ import annotations
 
+from transformer.analysis.interventions.patching import SITES_PER_BATCH, Contrast, Span
 from transformer.analysis.interventions.sites import batches
 from transformer.decoding.strategies import NUMBER_BYTES, longest_fitting
 from transformer.model.config import TransformerConfig
@@ -58,3 +59,18 @@ def check_patching(
         f"shorten the sentences to at most {shorter:,} pieces (they have {source_len:,})" if shorter else "no pair fits"
     )
     raise PatchingTooLarge(f"patching every site of this pair takes {why}: {said}")
+
+
+def check_contrast(
+    model: Transformer,
+    contrast: Contrast,
+    spans: list[Span] | None,
+    limit_bytes: int | None,
+    max_passes: int | None = None,
+) -> int:
+    """check_patching() of a contrast's pair, patched by the spans given (each piece where None) in passes of
+    SITES_PER_BATCH: a set's pairs are held to it one by one."""
+    positions = len(spans or contrast.clean_src)
+    return check_patching(
+        model, len(contrast.clean_src), len(contrast.output), positions, SITES_PER_BATCH, limit_bytes, max_passes
+    )

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 from transformer.model.config import shown
 from transformer.text.files import open_regular, text_lines
 
+BUILT_IN_SETS = Path(__file__).parent / "sets"  # written by scripts/make_pair_sets.py
 MAX_SET_BYTES = 16 << 20
 MAX_PAIRS = 100_000
 MAX_LINE_BYTES = 8192
