@@ -4,8 +4,10 @@ quickly and holding little, by the listing, the readers and the command line ali
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -196,6 +198,16 @@ def test_an_eole_width_of_4299_digits_is_refused_as_not_an_integer_of_a_size_rea
         match="config.json's encoder hidden_size is an integer of about 4,299 digits, not an integer from 1",
     ):
         load_any_checkpoint(directory)
+
+
+@pytest.mark.parametrize("made", [m for m in MADE if m.make.__name__.startswith("ct2_")], ids=lambda m: m.make.__name__)
+def test_a_hostile_ctranslate2_model_bin_is_refused_in_one_line_quickly_holding_little(tmp_path, made):
+    directory = made.make(tmp_path)
+    started = time.perf_counter()
+    with measured() as cost, pytest.raises(CheckpointError, match=re.escape(made.refusal)) as refused:
+        load_any_checkpoint(directory)
+    assert time.perf_counter() - started < 5 and cost.peak_growth_mb < 100 and "\n" not in str(refused.value)
+    assert "· CTranslate2 · not readable: " in describe_directory(directory)
 
 
 @pytest.mark.parametrize("made", MADE, ids=lambda made: made.make.__name__)

@@ -83,6 +83,11 @@ IMPORTERS = {
         "its checkpoint (.pt, or the folder of one), the SentencePiece model beside it",
         ("transformer.toolkits.opennmt", "import_opennmt"),
     ),
+    "import-ctranslate2": (
+        "convert a CTranslate2 model or an Argos Translate package (docs/ctranslate2.md)",
+        "its model.bin, config.json and vocabularies, the SentencePiece models beside them (or the package)",
+        ("transformer.toolkits.ctranslate2.reader", "import_ctranslate2"),
+    ),
 }
 
 
