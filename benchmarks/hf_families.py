@@ -1,10 +1,12 @@
-"""python -m benchmarks.hf_families [--quick] [--nllb [SHAPE ...]] [--app] [--app-on-device]: each Hugging Face
+"""python -m benchmarks.hf_families [--quick] [--nllb [SHAPE ...]] [--app] [--app-on-device] [--ctranslate2]: each Hugging Face
 family read here, imported and decoding token by token against transformers' own generate in the same run, at the
 tests' size and at opus-mt's (d_model 512, 6+6 layers); and models of NLLB-200's configurations (random weights: the
 distilled 600M by default, 1.3B and 3.3B when named) imported: time and peak memory, and their decode speed. With
 --app, the app in Chromium with the opus-mt-shaped Marian model and each NLLB shape (and the shipped default in the
 same run): a link to the step view, a Translate of 20 words, step clicks. With --app-on-device, the app's own work for each NLLB shape's link and Translate on the GPU against the
-CPU held to 2 cores (benchmarks.app_on_device: no browser needed).
+CPU held to 2 cores (benchmarks.app_on_device: no browser needed). With --ctranslate2, each NLLB shape converted to an
+int8 CTranslate2 directory by CTranslate2's own converter and read (docs/ctranslate2.md) against reading the same
+model's safetensors directory, each in a fresh process: time and peak memory, against the weights' float32 bytes.
 
 Needs `transformers` (requirements-dev.txt). Greedy, 40 tokens, the end token never chosen, so both sides produce
 the same number of tokens; the forced first token (a language code, BART's <s>) counts as one of them.
@@ -16,6 +18,7 @@ import argparse
 import json
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -254,6 +257,39 @@ def nllb_report(shape: str, repeats: int, device: str, app: bool, on_device: boo
     )
 
 
+def ctranslate2_report(shape: str) -> str:
+    """NLLB-`shape` with random weights converted to int8 by CTranslate2's TransformersConverter, opened as a
+    CTranslate2 directory and as the Hugging Face directory it was converted from, each in a fresh process. The
+    made-up tokenizer has no SentencePiece model: the OpenNMT-py fixture's splits the text (its pieces unknown)."""
+    from ctranslate2.converters import TransformersConverter
+
+    from tests.fixtures.toolkit_outputs import FIXTURES
+
+    with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as elsewhere:
+        directory, converted = Path(folder), Path(elsewhere) / f"nllb-{shape.lower()}-int8"
+        save_nllb_at_size(directory, shape)
+        started = time.perf_counter()
+        TransformersConverter(str(directory)).convert(str(converted), quantization="int8")
+        conversion = time.perf_counter() - started
+        shutil.copy(FIXTURES / "opennmt.en-fr" / "spm.model", converted / "sentencepiece.model")
+        ours, safetensors = opened(converted), opened(directory)
+        stored = (converted / "model.bin").stat().st_size / 2**20
+    weights = 4 * ours["parameters"] / 2**20  # MB of float32
+    grown = {
+        name: figures["import_peak_mb"] - figures["rss_before_mb"]
+        for name, figures in (("ct2", ours), ("st", safetensors))
+    }
+    return (
+        f"NLLB-{shape}'s shape as int8 CTranslate2 (converted in {conversion:.0f} s, model.bin {stored:,.0f} MB): "
+        f"read in {ours['import_s']:.1f} s "
+        f"against {safetensors['import_s']:.1f} s from its safetensors (ratio {ours['import_s'] / safetensors['import_s']:.2f}); "
+        f"peak memory while reading {grown['ct2']:,.0f} MB against {grown['st']:,.0f} MB, the weights' float32 "
+        f"{weights:,.0f} MB: {grown['ct2'] / weights:.2f}x them (safetensors {grown['st'] / weights:.2f}x); held once "
+        f"read {ours['rss_imported_mb'] - ours['rss_before_mb']:,.0f} MB against "
+        f"{safetensors['rss_imported_mb'] - safetensors['rss_before_mb']:,.0f} MB"
+    )
+
+
 def printed(row: Row) -> Row:
     print(
         f"{row.what}: ours {row.ours_ms:.2f} ms, theirs {row.baseline_ms:.2f} ms, ratio {row.ratio:.2f}; {row.note}",
@@ -279,6 +315,9 @@ def main() -> None:
     parser.add_argument(
         "--app-on-device", action="store_true", help="also the app's own work with each NLLB shape, GPU against CPU"
     )
+    parser.add_argument(
+        "--ctranslate2", action="store_true", help="also each NLLB shape read as an int8 CTranslate2 directory"
+    )
     args = parser.parse_args()
     repeats = 3 if args.quick else 7
     print(f"machine: {machine()}, decoding on {args.device}\n", flush=True)
@@ -300,6 +339,8 @@ def main() -> None:
         nllb_rows, report = nllb_report(shape, repeats, args.device, args.app, args.app_on_device)
         rows += nllb_rows
         print("\n" + report, flush=True)
+        if args.ctranslate2:
+            print("\n" + ctranslate2_report(shape), flush=True)
     print("\n" + table(rows), flush=True)
     print(f"\nthis process's peak memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")
 

@@ -94,6 +94,26 @@ def test_checkpoint_removed_or_replaced_while_the_app_runs(tmp_path, monkeypatch
     assert "cannot be used" in at.error[0].value and "pickle" in at.error[0].value
 
 
+def test_a_toolkit_folder_that_is_refused_is_named_once_in_the_refusal(tmp_path, monkeypatch):
+    """Tried as a new user would: a Marian folder refused on every page said its name twice ("Checkpoint NAME cannot
+    be used: NAME: ..."), the reader's message beginning with the folder's name too."""
+    from fixtures.hostile_toolkits import huge_width
+    from helpers import REPO
+
+    import ui.services.checkpoints
+
+    shutil.copy(REPO / "checkpoints" / "en-fr-captions.safetensors", tmp_path / "en-fr-captions.safetensors")
+    huge_width(tmp_path)
+    monkeypatch.setattr(ui.services.checkpoints, "CHECKPOINT_DIR", tmp_path)
+    monkeypatch.setattr(ui.services.checkpoints, "DEFAULT_CHECKPOINT", tmp_path / "en-fr-captions.safetensors")
+    at = start()
+    at.selectbox(key="widget_checkpoint").set_value("width.en-fr").run()
+    refusal = at.error[0].value.replace("\\", "")  # as read: Markdown's escapes left out
+    assert (
+        refusal.startswith("Checkpoint width.en-fr cannot be used: config.json") and refusal.count("width.en-fr") == 1
+    )
+
+
 def test_compare_with_a_checkpoint_that_cannot_be_used_says_why(tmp_path, monkeypatch):
     from helpers import REPO
 

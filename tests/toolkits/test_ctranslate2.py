@@ -112,6 +112,16 @@ def test_without_a_stored_table_ctranslate2s_own_sinusoids_from_position_1_are_r
     assert same == 20 and log_probability < 1e-4 and attention < 1e-5
 
 
+def test_a_conversion_whose_vocabularies_have_pad_and_start_pieces_names_its_zero_start_row_apart(tmp_path):
+    directory = tmp_path / "pad.en-fr"
+    convert_marian(FIXTURES / "marian-pad", directory, "float32")
+    checkpoint = load_any_checkpoint(directory)
+    assert checkpoint.tokenizer.id_to_piece(checkpoint.config.start_id) == "<start>"
+    assert checkpoint.tokenizer.id_to_piece(checkpoint.config.pad_id) == "<pad>"
+    same, log_probability, attention = agreement(directory, checkpoint)
+    assert same == 20 and log_probability < 1e-4 and attention < 1e-5
+
+
 @pytest.mark.parametrize("quantization", ["int8", "float16", "bfloat16", "int16"])
 def test_quantized_weights_are_laid_out_as_ctranslate2_dequantizes_them(tmp_path, quantization):
     """Each type CTranslate2 writes: asked to compute in float32, CTranslate2 multiplies out the same weights we lay

@@ -2,8 +2,9 @@
 
 The models and Marian's outputs were made once by tests/fixtures/toolkits/make_marian.py, with pymarian 1.12.42 in an
 environment of its own: `marian-tied` (Marian's defaults: post-norm, swish, one vocabulary, every embedding tied),
-`marian-untied` (a vocabulary per language, nothing tied) and `marian-prenorm` (a vocabulary per language, pre-norm,
-ReLU, the decoder's embedding tied to its output layer).
+`marian-untied` (a vocabulary per language, nothing tied), `marian-prenorm` (a vocabulary per language, pre-norm,
+ReLU, the decoder's embedding tied to its output layer) and `marian-pad` (as `marian-untied`, its vocabularies with
+`<s>` and `<pad>` pieces of their own).
 """
 
 from __future__ import annotations
@@ -96,6 +97,19 @@ def test_greedy_pieces_log_probabilities_and_alignment_equal_marians_translator(
 def test_teacher_forced_log_probabilities_and_alignment_equal_marians_scorer(name):
     checkpoint = load_any_checkpoint(FIXTURES / name)
     log_probability, attention = scored_differences(checkpoint.model, checkpoint.tokenizer, name)
+    assert log_probability < 1e-4 and attention < 1e-5
+
+
+def test_vocabularies_with_pad_and_start_pieces_of_their_own_open_and_translate_as_marian_does():
+    """Tried as a new user would: a Marian model whose SentencePiece vocabularies were trained with `<pad>` and `<s>`
+    pieces (fairseq's spm_train recipe, `marian-pad`) was refused on every page, the zero row the decoder starts
+    from having been named `<pad>`; Marian trains and translates with it."""
+    checkpoint = load_any_checkpoint(FIXTURES / "marian-pad")
+    tokenizer, config = checkpoint.tokenizer, checkpoint.config
+    assert (tokenizer.id_to_piece(config.pad_id), tokenizer.id_to_piece(config.bos_id)) == ("<pad>", "<s>")
+    assert tokenizer.id_to_piece(config.start_id) == "<start>" and config.start_id == config.tgt_vocab_size - 1
+    assert greedy_differences(checkpoint.model, tokenizer, "marian-pad")[0] == 20
+    log_probability, attention = scored_differences(checkpoint.model, tokenizer, "marian-pad")
     assert log_probability < 1e-4 and attention < 1e-5
 
 

@@ -7,7 +7,8 @@ nothing in the files runs. Marian's transformer is the paper's with its own conv
 post-norm (`dan`) or pre-norm with a final norm on each side (`n`/`da`/`n`), swish or ReLU, layer norms with eps 1e-9,
 embeddings times sqrt(d) plus sinusoids in halves with tensor2tensor's frequencies from position 0, every source
 ended with `</s>`, and a decoder that starts from a zero vector: a row of zeros this reader adds to the vocabulary
-(named `<pad>`, never written) and starts the decoder from.
+(named `<pad>`, or `<start>` where a vocabulary trained with `--pad_id` has a `<pad>` of its own; never written) and
+starts the decoder from.
 """
 
 from __future__ import annotations
@@ -29,13 +30,12 @@ from transformer.model.config import ConfigError, TransformerConfig, shown
 from transformer.text.tokenizer import Tokenizer, TokenizerError
 from transformer.toolkits.arrays import NpzArchive, open_npz
 from transformer.toolkits.languages import listing, pair_named
-from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
+from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary, zero_start_piece
 
 OPTIONS_ARRAY = "special:model.yml"
 MAX_YAML_BYTES = 1 << 20
 LAYER_NORM_EPS = 1e-9  # Marian's layerNorm
 MAX_POSITIONS = 1024  # sinusoids have no length of their own: the longest input they are laid out for here
-START_PIECE = "<pad>"  # the row of zeros the decoder starts from, added to the vocabulary
 ACTIVATIONS = {"swish": "swish", "relu": "relu"}  # Marian's gelu is x·sigmoid(1.702x), not read
 NORM_PLACEMENTS = {("", "dan", ""): False, ("n", "da", "n"): True}  # (preprocess, postprocess, top): norm_first
 # Options whose model this format cannot hold (yet), each with what it is; refused naming it.
@@ -182,9 +182,9 @@ def marian_config(options: dict[str, Any], vocabulary_size: int, specials: dict[
         n_encoder_layers=options.get("enc-depth"),
         n_decoder_layers=options.get("dec-depth"),
         max_len=MAX_POSITIONS,
-        pad_id=specials["start"],
+        pad_id=specials["pad"],
         unk_id=specials["unk"],
-        bos_id=specials["start"],
+        bos_id=specials["bos"],
         eos_id=specials["eos"],
         norm_first=NORM_PLACEMENTS[placement],  # type: ignore[index]
         tie_embeddings=bool(options.get("tied-embeddings-all")),
@@ -207,8 +207,9 @@ def import_marian_npz(path: str | Path, device: torch.device | str = "cpu") -> C
             _check_pieces(source, target, files.vocabularies)
             source_unk = source.index("<unk>")
             pieces, source_rows = joint_vocabulary(source, target, source_unk)
-            tokenizer = Tokenizer(protos[0], protos[1], [*pieces, START_PIECE])
-            specials = {"start": len(pieces), "unk": tokenizer.unk_id, "eos": tokenizer.eos_id}
+            tokenizer = Tokenizer(protos[0], protos[1], [*pieces, zero_start_piece(pieces)])
+            specials = {"start": len(pieces), "pad": tokenizer.pad_id, "bos": tokenizer.bos_id}
+            specials |= {"unk": tokenizer.unk_id, "eos": tokenizer.eos_id}
             config = marian_config(options, len(pieces) + 1, specials)
         except (ConfigError, TypeError, ValueError, OverflowError, TokenizerError) as error:
             raise CheckpointError(f"{files.directory.name}: {str(error)[:300]}") from None
@@ -249,14 +250,11 @@ def check_arrays(archive: NpzArchive, config: TransformerConfig) -> None:
 
 
 def _check_pieces(source: list[str], target: list[str], names: tuple[str, str]) -> None:
-    """Marian's ids for its specials are those of the vocabularies' `</s>` and `<unk>` pieces; the zero start row
-    is added under a name no piece may have."""
+    """Marian's ids for its specials are those of the vocabularies' `</s>` and `<unk>` pieces."""
     for pieces, name in zip((source, target), names):
         missing = [piece for piece in ("</s>", "<unk>") if piece not in pieces]
         if missing:
             raise CheckpointError(f"{shown(name, 60)} has no {' or '.join(missing)} piece: not a Marian vocabulary")
-        if START_PIECE in pieces:
-            raise CheckpointError(f"{shown(name, 60)} has a {START_PIECE} piece of its own, which is not read")
 
 
 def npz_state(

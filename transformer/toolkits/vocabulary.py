@@ -10,6 +10,19 @@ import torch
 # joint vocabulary: a score no softmax gives weight to (exp(-10^4) is 0 in float32), finite so that entropies and sums
 # stay numbers.
 NEVER_WRITTEN = -1e4
+PAD = "<pad>"
+
+
+def zero_start_piece(pieces: list[str]) -> str:
+    """The name of the row of zeros a decoder starts from (Marian's), added to a vocabulary: `<pad>`, which pads
+    too, where no piece has that name (a vocabulary trained with its own `<pad>` keeps it), else `<start>` or the
+    first of `<<start>>`, ... that no piece has."""
+    if PAD not in pieces:
+        return PAD
+    name = "<start>"
+    while name in pieces:
+        name = f"<{name}>"
+    return name
 
 
 def joint_vocabulary(source: list[str], target: list[str], unk_id: int) -> tuple[list[str], list[int]]:
@@ -32,12 +45,21 @@ def joint_embeddings(
     """The source and target embeddings and the output layer over a joint vocabulary of len(source_rows) pieces: the
     source's rows picked by `source_rows`; past the target's own rows, zero embeddings (the decoder's start where a
     toolkit starts from a zero vector) and outputs never written."""
-    target_size, width = target_embedding.shape
+    target_size = len(target_embedding)
     beyond = len(source_rows) - target_size
     bias = torch.zeros(target_size) if output_bias is None else output_bias.reshape(-1).float()
+    same_rows = source_rows == list(range(len(source_embedding)))  # one vocabulary: the matrix itself, not a copy
     return {
-        "src_embed.lookup.weight": source_embedding[source_rows],
-        "tgt_embed.lookup.weight": torch.cat([target_embedding, target_embedding.new_zeros(beyond, width)]),
-        "generator.weight": torch.cat([output, output.new_zeros(beyond, width)]),
-        "generator.bias": torch.cat([bias, torch.full((beyond,), NEVER_WRITTEN)]),
+        "src_embed.lookup.weight": source_embedding if same_rows else source_embedding[source_rows],
+        "tgt_embed.lookup.weight": _extended(target_embedding, beyond, 0.0),
+        "generator.weight": _extended(output, beyond, 0.0),
+        "generator.bias": _extended(bias, beyond, NEVER_WRITTEN),
     }
+
+
+def _extended(rows: torch.Tensor, count: int, value: float) -> torch.Tensor:
+    """`rows` with `count` rows of `value` after them; the tensor itself where none are added (an embedding of 256k
+    rows is a gigabyte: copied for nothing, it was one more at the peak)."""
+    if not count:
+        return rows
+    return torch.cat([rows, torch.full((count, *rows.shape[1:]), value, dtype=rows.dtype)])

@@ -24,7 +24,8 @@ def open_or_explain(name: str) -> KeyedCheckpoint | None:
         with st.spinner(f"Loading {name} ..."):
             return open_checkpoint(name)
     except (CheckpointError, OSError, MemoryError, torch.OutOfMemoryError) as error:
-        st.error(literal(f"Checkpoint {name} cannot be used: {str(error) or 'the server is out of memory'}"))
+        reason = (str(error) or "the server is out of memory").removeprefix(f"{name}: ")  # a reader's own naming
+        st.error(literal(f"Checkpoint {name} cannot be used: {reason}"))
         return None
 
 

@@ -36,6 +36,7 @@ ITEM_SIZES = {4: 0, 2: 2, 1: 1}  # binary versions before 4 give a variable's it
 MAX_VARIABLES = 1 << 16  # NLLB-3.3B's spec has about 1,200
 MAX_RANK = 4
 MAX_NAME_BYTES = 512
+CHUNK_BYTES = 16 << 20  # read at a time into a weight's float32 tensor
 
 
 @dataclass(frozen=True)
@@ -189,26 +190,55 @@ def read_scalar(file: BinaryIO, index: ModelBin, name: str, default: float) -> f
     return float(_read(file, found).reshape(-1)[0])
 
 
-def read_weight(file: BinaryIO, index: ModelBin, name: str) -> torch.Tensor:
+def read_weight(file: BinaryIO, index: ModelBin, name: str, transposed: bool = False) -> torch.Tensor:
     """A variable laid out in float32: an int8 or int16 one divided by its scale (`NAME_scale`: one per row, or
-    one for the whole), a float16 or bfloat16 one widened."""
+    one for the whole), a float16 or bfloat16 one widened. Read into the float32 tensor it becomes, CHUNK_BYTES of
+    the file at a time: a 256k-row int8 embedding read whole, then widened, held its bytes twice beside its floats.
+    `transposed`: a matrix laid out as its transpose (a view of it returned), as the model holds an output layer
+    (model.linear.hold_transposed), so that it is never copied into that layout beside itself (NLLB-600M's tied
+    embedding was: its peak 1.48x its float32 weights; docs/ctranslate2.md)."""
     found = index.find(name)
     if found is None:
         raise CheckpointError(f"{index.path.name} lacks the variable {shown(name, 80)}")
-    stored = _read(file, found)
-    if stored.dtype not in (torch.int8, torch.int16):
-        return stored.float()
-    scale = index.find(f"{name}_scale")
-    if scale is None or scale.type_id != 0 or scale.numel not in (1, found.shape[0]):
-        raise CheckpointError(f"{index.path.name}: {shown(name, 80)} is quantized without a scale that fits it")
-    divisor = _read(file, scale).reshape(-1, *([1] * (len(found.shape) - 1)))
-    return stored.float() / divisor
+    kind, width, _ = DTYPES[found.type_id]
+    divisor = None
+    if kind in (torch.int8, torch.int16):
+        scale = index.find(f"{name}_scale")
+        if scale is None or scale.type_id != 0 or scale.numel not in (1, found.shape[0]):
+            raise CheckpointError(f"{index.path.name}: {shown(name, 80)} is quantized without a scale that fits it")
+        divisor = _read(file, scale).reshape(-1, *([1] * (len(found.shape) - 1)))
+    transposed = transposed and len(found.shape) == 2
+    laid_out = torch.empty(found.shape[::-1] if transposed else found.shape, dtype=torch.float32)
+    if laid_out.numel() == 0:
+        return laid_out.t() if transposed else laid_out
+    rows = laid_out.t() if transposed else laid_out.reshape(len(laid_out) if laid_out.dim() else 1, -1)
+    row_bytes = rows.shape[1] * width
+    step = max(1, CHUNK_BYTES // row_bytes)
+    file.seek(found.offset)
+    for first in range(0, len(rows), step):
+        chunk = rows[first : first + step]
+        if kind == torch.float32 and not transposed:
+            _read_into(file, chunk.numpy().data.cast("B"))
+            continue
+        data = bytearray(len(chunk) * row_bytes)
+        _read_into(file, data)
+        chunk.copy_(torch.frombuffer(data, dtype=kind).reshape(chunk.shape))
+        if divisor is not None:
+            part = divisor if len(divisor) == 1 else divisor[first : first + step]
+            chunk.div_(part.reshape(-1, 1))
+    return laid_out.t() if transposed else laid_out
+
+
+def _read_into(file: BinaryIO, buffer: memoryview | bytearray) -> None:
+    if file.readinto(buffer) != len(buffer):
+        raise CheckpointError("the model.bin ends inside a variable: truncated")
 
 
 def _read(file: BinaryIO, variable: Variable) -> torch.Tensor:
     kind, width, _ = DTYPES[variable.type_id]
     file.seek(variable.offset)
-    data = bytearray(file.read(variable.numel * width))
+    data = bytearray(variable.numel * width)
     if not data:
         return torch.empty(variable.shape, dtype=kind)
+    _read_into(file, data)
     return torch.frombuffer(data, dtype=kind).reshape(variable.shape)

@@ -19,11 +19,11 @@ from transformer.io.memory import memory_available
 from transformer.toolkits.ctranslate2 import spec
 from transformer.toolkits.ctranslate2.binary import ModelBin
 from transformer.toolkits.languages import pair_named
+from transformer.toolkits.vocabulary import PAD
 
 MAX_PIECE_BYTES = 256  # a piece as a vocabulary file writes it, escaped and quoted, with room to spare
 SPLITTERS = (("source.spm", "target.spm"), ("sentencepiece.model", "sentencepiece.model"))
 TOKENS = {"unk_token": ("<unk>", "<unk>"), "bos_token": ("<s>", "<s>"), "eos_token": ("</s>", "</s>")}  # default, ours
-PAD = "<pad>"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from transformer.text.tokenizer import Tokenizer, TokenizerError
 from transformer.toolkits.ctranslate2 import spec
 from transformer.toolkits.ctranslate2.binary import ModelBin, read_index, read_weight
 from transformer.toolkits.ctranslate2.directory import (
-    PAD,
     Ct2Files,
     check_room,
     find_files,
@@ -27,9 +26,8 @@ from transformer.toolkits.ctranslate2.directory import (
     weights_type,
 )
 from transformer.toolkits.languages import listing
-from transformer.toolkits.vocabulary import joint_embeddings, joint_vocabulary
+from transformer.toolkits.vocabulary import PAD, joint_embeddings, joint_vocabulary, zero_start_piece
 
-START_PIECE = "<start>"  # the zero row a decoder starts from, where the vocabulary has a <pad> of its own
 DEFAULT_POSITIONS = 1024  # CTranslate2's own sinusoids have no length: the longest input they are laid out for here
 
 
@@ -131,7 +129,7 @@ def _joint_pieces(
     pieces, _ = joint_vocabulary(source, target, source.index("<unk>"))
     if zero_start:
         start = len(pieces)
-        pieces.append(PAD if PAD not in pieces else _free_name(pieces))
+        pieces.append(zero_start_piece(pieces))
     else:
         start = _start_id(options, names, target)
     if PAD not in pieces:
@@ -145,14 +143,6 @@ def _tokenizer(files: Ct2Files, options: dict[str, Any], pieces: list[str]) -> T
     tokenizer = Tokenizer(protos[0], None if files.splitters[0] == files.splitters[1] else protos[1], pieces)
     tokenizer = tokenizer if options.get("add_source_eos") else tokenizer.without_source_eos()
     return tokenizer.with_prefixes("<s>", None) if options.get("add_source_bos") else tokenizer
-
-
-def _free_name(pieces: list[str]) -> str:
-    """A name for the zero start row that no piece has."""
-    name = START_PIECE
-    while name in pieces:
-        name = f"<{name}>"
-    return name
 
 
 def _start_id(options: dict[str, Any], names: dict[str, str], target: list[str]) -> int:
@@ -177,11 +167,12 @@ def _embeddings(
     pieces, source_rows = joint_vocabulary(source, target, source.index("<unk>"))
     source_rows += [source.index("<unk>")] * (config.src_vocab_size - len(pieces))
     encoder_name = spec.encoder_embedding(index)
-    target_embedding = read_weight(file, index, spec.TARGET_EMBEDDING)
+    # The output layer's matrix read as the model lays it out (transposed): the largest weight, never copied
+    target_embedding = read_weight(file, index, spec.TARGET_EMBEDDING, transposed=config.tie_embeddings)
     same = index.same(encoder_name, spec.TARGET_EMBEDDING)
     source_embedding = target_embedding if same else read_weight(file, index, encoder_name)
     tied_output = index.same(spec.OUTPUT, spec.TARGET_EMBEDDING)
-    output = target_embedding if tied_output else read_weight(file, index, spec.OUTPUT)
+    output = target_embedding if tied_output else read_weight(file, index, spec.OUTPUT, transposed=True)
     bias = read_weight(file, index, "decoder/projection/bias") if index.find("decoder/projection/bias") else None
     layout = joint_embeddings(source_embedding, target_embedding, output, bias, source_rows)
     if config.tie_embeddings:
