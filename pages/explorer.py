@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import streamlit as st
 
+from transformer.analysis.decoder_lens import LayerTranslation
 from transformer.analysis.interventions.knockout import AttentionEdit, Pin
 from transformer.analysis.tuned_lens import TunedLens, TunedLensError
 from transformer.analysis.views import attention_view
@@ -105,6 +106,21 @@ def asked_for(explored: Explored, candidate_words: CandidateWords | None) -> tup
                 explored.checkpoint, explored.identity, _result=explored.result
             )
     return shown, candidate_words
+
+
+def encoder_lens(explored: Explored) -> tuple[list[LayerTranslation], LogitLens] | None:
+    """DecoderLens, where the visitor asks for it: what each encoder layer already says (a decode a layer), drawn in
+    the step view's lens."""
+    layers = explored.checkpoint.model.config.n_encoder_layers
+    if not st.toggle(
+        "What each encoder layer says",
+        key="encoder_lens",
+        help=f"DecoderLens: the decoder reads each of the {layers} encoder layers' output in place of the last one's "
+        "and translates from it; the step view's lens then reads the encoder's layers at each step. A decode a layer.",
+    ):
+        return None
+    with st.spinner(f"Translating from each of the {layers} encoder layers ..."):
+        return models.decoder_lens_cached(explored.checkpoint, explored.identity, _result=explored.result)
 
 
 def word_start_note(explored: Explored) -> None:
@@ -317,6 +333,7 @@ def page(explored: Explored) -> None:
     layers, linked_layers = layer_window(explored)
     step = keys.clamp_index("step", explored.result.steps)
     shown, candidate_words = asked_for(explored, candidate_words)
+    decoder_lens = encoder_lens(explored)
     presenting, lens = bool(st.session_state.get("presentation")), tuned_lens(explored)
     action = step_player(
         shown,
@@ -330,6 +347,7 @@ def page(explored: Explored) -> None:
         contributions,
         content,
         layers,
+        decoder_lens,
     )
     word_start_note(explored)
     if action is not None:

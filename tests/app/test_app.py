@@ -110,6 +110,30 @@ def test_the_step_view_offers_the_tuned_lens_shipped_beside_the_default(explorer
     assert step_view(linked)["lens_choice"] == "tuned" and linked.query_params["lens"] == "tuned"
 
 
+def test_decoderlens_is_asked_for_by_its_switch_drawn_in_the_lens_and_kept_by_the_link(explorer, reference):
+    """What each encoder layer already says: every layer's translation (the last the model's own, word for word) and
+    each layer's guesses at every step, the lens opening on them; a link keeps the switch."""
+    from transformer.analysis.decoder_lens import decoder_lens, encoder_layers_lens
+
+    assert step_view(explorer)["encoder_lens"] is None  # a decode a layer: asked for, never at open
+    at = explorer.toggle(key="encoder_lens").set_value(True).run()
+    view = step_view(at)
+    found, checkpoint = view["encoder_lens"], load_checkpoint(DEFAULT_CHECKPOINT)
+    layers = checkpoint.model.config.n_encoder_layers
+    translations = decoder_lens(checkpoint.model, checkpoint.tokenizer, list(reference.src_ids))
+    assert [row["layer"] for row in found["translations"]] == list(range(1, layers + 1))
+    assert [" ".join(row["words"]) for row in found["translations"]] == [t.text for t in translations]
+    assert " ".join(found["translations"][-1]["words"]) == reference.text and not any(
+        found["translations"][-1]["differs"]
+    )
+    lens = encoder_layers_lens(checkpoint.model, list(reference.src_ids), list(reference.tgt_ids))
+    assert found["top_ids"] == lens.top_ids.transpose(0, 1).tolist() and found["rank"] == lens.chosen_rank.T.tolist()
+    assert [row[-1] for row in found["rank"]] == [1] * reference.steps  # the last layer: the greedy output itself
+    assert view["lens_choice"] == "encoder" and at.query_params["dlens"] == "1"
+    linked = translate(start({"dlens": "1"}), SENTENCE)
+    assert step_view(linked)["encoder_lens"] is not None and linked.toggle(key="encoder_lens").value
+
+
 def test_a_tuned_lens_that_does_not_fit_its_checkpoint_is_said_and_not_used(monkeypatch):
     import ui.services.models
     from transformer.analysis.tuned_lens import TunedLensError

@@ -21,7 +21,7 @@ from fixtures.browser import (
 )
 from fixtures.patching_pair import CLEAN, CORRUPT
 
-from transformer.io.checkpoint import DEFAULT_CHECKPOINT
+from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.io.timeline_file import load_timeline, timeline_path
 
 pytestmark = pytest.mark.browser
@@ -381,6 +381,29 @@ def test_presentation_mode_fits_a_projector(server, browser, size):
             assert [f["overlapping"] for f in page.evaluate(FIGURES_READ) if f["overlapping"]] == [], path
         assert page.locator('[data-testid="stDataFrame"]').count() == 0, path  # a canvas: its text unread above
         assert page.locator('[data-testid="stSidebar"]').get_attribute("data-collapsed") == "true", path
+
+
+def test_decoderlens_draws_each_encoder_layers_translation_in_the_lens_on_a_projector(server, browser):
+    """What each encoder layer already says, opened by its link in presentation mode at 1024x768: a translation an
+    encoder layer, the words the last layer's lacks underlined, each layer's guesses at the step; readable, uncut."""
+    page = browser.new_page(viewport={"width": 1024, "height": 768})
+    page.goto(f"{server}/?{urlencode({'text': CLEAN, 'dlens': '1', 'presentation': '1'})}")
+    wait_for_step_view(page, 1)
+    lens = page.locator(".lens")
+    assert lens.locator(".map-title").text_content() == "what each encoder layer already says, read at step 1"
+    layers = load_checkpoint(DEFAULT_CHECKPOINT).model.config.n_encoder_layers
+    assert lens.locator(".layer-translation").count() == layers
+    assert lens.locator(".layer-translation").nth(layers - 1).locator(".word.differs").count() == 0
+    assert lens.get_by_role("button", name="the encoder's layers").get_attribute("aria-pressed") == "true"
+    assert lens.locator(".lens-table .lens-layer").first.text_content() == "encoder layer 1"
+    lens.get_by_role("button", name="the logit lens").click()  # the decoder's layers, one click away
+    assert lens.locator(".map-title").text_content() == "what each decoder layer would predict at step 1"
+    lens.get_by_role("button", name="the encoder's layers").click()
+    wait_idle(page)
+    cut = f"[...{PLAYER}.querySelectorAll('.lens-table > span')].filter(c => c.scrollWidth > c.clientWidth + 1).map(c => c.textContent)"
+    assert page.evaluate(cut) == []
+    page.screenshot(path=ARTIFACTS / "presentation-1024x768-decoderlens.png")
+    assert page.evaluate(VIEW_PROBLEMS, True) == [] and page.evaluate(SMALL_TEXT) == []
 
 
 def test_a_pair_set_runs_from_its_link_and_reads_on_a_projector(server, browser):

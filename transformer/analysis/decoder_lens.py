@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from transformer.decoding.greedy import default_max_new_tokens, forced_prefix, generate, greedy_chooser
+from transformer.decoding.lens import LogitLens, stacked_guesses
 from transformer.decoding.result import model_device
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.masks import padding_mask, target_mask
@@ -98,3 +99,22 @@ def candidates_at_step(model: Transformer, src_ids: list[int], output: list[int]
     )
     top = model.log_probs(decoded.hidden[:, -1]).topk(CANDIDATES, dim=-1)
     return LayerCandidates(step, top.indices.tolist(), top.values.exp().tolist())
+
+
+@torch.inference_mode()
+def encoder_layers_lens(model: Transformer, src_ids: list[int], tgt_ids: list[int]) -> LogitLens:
+    """At every step of an output (the one on screen), teacher-forced, each encoder layer's next-token guesses: a
+    lens over the encoder's layers, read as the logit lens reads the decoder's (rows: encoder layers, layer 1 first;
+    the last is the model's own distribution). The layers' scores are read one layer at a time."""
+    src, start = _layers_as_memory(model, src_ids)
+    encoded = model.encode(src, padding_mask(src, model.config.pad_id), start=start)
+    decoder_input = torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=src.device).expand(len(src), -1)
+    decoded = model.decode(
+        decoder_input,
+        encoded.memory,
+        padding_mask(src, model.config.pad_id),
+        target_mask(decoder_input, model.config.pad_id),
+    )
+    chosen = torch.tensor(tgt_ids, device=src.device)[:, None]
+    scores = (model.log_probs(hidden) for hidden in decoded.hidden)
+    return LogitLens(*stacked_guesses(scores, len(src), chosen), states=torch.empty(0))

@@ -25,7 +25,6 @@ document.addEventListener(
 const steppers = new Map(); // component key -> {root, go}: each mounted step view and how it steps
 stepWithArrowKeys(steppers);
 
-let lensDetailsOpen = false; // whether the visitor opened "How the lens reads a layer"
 
 // words[i], where given, is the word candidate i would make (the model continued greedily after it): "ch → chat".
 function drawBars(box, title, labels, probs, chosenIndex, words) {
@@ -49,129 +48,7 @@ function drawBars(box, title, labels, probs, chosenIndex, words) {
   });
 }
 
-// The logit lens at one step: each decoder layer's top guesses and the rank it gave the token taken; beside it a
-// strip of every step (a column each) coloured by the probability each layer gave that step's token.
-function drawLens(box, data, step, go, state) {
-  if (data.lens === null && data.tuned_lens === null) { // a large vocabulary: read when the visitor asks (the server)
-    box.replaceChildren(element("p", "lens-plain", "What each decoder layer would predict (the logit lens) is read "
-      + "for a model of this size when asked: the switch “Each layer's guesses” above."));
-    return;
-  }
-  const tuned = data.tuned_lens !== null && (state.lens === "tuned" || data.lens === null);
-  const lens = tuned ? data.tuned_lens : data.lens;
-  box.replaceChildren();
-  box.append(element("div", "map-title", `what each decoder layer would predict at step ${step + 1}`));
-  if (data.tuned_lens !== null && data.lens !== null) box.append(lensChoice(box, data, step, go, state, tuned));
-  const { strip, stripBox } = lensStrip(data, lens, step, go);
-  const parts = element("div", "lens-parts");
-  parts.append(lensTable(data, lens, step), stripBox);
-  box.append(parts, element("p", "lens-plain", "What each layer would write at this step if it were the last one: "
-    + "read down a column to watch the model make up its mind, layer by layer."), lensDetails(data, tuned));
-  // A strip wider than its box scrolls: the step on screen is kept in view (it hid past the box's right edge). Read
-  // at the next frame, once the whole step is drawn: read here it laid the page out twice a step (half a click's time).
-  requestAnimationFrame(() => {
-    const now = strip.querySelector(".key-label.now").getBoundingClientRect();
-    const shown = stripBox.getBoundingClientRect();
-    stripBox.scrollLeft += now.left + now.width / 2 - (shown.left + shown.width / 2);
-  });
-}
 
-// Read with the logit lens or the tuned one, where both were sent: the choice is the visitor's, kept in the address.
-function lensChoice(box, data, step, go, state, tuned) {
-  const choice = element("div", "lens-choice");
-  choice.append("read with ");
-  [["logit", "the logit lens"], ["tuned", "the tuned lens"]].forEach(([name, label]) => {
-    const option = button(label, name === "tuned" ? "each early layer's output first mapped as fitted for the output layer to read" : "each layer's output read as it is");
-    option.setAttribute("aria-pressed", String(name === (tuned ? "tuned" : "logit")));
-    option.onclick = () => {
-      state.lens = name;
-      drawLens(box, data, step, go, state);
-      writeLensToAddress(state.lens);
-    };
-    choice.append(option);
-  });
-  return choice;
-}
-
-// Each layer at one step: the rank and probability it gave the token taken, and its guesses, best first.
-function lensTable(data, lens, step) {
-  const layers = lens.rank[0].length;
-  const guesses = lens.top_ids[0][0].length;
-  const table = element("div", "lens-table");
-  table.style.gridTemplateColumns = `max-content max-content repeat(${guesses}, max-content)`;
-  table.append(element("span", "lens-head", ""), element("span", "lens-head", `'${data.next[step]}', taken`));
-  const heading = element("span", "lens-head", "its guesses, best first");
-  heading.style.gridColumn = `span ${guesses}`;
-  table.append(heading);
-  for (let layer = 0; layer < layers; layer++) {
-    const rank = lens.rank[step][layer];
-    table.append(element("span", "lens-layer", layer === layers - 1 ? `layer ${layer + 1} (output)` : `layer ${layer + 1}`));
-    const chosen = element("span", rank === 1 ? "lens-chosen top" : "lens-chosen",
-      `rank ${rank.toLocaleString("en")} · ${number(lens.chosen_prob[step][layer])}`);
-    chosen.title = `the rank and probability layer ${layer + 1} gave '${data.next[step]}'`;
-    table.append(chosen);
-    lens.top_ids[step][layer].forEach((id, i) => {
-      const guess = element("span", id === data.chosen[step] ? "guess taken" : "guess");
-      guess.append(element("span", "guess-token", lens.labels[id]), ` ${number(lens.top_probs[step][layer][i])}`);
-      guess.title = `${lens.labels[id]}: ${number(lens.top_probs[step][layer][i])}`;
-      table.append(guess);
-    });
-  }
-  return table;
-}
-
-// Every step's column: the probability each layer gave that step's token; a column opens its step.
-function lensStrip(data, lens, step, go) {
-  const layers = lens.rank[0].length;
-  const strip = element("div", "strip");
-  strip.style.gridTemplateColumns = `max-content repeat(${data.steps}, minmax(0.9rem, 1.6rem))`;
-  for (let layer = 0; layer < layers; layer++) {
-    strip.append(element("div", "row-label", `layer ${layer + 1}`));
-    for (let t = 0; t < data.steps; t++) {
-      const p = lens.chosen_prob[t][layer];
-      const cell = element("div", t === step ? "cell now" : "cell");
-      cell.style.background = p === null ? "#d5d7de" : colorOf(data.colors, p);
-      cell.title = `step ${t + 1}, '${data.next[t]}'\nlayer ${layer + 1}: probability ${number(p)}, rank ${lens.rank[t][layer]}`;
-      cell.onclick = () => go(t);
-      strip.append(cell);
-    }
-  }
-  strip.append(element("div"));
-  data.next.forEach((token, t) => {
-    const label = element("div", t === step ? "key-label now" : "key-label", token);
-    label.title = token;
-    strip.append(label);
-  });
-  const stripBox = element("div", "map");
-  stripBox.append(element("div", "strip-title", "the probability each layer gave the token taken, at every step "
-    + "(a column opens its step)"), strip);
-  return { strip, stripBox };
-}
-
-// One plain sentence for a class; how the lens reads a layer, for researchers, one click away.
-function lensDetails(data, tuned) {
-  const kl = data.tuned_lens?.kl;
-  const measured = kl ? " Held out, the mean KL divergence from the output: " + kl[0].map((plain, layer) =>
-    `layer ${layer + 1} ${number(plain)} nats with the logit lens, ${number(kl[1][layer])} with the tuned lens`).join("; ")
-    + "." : "";
-  const details = document.createElement("details");
-  details.className = "lens-details";
-  details.open = lensDetailsOpen; // kept open from step to step once opened
-  details.addEventListener("toggle", () => { lensDetailsOpen = details.open; });
-  details.append(element("summary", "lens-summary", "How the lens reads a layer"));
-  details.append(element("p", "lens-note", tuned
-    ? "Each early layer's output is first moved by an affine map fitted on a corpus so that the output layer reads it "
-      + "as it reads the last layer's (the tuned lens, Belrose et al. 2023), then put through the final normalisation "
-      + "and output layer. The maps are fitted, not the model: a guess here is what a layer's output holds in a form a "
-      + "trained reader can find." + measured
-    : "Each layer's output is put through the model's final normalisation and output layer as if it were the last (the "
-      + "logit lens). Early layers need not use the output layer's basis, so the lens understates what they hold: read a "
-      + "low probability there as 'not yet readable this way', not 'not yet known' (Belrose et al. 2023 fit a map per "
-      + "layer, the tuned lens, for this" + (kl ? ": offered above for this checkpoint" : "") + ")." + measured));
-  return details;
-}
-
-// The lens the view reads with goes into the address too (the server never hears of it: a link names it).
 // ALTI+ at one step: how much of the step's token came from the source and from the output so far, through the
 // whole model, and each source and prefix token's share; under it, every step's share from the source (a click on
 // one goes to it).
@@ -199,13 +76,6 @@ function drawContributions(box, data, step, go, values) {
   strip.append(element("div"));
   data.next.forEach((label, t) => strip.append(element("div", t === step ? "key-label now" : "key-label", label)));
   box.append(strip);
-}
-
-function writeLensToAddress(lens) {
-  const url = new URL(window.location.href);
-  if (lens === "tuned") url.searchParams.set("lens", "tuned");
-  else url.searchParams.delete("lens");
-  if (url.href !== window.location.href) window.history.replaceState(window.history.state, "", url);
 }
 
 function writeStepToAddress(step) {
@@ -324,7 +194,9 @@ export default function (component) {
     serverStep: data.step,
     at: Math.min(kept ? before.at : data.step, last),
     rate: before ? before.rate : data.rates[1],
-    lens: before ? before.lens : data.lens_choice,
+    // the lens kept across redraws, but the encoder's layers opened as the switch asking for them is turned on
+    lens: before && !(data.encoder_lens !== null && !before.encoderSent) ? before.lens : data.lens_choice,
+    encoderSent: data.encoder_lens !== null,
   };
   held.set(key, state);
   const stepper = stepControls({ key, timers, state, last, rates: data.rates, noun: "Step", sliderFrom: 1,

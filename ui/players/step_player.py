@@ -9,6 +9,7 @@ page by a link sends the step once, so that the next page opens at it.
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import streamlit as st
 
 from transformer.analysis.contributions import Contributions
+from transformer.analysis.decoder_lens import LayerTranslation
 from transformer.analysis.tuned_lens import TunedLens
 from transformer.analysis.views import without_sinks
 from transformer.analysis.words import over_words
@@ -39,7 +41,7 @@ PAGE_NAMES = frozenset(path.stem for path in (HERE.parents[1] / "pages").glob("*
 PLAYER = st.components.v2.component(
     "step_player",
     css=(HERE / "player.css").read_text() + (HERE / "step_player.css").read_text(),
-    js="".join((HERE / name).read_text() for name in ("player_common.js", "beam_tree.js", "step_player.js")),
+    js="".join((HERE / name).read_text() for name in ("player_common.js", "beam_tree.js", "step_lens.js", "step_player.js")),
 )
 STEP_RATES = (1, 2, 5, 10)  # steps a second Play offers
 # Rows of heads the step view draws at most (each layer's heads, then their mean), and cells: a step click redraws both
@@ -100,6 +102,21 @@ def lens_data(lens: LogitLens, tokenizer: TokenizerBase) -> dict:
     }
 
 
+def encoder_lens_data(translations: list[LayerTranslation], lens: LogitLens, tokenizer: TokenizerBase) -> dict:
+    """DecoderLens for the view: each encoder layer's guesses at every step (as a lens' data, lens_data), and the
+    translation each layer's output makes, word by word, each word marked where it is not the last layer's (the
+    words a difflib alignment of the two leaves unmatched)."""
+    final = translations[-1].text.split()
+    rows = []
+    for translation in translations:
+        words = translation.text.split()
+        differs = [False] * len(words)
+        for tag, _, _, first, last in difflib.SequenceMatcher(a=final, b=words, autojunk=False).get_opcodes():
+            differs[first:last] = [tag != "equal"] * (last - first)
+        rows.append({"layer": translation.layer, "words": words, "differs": differs})
+    return lens_data(lens, tokenizer) | {"translations": rows}
+
+
 def tuned_lens_data(rows: LogitLens, lens: TunedLens, tokenizer: TokenizerBase) -> dict:
     """lens_data of the tuned lens, with each early layer's held-out mean KL from the output, logit then tuned."""
     return lens_data(rows, tokenizer) | {"kl": [rounded(np.array(lens.kl_logit)), rounded(np.array(lens.kl_tuned))]}
@@ -125,13 +142,14 @@ def step_data(
     contributions: Contributions | None = None,
     content: bool = False,
     layers: range | None = None,
+    encoder_lens: tuple[list[LayerTranslation], LogitLens] | None = None,
 ) -> dict:
     """Everything the step view shows, for every step, as JSON-ready values; `player_id`: the result's identity
     token (the browser keeps its step while it is the same); `tuned`: a tuned lens' guesses and the
     lens (whose held-out KL figures the view gives); `candidate_words`: the word each candidate would make
     (decoding.candidate_words); `contributions`: ALTI+ of the result; `content`: the maps without their sink keys
     (views.without_sinks), as Attention maps' content only; `layers`: the window of layers whose maps are sent
-    (layer_windows; None: all)."""
+    (layer_windows; None: all); `encoder_lens`: DecoderLens of the result (encoder_lens_data)."""
     layers = range(result.cross.size(0)) if layers is None else layers
     heads, steps = result.cross.size(1), result.steps
     shown = slice(layers.start, layers.stop)
@@ -161,6 +179,7 @@ def step_data(
         "entropy": rounded(result.entropy_bits.numpy()),
         "lens": lens_data(result.lens, tokenizer) if result.lens.read else None,
         "tuned_lens": None if tuned is None else tuned_lens_data(*tuned, tokenizer),
+        "encoder_lens": None if encoder_lens is None else encoder_lens_data(*encoder_lens, tokenizer),
         "cross_labels": [readable_label(label) for label in cross_labels],
         "cross": packed(with_layer_means(cross).transpose(2, 0, 1, 3)),  # (T, L, H + 1, S)
         "self_labels": self_labels,
@@ -231,15 +250,17 @@ def step_player(
     contributions: Contributions | None = None,
     content: bool = False,
     layers: range | None = None,
+    encoder_lens: tuple[list[LayerTranslation], LogitLens] | None = None,
 ) -> StepAction | None:
     """Mounts the step view (with a tuned lens' guesses, and the lens, where the checkpoint has one; with the words
-    the candidates would make, and ALTI+; its maps without sink keys if `content`, of the window `layers`); the
-    visitor's action of this run, if any."""
-    extras = (tuned, candidate_words, contributions, content, layers)
+    the candidates would make, and ALTI+; its maps without sink keys if `content`, of the window `layers`; with
+    DecoderLens where asked, its view opening the lens); the visitor's action of this run, if any."""
+    extras = (tuned, candidate_words, contributions, content, layers, encoder_lens)
+    lens = "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit"
     data = step_data(result, tokenizer, step, words, identity.token, *extras) | {
         "presentation": presentation,
         "scroll_into_view": st.session_state.pop("scroll_to_output", False),
-        "lens_choice": "tuned" if tuned is not None and st.session_state.get("lens") == "tuned" else "logit",
+        "lens_choice": "encoder" if encoder_lens is not None else lens,
     }
     # Sent as a one-item list (read back by sent_step_data): Streamlit scans a dict's values for dataframes, which
     # imports pandas and pyarrow on a process's first page (docs/performance.md); a list goes to JSON as it is.

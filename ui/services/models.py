@@ -19,6 +19,7 @@ import torch
 from transformer.analysis.alignment import Method, pair_matrix
 from transformer.analysis.attribution.measures import Attribution, attribute, contrastive
 from transformer.analysis.contributions import Contributions, contributions
+from transformer.analysis.decoder_lens import LayerTranslation, decoder_lens, encoder_layers_lens
 from transformer.analysis.interventions.knockout import AttentionEdit, edited_decode
 from transformer.analysis.interventions.patching import Contrast
 from transformer.analysis.interventions.sites import Patching, patch_every_site
@@ -103,6 +104,18 @@ def candidate_words_cached(
 def contributions_cached(_checkpoint: Checkpoint, identity: ResultIdentity, *, _result: DecodeResult) -> Contributions:
     """ALTI+ of a result: each output step's shares of the source and of the output so far."""
     return contributions(_checkpoint.model, _result.src_ids, _result.tgt_ids)
+
+
+@RESULTS
+def decoder_lens_cached(
+    _checkpoint: Checkpoint, identity: ResultIdentity, *, _result: DecodeResult
+) -> tuple[list[LayerTranslation], LogitLens]:
+    """DecoderLens of a result: the greedy translation from each encoder layer's output, and each layer's guesses
+    at every step of the output on screen."""
+    model, tokenizer = _checkpoint.model, _checkpoint.tokenizer
+    return decoder_lens(model, tokenizer, list(_result.src_ids)), encoder_layers_lens(
+        model, list(_result.src_ids), list(_result.tgt_ids)
+    )
 
 
 @RESULTS

@@ -148,6 +148,7 @@ KEYS: dict[str, Key] = {
     "words": Key(bool, None, "pieces merged into words wherever attention maps are drawn"),
     "presentation": Key(bool, None, "presentation mode"),
     "lens": Key(str, None, "the lens the step view opens with (logit or tuned), as a link named it"),
+    "encoder_lens": Key(bool, None, "the step view's DecoderLens asked for: what each encoder layer already says"),
     "attention_fit": Key(bool, None, "the Attention maps page's colours fitted to the weights drawn"),
     "attention_content": Key(bool, None, "the Attention maps page's maps without sink keys (</s>, <s>, punctuation)"),
     "sidebar_collapsed": Key(bool, None, "presentation mode collapsed the sidebar (once: it may be reopened)"),

@@ -63,10 +63,10 @@ def read_url_once(checkpoints: dict) -> None:
         flag = link_flag(name)
         if flag is not None:
             st.session_state[key] = flag
-    for name in ("words", "presentation"):
+    for name, key in (("words", "words"), ("presentation", "presentation"), ("dlens", "encoder_lens")):
         flag = link_flag(name)
         if flag is not None:
-            st.session_state[name] = flag
+            st.session_state[key] = flag
     # A page's own controls: each takes its value when the page draws it (from_link), where it is one of its choices.
     st.session_state.url_page = {name: params[name][:MAX_PAGE_VALUE] for name in PAGE_PARAMETERS if name in params}
 
@@ -193,7 +193,7 @@ def url_text(text: str) -> str:
 def write_url(page: dict[str, str] | None = None) -> None:
     """The URL names the view on screen: checkpoint, a language-pair model's languages, sentence, decoding settings that differ from the
     defaults, step, layer, head (1-based), kind, the attention view, words, presentation mode, fitted colours,
-    the lens a link opened with and the what-if branch on screen (its step, 1-based, and token id: "what_if=2.417");
+    DecoderLens asked for (dlens=1), the lens a link opened with and the what-if branch on screen (its step, 1-based, and token id: "what_if=2.417");
     `page`: the page's own controls, by their PAGE_PARAMETERS name."""
     state = st.session_state
     text = state.get("applied_text", "")
@@ -220,6 +220,7 @@ def write_url(page: dict[str, str] | None = None) -> None:
     if state.get("view", "head") != "head":
         params["view"] = state.view
     params |= {name: "1" for name in ("words", "presentation") if state.get(name)}
+    params |= {"dlens": "1"} if state.get("encoder_lens") else {}
     params |= {name: "1" for name, key in ATTENTION_FLAGS.items() if state.get(key)}
     if state.get("lens") == "tuned":  # the lens a link opened with (the step view writes the visitor's own)
         params["lens"] = "tuned"
