@@ -41,7 +41,9 @@ PAGE_NAMES = frozenset(path.stem for path in (HERE.parents[1] / "pages").glob("*
 PLAYER = st.components.v2.component(
     "step_player",
     css=(HERE / "player.css").read_text() + (HERE / "step_player.css").read_text(),
-    js="".join((HERE / name).read_text() for name in ("player_common.js", "beam_tree.js", "step_lens.js", "step_player.js")),
+    js="".join(
+        (HERE / name).read_text() for name in ("player_common.js", "beam_tree.js", "step_lens.js", "step_player.js")
+    ),
 )
 STEP_RATES = (1, 2, 5, 10)  # steps a second Play offers
 # Rows of heads the step view draws at most (each layer's heads, then their mean), and cells: a step click redraws both
