@@ -1,6 +1,6 @@
 """Decoding from the command line: `translate` (sentences, one a line), `inspect` (every attention map of one sentence),
-`attribute` (which source tokens each output token depends on) and `decoderlens` (what each encoder layer already
-says)."""
+`attribute` (which source tokens each output token depends on), `decoderlens` (what each encoder layer already
+says) and `figures` (a sentence's figures as SVG, PDF or PNG files)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from transformer.cli.common import (
 )
 from transformer.cli.heads import head_argument, heads_off_probe
 from transformer.decoding.result import source_ids, truncation_note
+from transformer.io.checkpoint import Checkpoint
 from transformer.text.files import TEXT_FILE, decoded_lines, open_regular
 from transformer.toolkits.opening import load_any_checkpoint
 
@@ -132,6 +133,61 @@ def cmd_decoderlens(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_figures(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from transformer.analysis.attribution.measures import attribute
+    from transformer.viz.files import write_figures
+    from transformer.viz.matrices import matrix_heatmap
+    from transformer.viz.report import report_figures
+
+    if args.corrupt and not args.token:
+        print("figures: --corrupt needs --token, the output token the Cause grids read (il)", file=sys.stderr)
+        return 2
+    checkpoint, result = decode_argument(args)
+    figures = list(report_figures(result, args.words))
+    found = attribute(checkpoint.model, result, n_steps=args.steps)
+    gradients = ("Integrated gradients", found.integrated_gradients)
+    figures.append(
+        (
+            gradients[0],
+            matrix_heatmap(
+                gradients[1],
+                "integrated gradients of each output token over the source",
+                list(result.tgt_pieces),
+                list(result.src_pieces),
+                x_title="source token",
+                y_title="output token",
+            ),
+        )
+    )
+    if args.corrupt:
+        figures += cause_figures(checkpoint, args)
+    written = write_figures(figures, Path(args.out), args.format)
+    print(result.text)
+    print(f"wrote {len(written)} figures into {args.out}: {', '.join(p.name for p in written)}", file=sys.stderr)
+    return 0
+
+
+def cause_figures(checkpoint: Checkpoint, args: argparse.Namespace) -> list:
+    """The Cause page's grids for the sentence against `--corrupt`: every site patched (cli.interventions.patched)."""
+    from transformer.cli.interventions import patched
+    from transformer.viz.patching import patching_grids
+
+    pair = argparse.Namespace(
+        clean=args.text,
+        corrupt=args.corrupt,
+        target=args.token,
+        foil=args.against,
+        step=None,
+        words=False,
+        noising=False,
+    )
+    _, clean, _, found = patched(checkpoint.model, checkpoint.tokenizer, pair)
+    grids = patching_grids(found, list(clean.src_pieces)).all()
+    return [(f"Cause {figure.layout.title.text or number}", figure) for number, figure in enumerate(grids, 1)]
+
+
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     """Registers this module's commands."""
     translate = commands.add_parser("translate", help="translate sentences, one per line, from stdin or --input")
@@ -168,6 +224,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     add_decode_fields(attribution)
     attribution.set_defaults(run=cmd_attribute)
 
+    add_reading_parsers(commands)
+
+
+def add_reading_parsers(commands: argparse._SubParsersAction) -> None:
+    """The commands that read one sentence's decode further: contributions, DecoderLens, its figures as files."""
     contributions = commands.add_parser(
         "contributions",
         help="ALTI+: how much each output token drew on each source token and on the output so far, through the "
@@ -190,3 +251,19 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     lens.add_argument("--step", type=int, help="also each layer's candidates at this step of the translation (1-based)")
     lens.add_argument("--out", required=True, help="output file (.json)")
     lens.set_defaults(run=cmd_decoderlens)
+
+    figures = commands.add_parser(
+        "figures",
+        help="a sentence's figures as files for papers and slides: SVG or PDF (text as text) or PNG at 2x",
+    )
+    add_checkpoint(figures)
+    figures.add_argument("--text", required=True)
+    figures.add_argument("--out", required=True, help="the folder the files are written into (made where missing)")
+    figures.add_argument("--format", choices=["svg", "pdf", "png"], default="svg")
+    figures.add_argument("--words", action="store_true", help="maps over words, each word's pieces merged")
+    figures.add_argument("--steps", type=int, default=32, help="interpolation steps of integrated gradients")
+    figures.add_argument("--corrupt", help="also the Cause page's grids: a source of the same piece count")
+    figures.add_argument("--token", help="with --corrupt: the output token read, as the output writes it (il)")
+    figures.add_argument("--against", help="with --corrupt: the token it is read against (elle)")
+    add_decode_fields(figures)
+    figures.set_defaults(run=cmd_figures)
