@@ -888,6 +888,32 @@ def test_stop_during_pruning_keeps_the_table_of_the_parts_that_finished():
     assert at.session_state["heads_matter"].survey is kept[0] and len(at.get("plotly_chart")) >= 3
 
 
+def test_stop_while_switching_heads_off_keeps_each_head_over_the_sentences_finished():
+    """Tried as a new user would: Stop during "each head switched off" kept nothing of the rows that had finished.
+    What every head had finished is shown, said to be partial (over how many sentences, what was not measured)."""
+    from transformer.analysis.heads.importance import ImportanceStopped
+    from transformer.analysis.heads.survey import survey_heads
+    from transformer.io.checkpoint import CHECKPOINT_DIR, load_checkpoint
+    from ui.services.checkpoints import checkpoint_key
+    from ui.state.keys import HeadsRun
+
+    path = CHECKPOINT_DIR / "reverse.safetensors"
+    reverse, kept = load_checkpoint(path), []
+    words = "one two three four five six".split()
+    sources = [" ".join(words[: n % 6 + 1]) for n in range(24)]
+    asked = iter([False] + [True] * 100)  # the first batch of rows runs, then Stop
+    with pytest.raises(ImportanceStopped):
+        survey_heads(reverse.model, reverse.tokenizer, sources, should_stop=lambda: next(asked), kept=kept.append)
+    finished = len(kept[0].ablation.finished)
+    at = start({"ckpt": "reverse"}).switch_page("pages/heads.py").run()
+    at.session_state["heads_matter_kept"] = HeadsRun(checkpoint_key(path), "src.txt", finished, kept[0])
+    at.session_state["matter_stop_ablation"] = True  # the value a pressed Stop has on the run it starts
+    at = at.run()
+    said = [info.value for info in at.info if info.value.startswith("Stopped while switching each head off")]
+    assert not at.exception and said and f"{finished:,} shortest sentences" in said[0]
+    assert at.session_state["heads_matter"].survey is kept[0] and len(at.get("plotly_chart")) >= 3
+
+
 def test_words_patch_each_words_pieces_together_on_the_page():
     at = opened_cause(LINK | {"words": "1"})
     assert not at.exception and not at.error and at.session_state["words"]

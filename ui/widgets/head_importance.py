@@ -50,6 +50,11 @@ STOPPED_KEPT = (
     "Stopped: the parts that had finished are kept below (the table); the part stopped and any after it are not. "
     "Measure again for the rest."
 )
+STOPPED_PARTIAL = (
+    "Stopped while switching each head off: what every head had finished is kept below, each head's change over the "
+    "sample's {sentences:,} shortest sentences (a partial run: the gradient, the roles and any part after were not "
+    "measured). Measure again for the whole sample."
+)
 MEASURES = {"gradient": "the gradient of a gate on each head (seconds)", "both": "also each head switched off"}
 # What the grids can draw, by the table's column, as a reader names it.
 COLUMNS = {
@@ -172,7 +177,9 @@ def measure_heads(explored: Explored, sample: Sample, treebank, measure: str, pr
     session.pop("heads_matter_kept", None)
 
     def kept(survey: Survey) -> None:
-        session.heads_matter_kept = keys.HeadsRun(explored.checkpoint_key, sample.name, len(sample.sources), survey)
+        finished = survey.ablation.finished if survey.ablation is not None else None
+        sentences = len(sample.sources) if finished is None else len(finished)
+        session.heads_matter_kept = keys.HeadsRun(explored.checkpoint_key, sample.name, sentences, survey)
 
     timed = (work_name(measure, prune), explored.checkpoint_key, len(sample.sources))
     try:
@@ -262,7 +269,8 @@ def stopped(explored: Explored) -> None:
         st.info(STOPPED)
         return
     session.heads_matter = kept
-    st.info(STOPPED_KEPT)
+    finished = kept.survey.ablation.finished if kept.survey.ablation is not None else None
+    st.info(STOPPED_KEPT if finished is None else STOPPED_PARTIAL.format(sentences=len(finished)))
 
 
 def show_run(run: keys.HeadsRun, explored: Explored) -> None:

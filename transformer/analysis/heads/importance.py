@@ -15,7 +15,7 @@ model says, not from a human translation).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sacrebleu
@@ -33,7 +33,12 @@ from transformer.text.tokenizer import TokenizerBase
 
 
 class ImportanceStopped(Exception):
-    """The visitor stopped the work (should_stop said yes): nothing partial is returned."""
+    """The visitor stopped the work (should_stop said yes). `partial`: what had finished where a part keeps it (the
+    ablation: each head switched off over the sentences every head had finished, an Ablation), else None."""
+
+    def __init__(self, partial: object = None) -> None:
+        super().__init__()
+        self.partial = partial
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,7 @@ class Ablation:
     log_prob: float  # mean over sentences of the mean log-probability of the reference's tokens
     deltas: dict[Head, tuple[float, float, float]]  # head -> (BLEU, chrF, log-probability), ablated minus intact
     intact: list[str]  # the intact model's greedy outputs
+    finished: tuple[int, ...] | None = None  # a stopped run's: the sample's sentences (its shortest) it is over
 
 
 def scores(outputs: Sequence[str], references: Sequence[str]) -> tuple[float, float]:
@@ -221,8 +227,9 @@ def ablated_rows(
     if progress:
         progress(0, len(rows))  # the part's bar from its first second, not after its first batch
     for start in range(0, len(rows), rows_per_batch):
-        if should_stop():
-            raise ImportanceStopped
+        if should_stop():  # what finished goes with it: the sentences whose every row is done
+            left = {s for _, s in rows[start:]}
+            raise ImportanceStopped((outputs, [s for s in range(len(corpus.sources)) if s not in left]))
         chunk = rows[start : start + rows_per_batch]
         sources = [corpus.sources[s] for _, s in chunk]
         probe = ablating_gates(model, [heads[h] for h, _ in chunk], device)
@@ -263,21 +270,42 @@ def ablation_importance(
     corpus = corpus_of(model, tokenizer, sources, references)
     bleu, chrf = scores(intact, references)
     rows = batch_rows(model, DecodeSettings(), rows_per_batch)
-    log_prob = float(
-        torch.cat(
-            [
-                reference_log_probs(
-                    model, corpus.sources[start : start + rows], corpus.references[start : start + rows]
-                )
-                for start in range(0, len(corpus.sources), rows)
-            ]
-        ).mean()
-    )
-    found = ablated_rows(
-        model, tokenizer, corpus, [frozenset({h}) for h in heads], rows_per_batch, progress, should_stop
-    )
+    intact_log_probs = torch.cat(
+        [
+            reference_log_probs(model, corpus.sources[start : start + rows], corpus.references[start : start + rows])
+            for start in range(0, len(corpus.sources), rows)
+        ]
+    ).tolist()
+    try:
+        found = ablated_rows(
+            model, tokenizer, corpus, [frozenset({h}) for h in heads], rows_per_batch, progress, should_stop
+        )
+    except ImportanceStopped as stopped:
+        outputs, finished = stopped.partial  # type: ignore[misc]
+        if not finished:
+            raise ImportanceStopped from None
+        partial = ablation_over(outputs, finished, intact, references, intact_log_probs)
+        raise ImportanceStopped(replace(partial, finished=tuple(finished))) from None
+    return ablation_over(found, range(len(sources)), intact, references, intact_log_probs)
+
+
+def ablation_over(
+    found: dict[frozenset[Head], tuple[list[str], list[float]]],
+    sentences: Sequence[int],
+    intact: list[str],
+    references: list[str],
+    intact_log_probs: list[float],
+) -> Ablation:
+    """Each head's change over the given sentences of the sample (all of them, or those a Stop had finished)."""
+    chosen = list(sentences)
+
+    def picked(values: Sequence) -> list:
+        return [values[s] for s in chosen]
+
+    bleu, chrf = scores(picked(intact), picked(references))
+    log_prob = float(np.mean(picked(intact_log_probs)))
     deltas = {}
     for (head,), (outputs, log_probs) in found.items():
-        ablated_bleu, ablated_chrf = scores(outputs, references)
-        deltas[head] = (ablated_bleu - bleu, ablated_chrf - chrf, float(np.mean(log_probs)) - log_prob)
-    return Ablation(bleu, chrf, log_prob, deltas, intact)
+        ablated_bleu, ablated_chrf = scores(picked(outputs), picked(references))
+        deltas[head] = (ablated_bleu - bleu, ablated_chrf - chrf, float(np.mean(picked(log_probs))) - log_prob)
+    return Ablation(bleu, chrf, log_prob, deltas, picked(intact))

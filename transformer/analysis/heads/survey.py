@@ -16,6 +16,7 @@ import pandas as pd
 
 from transformer.analysis.heads.importance import (
     Ablation,
+    ImportanceStopped,
     ablation_importance,
     corpus_of,
     gradient_importance,
@@ -83,9 +84,14 @@ def survey_heads(
     ablated = None
     # Each part reports its start, so that its bar and Stop show from its first second
     if ablation:
-        ablated = ablation_importance(
-            model, tokenizer, sources, references, progress=reporting("ablation"), should_stop=should_stop
-        )
+        try:
+            ablated = ablation_importance(
+                model, tokenizer, sources, references, progress=reporting("ablation"), should_stop=should_stop
+            )
+        except ImportanceStopped as stopped:
+            if kept is not None and isinstance(stopped.partial, Ablation):
+                kept(partial_survey(model, stopped.partial, references))
+            raise
     survey = _gradient_and_roles(model, tokenizer, sources, references, ablated, reporting("gradient"), should_stop)
     if kept is not None and (treebank or prune_by):
         kept(survey)
@@ -112,6 +118,17 @@ def survey_heads(
         should_stop=should_stop,
     )
     return replace(survey, curves=curves, pruned_by=prune_by)
+
+
+def partial_survey(model: Transformer, partial: Ablation, references: Sequence[str] | None) -> Survey:
+    """What a Stop keeps of the ablation: each head's change over the sentences every head had finished (the
+    sample's shortest, `partial.finished`), with no gradient, roles or anything after."""
+    finished = partial.finished or ()
+    measured_against = partial.intact if references is None else [references[s] for s in finished]
+    table = head_table(model, partial, None, None, None)
+    return Survey(
+        table, measured_against, references is not None, partial.bleu, partial, None, None, None, partial.intact
+    )
 
 
 def _gradient_and_roles(
