@@ -88,16 +88,7 @@ def candidates_at_step(model: Transformer, src_ids: list[int], output: list[int]
     up to it, from each encoder layer's output."""
     if not 0 <= step < len(output):
         raise ValueError(f"step {step + 1} is past the output's {len(output)} tokens")
-    src, start = _layers_as_memory(model, src_ids)
-    encoded = model.encode(src, padding_mask(src, model.config.pad_id), start=start)
-    decoder_input = torch.tensor([[model.config.start_id, *output[:step]]], device=src.device).expand(len(src), -1)
-    decoded = model.decode(
-        decoder_input,
-        encoded.memory,
-        padding_mask(src, model.config.pad_id),
-        target_mask(decoder_input, model.config.pad_id),
-    )
-    top = model.log_probs(decoded.hidden[:, -1]).topk(CANDIDATES, dim=-1)
+    top = model.log_probs(_teacher_forced(model, src_ids, output[:step])[:, -1]).topk(CANDIDATES, dim=-1)
     return LayerCandidates(step, top.indices.tolist(), top.values.exp().tolist())
 
 
@@ -106,15 +97,21 @@ def encoder_layers_lens(model: Transformer, src_ids: list[int], tgt_ids: list[in
     """At every step of an output (the one on screen), teacher-forced, each encoder layer's next-token guesses: a
     lens over the encoder's layers, read as the logit lens reads the decoder's (rows: encoder layers, layer 1 first;
     the last is the model's own distribution). The layers' scores are read one layer at a time."""
+    hidden = _teacher_forced(model, src_ids, tgt_ids[:-1])
+    chosen = torch.tensor(tgt_ids, device=hidden.device)[:, None]
+    scores = (model.log_probs(layer_hidden) for layer_hidden in hidden)
+    return LogitLens(*stacked_guesses(scores, len(hidden), chosen), states=torch.empty(0))
+
+
+def _teacher_forced(model: Transformer, src_ids: list[int], prefix: list[int]) -> torch.Tensor:
+    """The decoder's last layer output (L, len(prefix) + 1, d_model) with the output so far `prefix` given, a row
+    for each encoder layer's output as the memory."""
     src, start = _layers_as_memory(model, src_ids)
     encoded = model.encode(src, padding_mask(src, model.config.pad_id), start=start)
-    decoder_input = torch.tensor([[model.config.start_id, *tgt_ids[:-1]]], device=src.device).expand(len(src), -1)
-    decoded = model.decode(
+    decoder_input = torch.tensor([[model.config.start_id, *prefix]], device=src.device).expand(len(src), -1)
+    return model.decode(
         decoder_input,
         encoded.memory,
         padding_mask(src, model.config.pad_id),
         target_mask(decoder_input, model.config.pad_id),
-    )
-    chosen = torch.tensor(tgt_ids, device=src.device)[:, None]
-    scores = (model.log_probs(hidden) for hidden in decoded.hidden)
-    return LogitLens(*stacked_guesses(scores, len(src), chosen), states=torch.empty(0))
+    ).hidden

@@ -151,14 +151,20 @@ def weights_fitting(name: str, weights: dict[str, torch.Tensor]) -> dict[str, to
     """`weights`, if the model laid out from them (in float32, whatever the file stores: the import holds them
     once) fits in the memory free now beside APP_ROOM_BYTES for the app; else CheckpointTooLarge, naming the model
     (`name`), saying what it needs and what is free."""
-    needed = LAID_OUT_BYTES * sum(tensor.numel() for tensor in weights.values())
+    check_room(name, sum(tensor.numel() for tensor in weights.values()))
+    return weights
+
+
+def check_room(name: str, elements: int) -> None:
+    """CheckpointTooLarge unless `elements` weights laid out in float32 fit in the memory free now beside
+    APP_ROOM_BYTES for the app (a reader that knows the count before reading anything asks with it)."""
+    needed = LAID_OUT_BYTES * elements
     available = memory_available()
     if available is not None and needed + APP_ROOM_BYTES > available:
         raise CheckpointTooLarge(
             f"{name}: its weights need {needed / 1e9:.1f} GB of memory once laid out, with "
             f"{APP_ROOM_BYTES / 2**30:g} GiB kept for the app, and {available / 1e9:.1f} GB is free now: not opened"
         )
-    return weights
 
 
 def _safetensors(directory: Path, name: str) -> dict[str, torch.Tensor]:

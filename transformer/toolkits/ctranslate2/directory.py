@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, read_bounded, read_json, regular_file
-from transformer.io.checkpoint import APP_ROOM_BYTES, LAID_OUT_BYTES, CheckpointError, CheckpointTooLarge
-from transformer.io.memory import memory_available
+from transformer.io.checkpoint import CheckpointError
 from transformer.toolkits.ctranslate2 import spec
 from transformer.toolkits.ctranslate2.binary import ModelBin
 from transformer.toolkits.languages import pair_named
@@ -118,18 +117,6 @@ def renamed(pieces: list[str], names: dict[str, str]) -> list[str]:
     """The pieces with the special tokens under this project's names, where those names are free."""
     free = {theirs: ours for theirs, ours in names.items() if theirs == ours or ours not in pieces}
     return [free.get(piece, piece) for piece in pieces]
-
-
-def check_room(index: ModelBin) -> None:
-    """CheckpointTooLarge unless every weight laid out in float32 fits beside the app in the memory free now,
-    reckoned from the index alone (an int8 file's weights take four times its size)."""
-    needed = LAID_OUT_BYTES * sum(variable.numel for variable in index.variables.values())
-    available = memory_available()
-    if available is not None and needed + APP_ROOM_BYTES > available:
-        raise CheckpointTooLarge(
-            f"{index.path.parent.name}: its weights need {needed / 1e9:.1f} GB of memory once laid out in float32, with "
-            f"{APP_ROOM_BYTES / 2**30:g} GiB kept for the app, and {available / 1e9:.1f} GB is free now: not opened"
-        )
 
 
 def weights_type(index: ModelBin) -> str:

@@ -8,7 +8,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, read_bounded, read_json, regular_file
+from transformer.hugging_face.files import MAX_TOKENIZER_BYTES, check_room, read_bounded, read_json, regular_file
 from transformer.hugging_face.seq2seq import checkpoint_from_state
 from transformer.io.checkpoint import Checkpoint, CheckpointError
 from transformer.model.config import ConfigError, TransformerConfig, shown
@@ -18,7 +18,6 @@ from transformer.toolkits.ctranslate2 import spec
 from transformer.toolkits.ctranslate2.binary import ModelBin, read_index, read_weight
 from transformer.toolkits.ctranslate2.directory import (
     Ct2Files,
-    check_room,
     find_files,
     renamed,
     special_names,
@@ -39,7 +38,7 @@ def import_ctranslate2(path: str | Path, device: torch.device | str = "cpu") -> 
     shape = spec.spec_shape(index)
     spec.check_shapes(index, shape)
     layers = spec.layer_counts(index)
-    check_room(index)
+    check_room(files.package.name, sum(variable.numel for variable in index.variables.values()))  # before reading
     options = read_json(files.model, "config.json") if regular_file(files.model, "config.json") else {}
     if not isinstance(options, dict):
         raise CheckpointError(f"{files.model.name}: config.json is not an object")
@@ -48,10 +47,10 @@ def import_ctranslate2(path: str | Path, device: torch.device | str = "cpu") -> 
     with open_regular(index.path) as file:
         flags = spec.flags(file, index, shape.d_model)
         positions = spec.positions(file, index, shape.d_model)
-        tokenizer, config = _vocabulary_and_config(
+        tokenizer, config, source_rows = _vocabulary_and_config(
             files, options, names, source, target, shape, layers, flags, positions, index
         )
-        state = spec.layer_state(file, index, shape.d_model) | _embeddings(file, index, config, source, target)
+        state = spec.layer_state(file, index, shape.d_model) | _embeddings(file, index, config, source_rows)
     for side, table in zip(("src", "tgt"), positions.get("tables", ())):
         state[f"{side}_position.table"] = table[: config.max_len]
     kind = weights_type(index)
@@ -75,11 +74,11 @@ def _vocabulary_and_config(
     flags: dict[str, Any],
     positions: dict[str, Any],
     index: ModelBin,
-) -> tuple[Tokenizer, TransformerConfig]:
-    """The tokenizer over the joint vocabulary (a zero start row or a padding row added where the model needs one)
-    and the config the spec and config.json describe."""
+) -> tuple[Tokenizer, TransformerConfig, list[int]]:
+    """The tokenizer over the joint vocabulary (a zero start row or a padding row added where the model needs one),
+    the config the spec and config.json describe, and each joint id's source row (joint_vocabulary)."""
     try:
-        pieces, start = _joint_pieces(source, target, flags["zero_start"], options, names)
+        pieces, source_rows, start = _joint_pieces(source, target, flags["zero_start"], options, names)
         tokenizer = _tokenizer(files, options, pieces)
         tied = (
             source == target
@@ -115,18 +114,18 @@ def _vocabulary_and_config(
         )
     except (ConfigError, TypeError, ValueError, OverflowError, TokenizerError) as error:
         raise CheckpointError(f"{files.package.name}: {str(error)[:300]}") from None
-    return tokenizer, config
+    return tokenizer, config, source_rows
 
 
 def _joint_pieces(
     source: list[str], target: list[str], zero_start: bool, options: dict[str, Any], names: dict[str, str]
-) -> tuple[list[str], int]:
-    """The joint vocabulary's pieces, a zero start row and a padding row added where the model needs them, and the
-    decoder's start id."""
+) -> tuple[list[str], list[int], int]:
+    """The joint vocabulary's pieces, a zero start row and a padding row added where the model needs them (each read
+    from the source's unknown row), each one's source row, and the decoder's start id."""
     if "<unk>" not in source or "<unk>" not in target or "</s>" not in target:
         unknown, end = options.get("unk_token", "<unk>"), options.get("eos_token", "</s>")
         raise ConfigError(f"the vocabularies lack {shown(unknown, 20)} or {shown(end, 20)}")
-    pieces, _ = joint_vocabulary(source, target, source.index("<unk>"))
+    pieces, source_rows = joint_vocabulary(source, target, source.index("<unk>"))
     if zero_start:
         start = len(pieces)
         pieces.append(zero_start_piece(pieces))
@@ -134,7 +133,7 @@ def _joint_pieces(
         start = _start_id(options, names, target)
     if PAD not in pieces:
         pieces.append(PAD)  # padding, never written
-    return pieces, start
+    return pieces, source_rows + [source.index("<unk>")] * (len(pieces) - len(source_rows)), start
 
 
 def _tokenizer(files: Ct2Files, options: dict[str, Any], pieces: list[str]) -> Tokenizer:
@@ -160,12 +159,10 @@ def _start_id(options: dict[str, Any], names: dict[str, str], target: list[str])
 
 
 def _embeddings(
-    file: BinaryIO, index: ModelBin, config: TransformerConfig, source: list[str], target: list[str]
+    file: BinaryIO, index: ModelBin, config: TransformerConfig, source_rows: list[int]
 ) -> dict[str, torch.Tensor]:
-    """The embeddings and the generator over the joint vocabulary (its added rows zero, never written); one matrix
-    where the spec ties them."""
-    pieces, source_rows = joint_vocabulary(source, target, source.index("<unk>"))
-    source_rows += [source.index("<unk>")] * (config.src_vocab_size - len(pieces))
+    """The embeddings and the generator over the joint vocabulary, `source_rows` each joint id's source row (its
+    added rows zero, never written); one matrix where the spec ties them."""
     encoder_name = spec.encoder_embedding(index)
     # The output layer's matrix read as the model lays it out (transposed): the largest weight, never copied
     target_embedding = read_weight(file, index, spec.TARGET_EMBEDDING, transposed=config.tie_embeddings)

@@ -253,7 +253,8 @@ def positions(file: BinaryIO, index: ModelBin, d_model: int) -> dict[str, object
         len(v.shape) != 2 or v.shape[1] != d_model or not 1 <= v.shape[0] <= 1 << 16 for v in stored
     ):  # type: ignore[union-attr]
         raise CheckpointError(f"{index.path.name}: its position tables are not one (rows, {d_model}) table a side")
-    tables = [read_weight(file, index, name) for name in names]
+    first = read_weight(file, index, names[0])
+    tables = [first, first if index.same(*names) else read_weight(file, index, names[1])]  # an alias read once
     rows = min(len(table) for table in tables)
     for layout in ("interleaved", "halves"):
         for frequencies in ("paper", "tensor2tensor"):
