@@ -1,5 +1,5 @@
-"""python -m benchmarks [--quick | --smoke] [--no-browser] [--sentences FILE] [--treebank FILE]: every figure of the performance table,
-with its baseline, each row printed as it is measured."""
+"""python -m benchmarks [--quick | --smoke] [--no-browser | --cold-start] [--sentences FILE] [--treebank FILE]: every
+figure of the performance table, with its baseline, each row printed as it is measured."""
 
 from __future__ import annotations
 
@@ -12,7 +12,15 @@ from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 from transformer.text.files import read_lines
 from ui.services.work import TRANSLATE_BATCH
 
-from .app_speed import browser_rows, candidate_words_row, decoder_lens_row, lens_row, long_input_row, step_view_row
+from .app_speed import (
+    browser_rows,
+    candidate_words_row,
+    cold_start_rows,
+    decoder_lens_row,
+    lens_row,
+    long_input_row,
+    step_view_row,
+)
 from .attribution_speed import (
     attention_path_rows,
     attribution_row,
@@ -33,6 +41,7 @@ from .model_speed import (
 )
 from .patching_speed import pair_set_row, patching_rows
 from .report_speed import report_rows
+from .serving.start import start_part_rows
 from .training_step import GENERAL, training_step_rows
 
 MULTI30K_VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k" / "val.en.gz"
@@ -49,6 +58,9 @@ def main() -> None:
     )
     parser.add_argument("--no-browser", action="store_true", help="skip the Chromium timings")
     parser.add_argument(
+        "--cold-start", action="store_true", help="only the app's cold start: its parts, then in Chromium"
+    )
+    parser.add_argument(
         "--sentences",
         type=Path,
         default=MULTI30K_VALIDATION,
@@ -59,6 +71,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     repeats = 1 if args.smoke else 3 if args.quick else 9
+    if args.cold_start:
+        print(f"machine: {machine()}\n", flush=True)
+        rows = MeasuredRows()
+        rows.extend(start_part_rows(1 if args.smoke else 3))
+        rows.extend(cold_start_rows(1 if args.smoke else 5))
+        print("\n" + table(rows))
+        return
     checkpoint = load_checkpoint(DEFAULT_CHECKPOINT)
     print(f"machine: {machine()}\ncheckpoint: {DEFAULT_CHECKPOINT.name}\n", flush=True)
     rows = MeasuredRows()
@@ -90,6 +109,7 @@ def main() -> None:
     rows.append(flow_row(checkpoint, repeats))
     rows.extend(patching_rows(checkpoint, repeats))
     rows.append(pair_set_row(checkpoint, 2 if args.smoke else None))
+    rows.extend(start_part_rows(1 if args.smoke else 3))
     if not args.no_browser:
         rows.extend(browser_rows(*((1, 2, 1) if args.smoke else ())))
         rows.extend(report_rows(checkpoint, *((1, 1) if args.smoke else ())))

@@ -1,8 +1,10 @@
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
-from helpers import measured, tiny_config
+from helpers import REPO, measured, tiny_config
 
 from transformer.io.checkpoint import unique_state
 from transformer.model.config import ConfigError, TransformerConfig
@@ -158,6 +160,19 @@ def test_a_model_built_around_given_tensors_holds_them_and_computes_the_same(tok
     dropped = "decoder_layers.1.feed_forward.outer.weight"
     with pytest.raises(ValueError, match=f"no tensor given for {dropped}"):
         Transformer.holding(config, {name: t for name, t in given.items() if name != dropped})
+
+
+def test_a_process_loads_a_checkpoint_without_importing_torch_dynamo():
+    """A model built on the meta device drew random initial weights and computed its sinusoids there, which imports
+    torch._dynamo: 1.2 s of the app's cold start, for values about to be replaced (a fresh process)."""
+    load = (
+        "import sys; from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint;"
+        "checkpoint = load_checkpoint(DEFAULT_CHECKPOINT);"
+        "print('torch._dynamo' in sys.modules, checkpoint.model.src_position.table.shape[0] > 0)"
+    )
+    run = subprocess.run([sys.executable, "-c", load], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True"]
 
 
 def test_building_around_tensors_allocates_no_weights_of_its_own(tokenizer):

@@ -96,8 +96,9 @@ class PositionalEncoding(nn.Module):
 
     def compute_fixed_table(self) -> None:
         """(Re)computes the sinusoid rows kept ready (never stored in a file: a model built on the meta device
-        needs them made here); learned and relative positions have none."""
-        if not (self.relative or self.learned):
+        needs them made here, once its weights are in); learned and relative positions have none. Computed on the
+        meta device, they would import torch._dynamo (1.2 s) for a table of no values."""
+        if not (self.relative or self.learned or torch.get_default_device().type == "meta"):
             rows = min(self.first + self.max_len, PRECOMPUTED_POSITIONS)
             self.table = self._sinusoids(rows, self.d_model)
 

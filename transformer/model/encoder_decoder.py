@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from transformer.model.config import TransformerConfig
 from transformer.model.embeddings import Embeddings, PositionalEncoding
@@ -15,6 +16,19 @@ from transformer.model.layers import DecoderLayer, EncoderLayer, LayerCache, mak
 from transformer.model.linear import hold_transposed
 from transformer.model.masks import padding_mask, target_mask
 from transformer.model.probes import Probe
+
+
+class NoRandomDraws(TorchFunctionMode):
+    """Inside it, a random initialisation leaves its tensor as it is: on the meta device there is nothing to draw,
+    and drawing there anyway imported torch._dynamo, 1.2 s of a process's first checkpoint load (the app's cold
+    start) for weights about to be replaced."""
+
+    DRAWS = frozenset({"uniform_", "normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_"})
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in self.DRAWS:
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,7 @@ class Transformer(nn.Module):
         overwritten. Its linear weights are laid out for decoding (`hold_transposed`), and every tensor owns its
         memory: a Hugging Face file's mapping or a checkpoint's bytes are let go, never held beside the
         laid-out weights (measured: docs/performance.md)."""
-        with torch.device("meta"):
+        with torch.device("meta"), NoRandomDraws():
             model = cls(config)
         model.load_state_dict(tensors, strict=False, assign=True)
         model._tie_generator()

@@ -1,11 +1,11 @@
 """Starts the app with its model already on the way: `python -m ui.server.launch [streamlit run options]`.
 
-Under a plain `streamlit run app.py` nothing of the model exists until the first visitor's page
-runs: then it imports PyTorch, reads the default checkpoint and decodes the default sentence
-(seconds on a 2-core CPU: docs/performance.md), after the browser has loaded the page's code. Here a thread
-does that work as soon as the server takes connections, while the browser loads, and the first
-page finds the checkpoint and its result in the process's caches (the same ones every page uses). It serves
-ui/server/asgi.py: app.py, with pages that name the app's root.
+Under a plain `streamlit run app.py` nothing of the model exists until the first visitor's page runs: then it
+imports PyTorch, reads the default checkpoint and decodes the default sentence (seconds on a 2-core CPU:
+docs/performance.md), after the browser has loaded the page's code. Here the server answers at once and a thread
+does that work while the browser loads: it imports what the landing page imports, loads and decodes into the
+process's caches (the same ones every page uses), lets page runs in (ui/server/warming.py), then imports the rest
+of the app's code. It serves ui/server/asgi.py: app.py, with pages that name the app's root.
 """
 
 from __future__ import annotations
@@ -13,17 +13,28 @@ from __future__ import annotations
 import ast
 import importlib
 import os
-import socket
+import ssl
 import sys
 import threading
 import time
+import urllib.request
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from ui.server.warming import IMPORTS
+
+ROOT = Path(__file__).resolve().parents[2]
 SERVED = Path(__file__).resolve().parent / "asgi.py"  # app.py, its pages naming the app's root
+CODE = ("pages", "ui", "transformer")  # the folders of the app's code
+QUIET_BEFORE_THE_REST = 3.0  # seconds without a page run before the warm-up imports the rest (wait_quiet)
+SWITCH_SECONDS = 0.0001  # the interpreter's switch interval while the warm-up imports (server_kept_answering)
+SERVING_WAIT = 30.0  # seconds the warm-up waits for a health check that fails (page runs wait for the warm-up)
 
 
 def serving() -> bool:
-    """Whether the server takes connections yet (before that, the warm-up would only slow its start).
+    """Whether the server answers its health check yet: its port opens before it can answer, and PyTorch's import
+    started then held the answer back by half a second.
 
     Streamlit's options are read only once its runtime exists: read earlier, from this thread, they were parsed
     before the command line's, and every start printed "An update to the [server] config option section was
@@ -34,22 +45,111 @@ def serving() -> bool:
     if not Runtime.exists():
         return False
     address = config.get_option("server.address") or "127.0.0.1"
-    try:
-        socket.create_connection((address, config.get_option("server.port")), timeout=1).close()
-        return True
+    base = config.get_option("server.baseUrlPath").strip("/")
+    scheme = "https" if config.get_option("server.sslCertFile") else "http"
+    health = f"{scheme}://{address}:{config.get_option('server.port')}/{base + '/' if base else ''}_stcore/health"
+    try:  # its own certificate, asked by its own address: not checked
+        with urllib.request.urlopen(health, timeout=1, context=ssl._create_unverified_context()) as answer:
+            return answer.status == 200
     except OSError:
         return False
 
 
-def warm_up() -> None:
-    """Once the server answers, loads the default checkpoint and decodes the default sentence into the shared
-    caches, while the first visitor's browser is still loading the page."""
-    while not serving():
+def project_file(name: str, root: Path = ROOT) -> Path | None:
+    """The file of one of the project's modules (a package's __init__.py), or None for any other module."""
+    path = root.joinpath(*name.split("."))
+    for candidate in (path / "__init__.py", path.with_suffix(".py")):
+        if name.split(".")[0] in CODE and candidate.is_file():
+            return candidate
+    return None
+
+
+def imported_names(path: Path, root: Path = ROOT, inside_functions: bool = True) -> list[str]:
+    """The modules a file imports (at its top level only, or inside functions too), with the project's modules
+    named in `from X import Y`."""
+    names = []
+    for node in statements(ast.parse(path.read_text(encoding="utf-8")).body, inside_functions):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names if project_file(f"{node.module}.{a.name}", root)]
+    return names
+
+
+def statements(body: list, inside_functions: bool) -> Iterator[ast.AST]:
+    """Every statement in a body and in those nested in it (an import is one): walking the expressions too, as
+    ast.walk does, took three times as long."""
+    for node in body:
+        yield node
+        if inside_functions or not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                yield from statements(getattr(node, field, []), inside_functions)
+
+
+def every_module(root: Path = ROOT) -> list[str]:
+    """Every module the app's code imports, inside functions too."""
+    names = dict.fromkeys(
+        name for folder in CODE for path in sorted((root / folder).rglob("*.py")) for name in imported_names(path, root)
+    )
+    return list(names)
+
+
+def first_run_modules(root: Path = ROOT) -> list[str]:
+    """What app.py and the landing page import at their top level: what a first visitor's page run imports."""
+    from ui.widgets.frame import LANDING_SCRIPT
+
+    return [name for script in ("app.py", LANDING_SCRIPT) for name in imported_names(root / script, root, False)]
+
+
+def import_all(names: Iterable[str]) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional library this machine lacks: the code that uses it says so
+            continue
+
+
+def warm_up(root: Path = ROOT) -> None:
+    """Once the server answers, while the first visitor's browser is still loading the page: imports what the first
+    page run imports, loads the default checkpoint and decodes the default sentence into the shared caches, then
+    lets page runs in (whatever failed: the page does the same work and says what went wrong); at a moment no
+    page runs, it imports the rest of the app's code (ui/server/warming.py says why not during a run)."""
+    waited = time.monotonic()
+    while not serving() and time.monotonic() - waited < SERVING_WAIT:
         time.sleep(0.05)
+    try:
+        with server_kept_answering():
+            import_all(first_run_modules(root))
+            decode_default()
+    finally:
+        IMPORTS.open()
+    IMPORTS.wait_quiet(QUIET_BEFORE_THE_REST)
+    rest = every_module(root)
+    with IMPORTS.closed_when_idle(), server_kept_answering():
+        import_all(rest)
+
+
+@contextmanager
+def server_kept_answering() -> Iterator[None]:
+    """While the block runs, the server's thread gets the interpreter back every SWITCH_SECONDS rather than every
+    5 ms (Python's default): a browser loading the page asks for dozens of files, and each answer waited on the
+    imports' turns (the cold start: 0.90x plain `streamlit run` with it, 1.01x without; docs/performance.md)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_SECONDS)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def decode_default() -> None:
     from transformer.decoding.strategies import DecodeSettings
+    from ui.server.wiring import wire
     from ui.services import checkpoints, models
     from ui.state.keys import DEFAULT_SENTENCE
 
+    wire()
     path = checkpoints.DEFAULT_CHECKPOINT
     try:
         checkpoint = checkpoints.load(path)
@@ -58,30 +158,13 @@ def warm_up() -> None:
         return
 
 
-CODE = ("pages", "ui", "transformer")  # the folders whose imports are made before serving (ui/server's, not itself)
+def every_session_through_app() -> None:
+    """Makes a server's first visitor who opens a page by its URL run app.py, as every later visitor does, rather
+    than the page's script alone (Streamlit's pages/-folder apps): app.py is where a page run waits for the
+    warm-up's imports (ui/widgets/frame.py's draw does the same at such a first run, after the page's imports)."""
+    from streamlit.runtime.pages_manager import PagesManager
 
-
-def import_before_serving(root: Path = Path(__file__).resolve().parents[2]) -> list[str]:
-    """Imports every module the app's code imports, inside functions too, before the server takes connections,
-    and returns their names. Imported by two page runs at once (or the warm-up thread and a page), a thread could
-    meet the other's half-imported module: transformer.model's __init__ and its submodules import each other, and
-    on a fresh server a page failed with "partially initialized module 'pandas'"."""
-    names: dict[str, None] = {}
-    for folder in CODE:
-        for path in sorted((root / folder).rglob("*.py")):
-            if path.name != "__main__.py" and folder != "pages" and not path.is_relative_to(SERVED.parent):
-                names[".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")] = None
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Import):
-                    names |= dict.fromkeys(alias.name for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                    names[node.module] = None
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # an optional library this machine lacks: the code that uses it says so
-            continue
-    return list(names)
+    PagesManager.uses_pages_directory = False
 
 
 def trust_no_forwarded_headers() -> None:
@@ -92,14 +175,12 @@ def trust_no_forwarded_headers() -> None:
 
 
 def main() -> None:
-    from ui.server.wiring import wire
+    from streamlit.web import cli  # before the thread starts: serving() imports from Streamlit too
 
     trust_no_forwarded_headers()
-    import_before_serving()
-    wire()
+    every_session_through_app()
+    IMPORTS.close()
     threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
-    from streamlit.web import cli
-
     sys.argv = ["streamlit", "run", str(SERVED), *sys.argv[1:]]
     sys.exit(cli.main())
 

@@ -23,8 +23,6 @@ from streamlit.runtime.scriptrunner_utils.exceptions import StopException
 from streamlit.runtime.scriptrunner_utils.script_requests import ScriptRequestType
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from transformer.analysis.attribution.gradients import AttributionStopped
-
 TRANSLATE_BATCH = 16  # sentences a batch under a progress bar: a larger one holds the bar still (docs/performance.md)
 
 
@@ -186,6 +184,9 @@ def heavy_job(what: str) -> Iterator[Callable[[], bool]]:
     if getattr(_THIS_THREAD, "holds_slot", False):  # work inside work (a decode inside an attribution): one slot
         yield visitor_left
         return
+    # Imported here: the server's ASGI app imports this module before it answers, PyTorch comes with the pages
+    from transformer.analysis.attribution.gradients import AttributionStopped
+
     notice = st.empty()
     _wait_for_slot(what, notice)
     holding, turn_started, _THIS_THREAD.holds_slot = True, time.monotonic(), True

@@ -48,14 +48,14 @@ PAGES = {
         ("pages/sets.py", "Pair sets"),
     ),
 }
+LANDING_SCRIPT = PAGES["Explore"][0][0]  # the page a visitor lands on (app.py's navigation: its default)
 TITLES = {Path(script).name: title for pages in PAGES.values() for script, title in pages}
 
 
 def menu() -> dict[str, list[StreamlitPage]]:
     """PAGES as st.navigation takes them."""
-    landing = next(iter(PAGES.values()))[0][0]
     return {
-        section: [st.Page(script, title=title, default=script == landing) for script, title in pages]
+        section: [st.Page(script, title=title, default=script == LANDING_SCRIPT) for script, title in pages]
         for section, pages in PAGES.items()
     }
 
