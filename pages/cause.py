@@ -19,7 +19,12 @@ from transformer.analysis.interventions.patching import (
     foil_id,
     target_step,
 )
-from transformer.analysis.interventions.sites import Patching, PatchingStopped, batches, stream_sites_expected
+from transformer.analysis.interventions.sites import (
+    Patching,
+    PatchingStopped,
+    pass_costs,
+    stream_sites_expected,
+)
 from transformer.analysis.interventions.summary import in_words
 from transformer.analysis.words import word_labels, word_spans
 from transformer.decoding.result import DecodeInputError, source_ids
@@ -95,7 +100,7 @@ def the_form(explored: Explored) -> tuple[Asked | None, DeltaGenerator]:
         "asks which are needed.",
     )
     expectation = st.empty()
-    passes = passes_over(explored, columns(explored, words)[0], corrupt_ids(explored, corrupt))
+    passes = len(pass_weights(explored, columns(explored, words)[0], corrupt_ids(explored, corrupt)))
     expectation.caption(pace("activation patching", explored.checkpoint_key, "forward pass", passes))
     if not corrupt.strip() or not target.strip():
         st.info("Give a corrupted sentence and a target token, or try the example.")
@@ -131,9 +136,9 @@ def patched(explored: Explored, contrast: Contrast, noising: bool, spans: Spans)
     if stop_button("cause_stop", stop):  # pressed: this rerun ended the work at its last update
         session.cause_stopped = asked
         st.rerun()
-    passes = passes_over(explored, spans, contrast.corrupt_src)
-    timed = ("activation patching", explored.checkpoint_key, passes)
-    progress = ProgressBar("Patching every site", passes, "forward passes", timed=timed)
+    costs = pass_weights(explored, spans, contrast.corrupt_src, contrast.step)
+    timed = ("activation patching", explored.checkpoint_key, len(costs))
+    progress = ProgressBar("Patching every site", len(costs), "forward passes", costs, timed=timed)
     try:
         with heavy_job("activation patching") as should_stop:
             found = models.patching_cached(
@@ -187,8 +192,9 @@ def columns(explored: Explored, words: bool) -> tuple[Spans, list[str]]:
     return tuple(spans), word_labels(pieces, spans)
 
 
-def passes_over(explored: Explored, spans: Spans, corrupt: list[int] | None = None) -> int:
-    """The forward passes patching every site over the source's spans (each piece where None) makes: what the page
+def pass_weights(explored: Explored, spans: Spans, corrupt: list[int] | None = None, step: int = 0) -> list[float]:
+    """Each forward pass patching every site over the source's spans (each piece where None) makes, weighed by its
+    work at the output's `step` (sites.pass_costs, what the bar's time left weighs): their number is what the page
     says to expect and what its bar and pace count. With the corrupted source's ids (of as many pieces), the passes
     the run makes (the stream's sites where the two runs differ, sites.stream_sites_expected); without, the most."""
     model, clean = explored.checkpoint.model, explored.result.src_ids
@@ -196,7 +202,7 @@ def passes_over(explored: Explored, spans: Spans, corrupt: list[int] | None = No
     differing = (
         None if corrupt is None or len(corrupt) != len(clean) else stream_sites_expected(model, clean, corrupt, sites)
     )
-    return batches(model, len(sites), SITES_PER_BATCH, differing)
+    return pass_costs(model, len(sites), SITES_PER_BATCH, len(clean), step, differing)
 
 
 def corrupt_ids(explored: Explored, corrupt: str) -> list[int] | None:

@@ -781,6 +781,58 @@ def opened_cause(query: dict[str, str]) -> AppTest:
     return at.switch_page("pages/cause.py").run()
 
 
+def test_cause_says_the_time_left_within_a_factor_of_2_from_its_first_update(monkeypatch):
+    """Tried as a new user would (issue: noising at 4.5 s said "about 65 s left" with 14.1 s to go): the bar counted
+    its passes alike, and the first nine run whole layers over every position where the last seven compute one. Each
+    layer is slowed here to five times its own work (the passes' proportions kept; Streamlit's time small beside
+    them); every update whose real remainder is over 2 s says a time left within a factor of 2 of it."""
+    import time
+
+    import streamlit
+
+    from transformer.model.layers import DecoderLayer, EncoderLayer
+
+    for layer in (EncoderLayer, DecoderLayer):
+        monkeypatch.setattr(layer, "forward", slowed_to_five_times(layer.forward))
+    said, progress = [], streamlit.progress
+
+    def recorded(value, text=None):
+        element = progress(value, text=text)
+        said.append((time.monotonic(), text))
+
+        class Bar:
+            def progress(self, value, text=None):
+                said.append((time.monotonic(), text))
+                element.progress(value, text=text)
+
+            def empty(self):
+                element.empty()
+
+        return Bar()
+
+    monkeypatch.setattr(streamlit, "progress", recorded)
+    at = opened_cause(LINK)
+    assert not at.exception and not at.error
+    finished = said[-1][0]
+    promised = [(re.search(r"about (\d+) (s|min) left", text), when) for when, text in said if text and "left" in text]
+    checked = [
+        (int(m[1]) * (60 if m[2] == "min" else 1), finished - when) for m, when in promised if finished - when > 2
+    ]
+    assert len(checked) >= 3 and all(real / 2 <= left <= 2 * real for left, real in checked), checked
+
+
+def slowed_to_five_times(forward):
+    import time
+
+    def slowed(*args, **kwargs):
+        started = time.perf_counter()
+        output = forward(*args, **kwargs)
+        time.sleep(4 * (time.perf_counter() - started))
+        return output
+
+    return slowed
+
+
 def test_a_link_reproduces_the_packages_patching_and_says_what_it_shows():
     at = opened_cause(LINK)
     assert not at.exception and not at.error

@@ -9,7 +9,7 @@ import torch
 from fixtures.patching_pair import CLEAN, CORRUPT, in_float64, nnsight_shares
 
 from transformer.analysis.interventions.patching import SITES_PER_BATCH, contrast_of_texts, patch_encoder_stream
-from transformer.analysis.interventions.sites import PatchingStopped, batches, patch_every_site
+from transformer.analysis.interventions.sites import PatchingStopped, batches, pass_costs, patch_every_site
 from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
 
 
@@ -79,6 +79,33 @@ def test_progress_counts_every_pass_and_a_stop_ends_the_work(shipped, pronoun):
     with pytest.raises(PatchingStopped):
         patch_every_site(shipped.model, pronoun, should_stop=lambda: len(asked.append(0) or asked) >= 3)
     assert len(asked) == 3  # stopped at the third pass's end, not run to the last
+
+
+@pytest.mark.parametrize(
+    ("positions", "per_batch", "stream_sites"), [(15, 64, 61), (15, 64, None), (4, 3, 18), (40, 8, None)]
+)
+def test_each_pass_has_a_weight_and_the_heavy_passes_weigh_most(shipped, positions, per_batch, stream_sites):
+    costs = pass_costs(shipped.model, positions, per_batch, positions, 10, stream_sites)
+    assert len(costs) == batches(shipped.model, positions, per_batch, stream_sites)
+    layers = shipped.model.config.n_decoder_layers
+    step_passes = costs[-(2 * layers + 1) :]  # one position each, at the step
+    assert min(costs[: -(2 * layers + 1)]) > max(step_passes)
+
+
+def test_the_passes_weighed_give_the_time_left_within_a_factor_of_2(shipped, pronoun):
+    """Counted alike, the it pair's passes said 2-18x the time left: the stream's and the encoder heads' passes run
+    whole layers over every position, the step's compute one position. Weighed, from the first pass on."""
+    import time
+    from itertools import accumulate
+
+    costs = pass_costs(shipped.model, len(pronoun.clean_src), SITES_PER_BATCH, len(pronoun.clean_src), pronoun.step, 61)
+    done_share = [done / sum(costs) for done in accumulate(costs)]
+    heard = []
+    started = time.perf_counter()
+    patch_every_site(shipped.model, pronoun, progress=lambda done, total: heard.append(time.perf_counter() - started))
+    took = time.perf_counter() - started
+    said = [at / share * (1 - share) for at, share in zip(heard[:8], done_share)]  # the bar's estimate
+    assert all(0.5 <= left / (took - at) <= 2 for left, at in zip(said, heard)), (said, heard, took)
 
 
 def test_a_words_pieces_are_patched_together_where_words_are_asked(shipped, pronoun, denoised):

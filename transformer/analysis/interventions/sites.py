@@ -259,6 +259,37 @@ def batches(model: Transformer, positions: int, per_batch: int, stream_sites: in
     return stream + heads + 2 * config.n_decoder_layers + 1
 
 
+LAYER_OVERHEAD = 128  # a layer's fixed cost in a pass, as positions computed (the it pair's one-position passes)
+
+
+def pass_costs(
+    model: Transformer, positions: int, per_batch: int, source_len: int, step: int, stream_sites: int | None = None
+) -> list[float]:
+    """The work of each forward pass patch_every_site makes (as many as batches() counts, in its order): for each
+    layer a pass runs, the positions it computes there (rows x positions) and a fixed cost. What a progress bar
+    weighs its passes by: counted alike, the it pair's 16 passes said 2-18x the time left (its first 9 run whole
+    layers over every position; the step's 7 compute one position each)."""
+    config = model.config
+    encoder_layers, decoder_layers = config.n_encoder_layers, config.n_decoder_layers
+
+    def cost(rows: int, encoder_layers_run: int, decoder_positions: int) -> float:
+        encoder = encoder_layers_run * (LAYER_OVERHEAD + rows * source_len)
+        return encoder + decoder_layers * (LAYER_OVERHEAD + rows * decoder_positions)
+
+    stream_sites = (encoder_layers + 1) * positions if stream_sites is None else stream_sites
+    embedded = max(stream_sites - encoder_layers * positions, 0)  # the sites at the embeddings: those that differ
+    boundaries = [0] * embedded + [b for b in range(1, encoder_layers + 1) for _ in range(positions)]
+    costs = [
+        cost(len(boundaries[first : first + per_batch]), encoder_layers - boundaries[first], step + 1)
+        for first in range(0, len(boundaries), per_batch)
+    ]
+    head_rows = config.n_heads * positions
+    for layer in range(encoder_layers):
+        rows = [min(per_batch, head_rows - first) for first in range(0, head_rows, per_batch)]
+        costs += [cost(count, encoder_layers - layer - 1, step + 1) for count in rows]
+    return costs + [cost(config.n_heads, 0, 1)] * (2 * decoder_layers) + [cost(decoder_layers + 1, 0, 1)]
+
+
 def stream_sites_expected(model: Transformer, clean_src: list[int], corrupt_src: list[int], spans: list[Span]) -> int:
     """The encoder stream's sites where two sources' runs will differ, known before they run: at the embeddings the
     spans whose pieces differ (the others embed alike and are not run), above them every span (attention carries the
