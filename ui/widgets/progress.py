@@ -47,18 +47,22 @@ class ProgressBar:
         timed: tuple[str, str, float] | None = None,
         estimate_after: int = 1,
         after: float | None = None,
+        expected: float | None = None,
     ) -> None:
         """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done.
         `timed`: (work, checkpoint key, units of cost): the time the whole work took is recorded in TIMINGS, which
         the bar states from the start where this work was timed here before. `estimate_after`: the updates with work
         done before the time left is said (a first batch of the shortest sentences says too little). `after`: the
-        seconds the parts of a run still to come should take, at paces measured here: said with this part's."""
+        seconds the parts of a run still to come should take, at paces measured here: said with this part's.
+        `expected`: the seconds this work should take at the pace measured here, the time left said from the first
+        update until the bar's own pace is sure."""
         self.what, self.total, self.unit, self.timed, self.after = what, total, unit, timed, after
+        self.expected = expected
         self.estimate_after, self.updates = estimate_after, 0  # updates with work done before the time left is said
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
         self.started = computing_clock()
         self.frame = st.empty()
-        before = None if timed is None else TIMINGS.expected(*timed)
+        before = expected if timed is None else TIMINGS.expected(*timed)
         with self.frame.container():
             if stop_key is not None:
                 stop_button(stop_key)  # pressed: the page runs again, without the form's submit, so stops there
@@ -72,9 +76,12 @@ class ProgressBar:
         elapsed = computing_clock() - self.started
         self.updates += done > 0
         sure = self.updates >= self.estimate_after
-        left = ""
+        left, seconds = "", None
         if 0 < share < 1 and sure:
             seconds = elapsed / share * (1 - share)
+        elif share < 1 and self.expected is not None:
+            seconds = max(self.expected - elapsed, 1.0)
+        if seconds is not None:
             left = f" · {duration(seconds)} left"
             left += "" if self.after is None else f" in this part, {duration(seconds + self.after)} in all"
         self.bar.progress(min(share, 1.0), text=f"{self.what}: {done:,} of {total:,} {self.unit}{left}")
