@@ -187,6 +187,24 @@ def test_the_cli_writes_every_array_with_its_shape(tmp_path):
     assert set(expected) <= set(json.loads((tmp_path / "a.json").read_text()))
 
 
+def test_the_source_share_per_step_draws_each_measure_in_its_maps_colour():
+    """Its lines took Plotly's colours, the first blue, which on this page means "lowered": integrated gradients is
+    drawn in the red its signed maps raise in, ALTI+ in its shares' green."""
+    from helpers import figure, start
+
+    from transformer.viz.attribution import MEASURE_COLOURS
+
+    at = start().switch_page("pages/attribution.py").run()
+    assert not at.exception
+    shares = next(
+        f
+        for f in (figure(at, i) for i in range(len(at.get("plotly_chart"))))
+        if f["layout"]["title"]["text"] == "share on the source, per step"
+    )
+    colours = {trace["name"]: trace["line"]["color"] for trace in shares["data"]}
+    assert colours == MEASURE_COLOURS == {"integrated gradients": "rgb(203,24,29)", "ALTI+": "rgb(35,139,69)"}
+
+
 def test_the_attribution_page_draws_the_five_measures_of_the_explorers_step():
     from helpers import array, figure, markdown, start, step_action, translate
 

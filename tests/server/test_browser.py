@@ -230,6 +230,11 @@ VIEW_PROBLEMS = """(narrow) => {
       problems.push(`formula cut: ${formula.querySelector('.katex-html').textContent.slice(0, 40)}`);
     }
   }
+  const right = main.getBoundingClientRect().right;
+  for (const tab of main.querySelectorAll('[role="tab"]')) {  // scrolled past the page's edge, its label out of view
+    const r = tab.getBoundingClientRect();
+    if (r.width && r.right > right + 1) problems.push(`tab past the edge: ${tab.textContent}`);
+  }
   const labels = '[data-testid="stWidgetLabel"] p, [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"], button p';
   for (const label of main.querySelectorAll(labels)) {  // a toggle's label clips in its container, with an ellipsis
     if (label.getBoundingClientRect().width > 0 && cut(label)) problems.push(`label cut: ${label.textContent}`);

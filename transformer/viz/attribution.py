@@ -6,11 +6,15 @@ from collections.abc import Collection
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sequential
 
 from transformer.viz.matrices import diverging_scale
 from transformer.viz.style import axis_labels, fit_labels
 
 UNSIGNED = "Greens"  # beside the signed rows' red and blue: attention's usual blue would read as "lowered" here
+# A measure's line in its maps' colour: the signed maps' red (raised) and the shares' green; Plotly's first, blue,
+# means "lowered" on the page
+MEASURE_COLOURS = {"integrated gradients": sequential.Reds[6], "ALTI+": sequential.Greens[6]}
 
 
 def measures_over_tokens(

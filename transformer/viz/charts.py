@@ -53,10 +53,21 @@ def grouped_bars(pieces: list[str], series: dict[str, np.ndarray], title: str, y
     return fit_labels(fig)
 
 
-def lines(series: dict[str, tuple[list[float], list[float]]], title: str, x_title: str, y_title: str) -> go.Figure:
-    """Named (x, y) series as lines with markers (training curves)."""
+def lines(
+    series: dict[str, tuple[list[float], list[float]]],
+    title: str,
+    x_title: str,
+    y_title: str,
+    colours: dict[str, str] | None = None,
+) -> go.Figure:
+    """Named (x, y) series as lines with markers (training curves); `colours` gives a series the colour its measure
+    has elsewhere on the page (Plotly's own otherwise)."""
+    colours = colours or {}
     fig = go.Figure(
-        [go.Scatter(x=x, y=np.asarray(y, dtype=np.float32), mode="lines", name=name) for name, (x, y) in series.items()]
+        [
+            go.Scatter(x=x, y=np.asarray(y, dtype=np.float32), mode="lines", name=name, line_color=colours.get(name))
+            for name, (x, y) in series.items()
+        ]
     )
     fig.update_layout(title=title, height=320, margin=dict(l=10, r=10, t=80, b=10), legend=LEGEND_ABOVE)
     fig.update_xaxes(title=x_title)
