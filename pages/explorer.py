@@ -8,7 +8,7 @@ from transformer.analysis.decoder_lens import LayerTranslation
 from transformer.analysis.interventions.knockout import AttentionEdit, Pin
 from transformer.analysis.tuned_lens import TunedLens, TunedLensError
 from transformer.analysis.views import attention_view
-from transformer.analysis.words import word_labels, word_spans
+from transformer.analysis.words import punctuation_cores, word_labels, word_spans
 from transformer.decoding.candidate_words import worked_out_at_open
 from transformer.decoding.lens import LogitLens
 from transformer.decoding.result import DecodeInputError, DecodeResult
@@ -208,6 +208,11 @@ def edit_controls(explored: Explored) -> tuple[AttentionEdit, dict[str, str]]:
     session, result = st.session_state, explored.result
     config = explored.checkpoint.model.config
     spans = word_spans(result.src_pieces)
+    # Each word, then the words with punctuation at their ends without it ("tired" cut, its "." left): after every
+    # word, so that a link's words keep their numbers and masks
+    cores = punctuation_cores(result.src_pieces, spans)
+    names = [str(word + 1) for word in range(len(spans))] + [f"{word + 1}w" for word, _ in cores]
+    spans += [span for _, span in cores]
     labels = [readable(label) for label in word_labels(result.src_pieces, spans)]
     words = list(range(len(spans)))
 
@@ -220,11 +225,11 @@ def edit_controls(explored: Explored) -> tuple[AttentionEdit, dict[str, str]]:
         session.knockout_source = (explored.checkpoint_key, tuple(result.src_ids))
         for name in ("knockout_words", "knockout_layers", "knockout_pin", "knockout_pin_word"):
             session.pop(name, None)
-    url.many_from_link("knockout_words", "cut", words, name=lambda word: str(word + 1))
+    url.many_from_link("knockout_words", "cut", words, name=names.__getitem__)
     if not url.many_from_link("knockout_layers", "cut_layers", layers, name=lambda layer: str(layer + 1)):
         session.setdefault("knockout_layers", layers)
     url.from_link("knockout_pin", "pin", heads, name=lambda pin: "" if pin is None else f"{pin[0] + 1}.{pin[1] + 1}")
-    url.from_link("knockout_pin_word", "pin_to", words, name=lambda word: str(word + 1))
+    url.from_link("knockout_pin_word", "pin_to", words, name=names.__getitem__)
     step_column, blocked_column, layers_column = st.columns([1, 2, 1])
     steps = list(range(result.steps))
     piece = [readable(p) for p in result.tgt_pieces]
@@ -248,11 +253,11 @@ def edit_controls(explored: Explored) -> tuple[AttentionEdit, dict[str, str]]:
     positions = tuple(p for word in blocked for p in range(*spans[word]))
     pins = () if pin_word is None else (Pin(pin[0], pin[1], tuple(range(*spans[pin_word]))),)
     edit = AttentionEdit(positions, tuple(chosen_layers), pins)
-    linked = {"cut": url.choices_text(blocked, words, name=lambda word: str(word + 1))} if blocked else {}
+    linked = {"cut": url.choices_text(blocked, words, name=names.__getitem__)} if blocked else {}
     if chosen_layers != layers:
         linked["cut_layers"] = url.choices_text(chosen_layers, layers, name=lambda layer: str(layer + 1))
     if pin_word is not None:
-        linked |= {"pin": f"{pin[0] + 1}.{pin[1] + 1}", "pin_to": str(pin_word + 1)}
+        linked |= {"pin": f"{pin[0] + 1}.{pin[1] + 1}", "pin_to": names[pin_word]}
     return edit, linked
 
 

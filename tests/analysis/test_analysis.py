@@ -4,7 +4,7 @@ import torch
 
 from transformer.analysis.rollout import rollout
 from transformer.analysis.views import attention_view
-from transformer.analysis.words import merge_words, over_words, word_labels, word_spans
+from transformer.analysis.words import merge_words, over_words, punctuation_cores, word_labels, word_spans
 from transformer.decoding.greedy import decode_with_chooser
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import readable
@@ -23,6 +23,12 @@ def test_rollout_rows_sum_to_one_and_mix_layers():
     assert np.allclose(flow.sum(-1), 1, atol=1e-5)
     one_layer = 0.5 * maps[0].mean(0) + 0.5 * np.eye(5)
     assert np.allclose(rollout(maps[:1]), one_layer / one_layer.sum(-1, keepdims=True), atol=1e-6)
+
+
+def test_a_words_core_leaves_out_the_punctuation_at_its_ends_and_only_there():
+    pieces = ["▁The", "▁animal", "▁didn", "'", "t", "▁tired", ".", "▁(", "word", ")", "▁...", "▁«", "»", "</s>"]
+    cores = punctuation_cores(pieces, word_spans(pieces))
+    assert [(word, "".join(pieces[slice(*span)])) for word, span in cores] == [(3, "▁tired"), (4, "word")]
 
 
 def test_word_spans_follow_the_word_start_marker_and_special_tokens():

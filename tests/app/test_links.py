@@ -214,6 +214,32 @@ def knockout_panel(at: AppTest):
     return next(e for e in at.expander if e.label.startswith("Knockout"))
 
 
+def test_a_word_is_cut_without_the_full_stop_attached_to_it_and_the_link_keeps_the_words_numbers():
+    """Tried as a new user would (issue 83, item 7): "tired." could be cut only with its full stop. Its letters alone
+    are a choice of their own, listed after every word (a link's words keep their numbers), and the link names it."""
+    from helpers import markdown
+
+    from transformer.analysis.interventions.knockout import AttentionEdit, edited_decode
+    from transformer.analysis.interventions.patching import CLEAN_EXAMPLE
+    from transformer.analysis.words import word_spans
+    from transformer.decoding.strategies import decode_text
+    from transformer.io.checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+
+    shipped = load_checkpoint(DEFAULT_CHECKPOINT)
+    original = decode_text(shipped.model, shipped.tokenizer, CLEAN_EXAMPLE)
+    step = original.tgt_pieces.index("il")
+    tired = CLEAN_EXAMPLE.split().index("tired.") + 1
+    at = opened("explorer", {"text": CLEAN_EXAMPLE, "step": str(step + 1), "cut": f"{tired}w"})
+    assert not at.exception, at.exception
+    chooser = at.multiselect(key="knockout_words")
+    assert chooser.options[-1] == "tired" and "tired." in chooser.options  # after every word, "tired." with them
+    words = len(word_spans(original.src_pieces))  # the sentence's and the end token
+    assert chooser.value == [words] and at.query_params["cut"] == f"{tired}w"
+    edit = AttentionEdit((original.src_pieces.index("▁tired"),), (0, 1, 2))
+    edited = edited_decode(shipped.model, shipped.tokenizer, original, step, edit)
+    assert f"**With the edit** · {edited.text}" in markdown(at).replace("\\", "")
+
+
 def test_the_knockout_says_what_changes_after_the_step_and_stays_open_when_its_edit_is_undone():
     """Tried as a new user would (issue 83, items 6 and 7): "At step 17 the model still writes il" while the rest of
     the translation had changed ("fatigué" dropped); and the panel folded, its controls gone, when the last blocked

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 
 from transformer.text.pieces import WORD_START, is_special
@@ -17,6 +19,26 @@ def word_spans(pieces: list[str]) -> list[tuple[int, int]]:
         else:
             spans[-1] = (spans[-1][0], index + 1)
     return spans
+
+
+def punctuation_cores(pieces: list[str], spans: list[tuple[int, int]]) -> list[tuple[int, tuple[int, int]]]:
+    """(word, its span without the punctuation pieces at its ends) for each word that has such pieces and more
+    ("▁tired" "." -> "▁tired"): what a knockout cuts to leave a word's full stop in."""
+
+    def punctuation(piece: str) -> bool:
+        text = piece.removeprefix(WORD_START)
+        return bool(text) and all(unicodedata.category(character).startswith("P") for character in text)
+
+    cores = []
+    for word, (start, end) in enumerate(spans):
+        first, last = start, end
+        while last - first > 1 and punctuation(pieces[first]):
+            first += 1
+        while last - first > 1 and punctuation(pieces[last - 1]):
+            last -= 1
+        if (first, last) != (start, end) and not punctuation(pieces[first]):
+            cores.append((word, (first, last)))
+    return cores
 
 
 def word_labels(pieces: list[str], spans: list[tuple[int, int]]) -> list[str]:
