@@ -235,7 +235,8 @@ VIEW_PROBLEMS = """(narrow) => {
     const r = tab.getBoundingClientRect();
     if (r.width && r.right > right + 1) problems.push(`tab past the edge: ${tab.textContent}`);
   }
-  const labels = '[data-testid="stWidgetLabel"] p, [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"], button p';
+  const labels = '[data-testid="stWidgetLabel"] p, [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"], button p, ' +
+    '[data-baseweb="checkbox"] [data-testid="stMarkdownContainer"]';  // a toggle's label too ("Merge pieces into wor…")
   for (const label of main.querySelectorAll(labels)) {  // a toggle's label clips in its container, with an ellipsis
     if (label.getBoundingClientRect().width > 0 && cut(label)) problems.push(`label cut: ${label.textContent}`);
   }
