@@ -244,6 +244,36 @@ VIEW_PROBLEMS = """(narrow) => {
 }"""
 
 
+def test_every_figures_toolbar_downloads_it_as_svg_with_text_as_text_and_as_png_at_twice_its_size(server, browser):
+    """For papers and slides (issue 85): beside Plotly's camera (a PNG at 2x), an SVG button, Plotly's own export
+    in the browser; the SVG's tokens and titles are <text> a vector editor reads, and every page has it."""
+    import struct
+
+    page = browser.new_page(viewport={"width": 1440, "height": 900}, accept_downloads=True)
+    page.goto(f"{server}/attention")
+    wait_for_heatmaps(page, 1)
+    wait_idle(page)
+    figure = page.locator(".js-plotly-plot").first
+    figure.hover()
+    svg_button = figure.locator(".modebar-btn.svg-download")
+    svg_button.wait_for()
+    assert figure.locator(".modebar-btn.svg-download").count() == 1  # once, however often the page redraws
+    with page.expect_download() as svg:
+        svg_button.click()
+    assert svg.value.suggested_filename.endswith(".svg")
+    text = open(svg.value.path(), encoding="utf-8").read()
+    assert text.lstrip().startswith("<svg") and {"black", "cat"} <= set(re.findall(r"<text[^>]*>([^<]*)</text>", text))
+    with page.expect_download() as png:
+        figure.locator('.modebar-btn[data-title="Download plot as a PNG"]').click()
+    header = open(png.value.path(), "rb").read(24)
+    width = struct.unpack(">I", header[16:20])[0]
+    assert header.startswith(b"\x89PNG") and width == 2 * round(figure.bounding_box()["width"])
+    page.goto(f"{server}/positional")  # another page: its figures have it too
+    wait_for_heatmaps(page, 1)
+    page.locator(".js-plotly-plot").first.hover()
+    page.locator(".js-plotly-plot").first.locator(".modebar-btn.svg-download").wait_for()
+
+
 def test_no_label_or_title_is_cut_on_a_laptop_screen(server, browser):
     page = browser.new_page(viewport={"width": 1440, "height": 900})
     problems = {}

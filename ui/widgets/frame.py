@@ -19,6 +19,7 @@ from streamlit.runtime.pages_manager import PagesManager
 from ui.services.explorer import Explored
 from ui.state import url
 from ui.widgets import sidebar
+from ui.widgets.charts import svg_buttons
 from ui.widgets.presentation import presentation_style, sidebar_state
 from ui.widgets.welcome import first_steps
 
@@ -78,6 +79,7 @@ def draw(script: str) -> Explored:
     navigated, session.page_shown = session.get("page_shown") not in (None, shown), shown
     explored = sidebar.render(navigated)
     presentation_style()
+    svg_buttons()
     if explored is None:
         first_steps(st.session_state.get("checkpoint", ""))
         url.write_url({name: value for name, value in st.query_params.items() if name in url.PAGE_PARAMETERS})
