@@ -57,6 +57,38 @@ def test_a_start_prints_no_config_warning(tmp_path):
     assert "You can now view" in text and "config option section" not in text, text
 
 
+def test_the_warm_up_starts_once_the_servers_health_answers_under_its_base_path(monkeypatch):
+    """The port opens before the server can answer; PyTorch's import started then held its first answer back. The
+    warm-up asks the health check, where the options put it (a classroom's base path)."""
+    import http.server
+
+    from streamlit import config
+    from streamlit.runtime import Runtime
+
+    asked = []
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_response(200 if self.path == "/classroom/_stcore/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    answering = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=answering.serve_forever, daemon=True).start()
+    options = {"server.address": "127.0.0.1", "server.port": answering.server_port, "server.sslCertFile": None}
+    monkeypatch.setattr(Runtime, "exists", staticmethod(lambda: True))
+    try:
+        for base, answers in (("/classroom/", True), ("", False)):
+            monkeypatch.setattr(config, "get_option", lambda name: (options | {"server.baseUrlPath": base})[name])
+            assert ui.server.launch.serving() is answers
+    finally:
+        answering.shutdown()
+    assert asked == ["/classroom/_stcore/health", "/_stcore/health"]
+
+
 def test_the_server_starts_before_the_app_is_imported():
     """The launcher imported every module of the app before its server started (5.3 s on a 2-core CPU): it answered
     seconds after a plain `streamlit run` and drew the step view at 1.42x its time. Now the server starts at once,

@@ -45,11 +45,14 @@ def serving() -> bool:
     if not Runtime.exists():
         return False
     address = config.get_option("server.address") or "127.0.0.1"
+    host = f"[{address}]" if ":" in address else address  # an IPv6 address, as a URL writes it
     base = config.get_option("server.baseUrlPath").strip("/")
     scheme = "https" if config.get_option("server.sslCertFile") else "http"
-    health = f"{scheme}://{address}:{config.get_option('server.port')}/{base + '/' if base else ''}_stcore/health"
-    try:  # its own certificate, asked by its own address: not checked
-        with urllib.request.urlopen(health, timeout=1, context=ssl._create_unverified_context()) as answer:
+    health = f"{scheme}://{host}:{config.get_option('server.port')}/{base + '/' if base else ''}_stcore/health"
+    own = ssl.create_default_context()
+    own.check_hostname, own.verify_mode = False, ssl.CERT_NONE  # its own certificate, asked by its own address
+    try:
+        with urllib.request.urlopen(health, timeout=1, context=own) as answer:
             return answer.status == 200
     except OSError:
         return False
