@@ -161,14 +161,16 @@ def test_page_runs_get_their_turn_whatever_the_warm_up_meets(monkeypatch):
     monkeypatch.setattr(ui.server.launch, "serving", lambda: True)
     monkeypatch.setattr(ui.server.launch, "QUIET_BEFORE_THE_REST", 0.0)
 
-    def failing(names):
-        raise RuntimeError("a module failed")
+    def failing(*args):
+        raise RuntimeError("it failed")
 
-    monkeypatch.setattr(ui.server.launch, "import_all", failing)
-    turns.close()
-    with pytest.raises(RuntimeError, match="a module failed"):
-        ui.server.launch.warm_up()
-    assert turns.idle()
+    for where in ("import_all", "serving"):  # a module's import, or the health check itself
+        with monkeypatch.context() as patched:
+            patched.setattr(ui.server.launch, where, failing)
+            turns.close()
+            with pytest.raises(RuntimeError, match="it failed"):
+                ui.server.launch.warm_up()
+            assert turns.idle()
 
 
 def test_the_server_takes_no_forwarded_address_from_loopback(monkeypatch):

@@ -54,7 +54,7 @@ def serving() -> bool:
     try:
         with urllib.request.urlopen(health, timeout=1, context=own) as answer:
             return answer.status == 200
-    except OSError:
+    except (OSError, ValueError):  # not answering yet, or an address no URL can name
         return False
 
 
@@ -118,10 +118,10 @@ def warm_up(root: Path = ROOT) -> None:
     page run imports, loads the default checkpoint and decodes the default sentence into the shared caches, then
     lets page runs in (whatever failed: the page does the same work and says what went wrong); at a moment no
     page runs, it imports the rest of the app's code (ui/server/warming.py says why not during a run)."""
-    waited = time.monotonic()
-    while not serving() and time.monotonic() - waited < SERVING_WAIT:
-        time.sleep(0.05)
-    try:
+    try:  # page runs are let in whatever happens here
+        waited = time.monotonic()
+        while not serving() and time.monotonic() - waited < SERVING_WAIT:
+            time.sleep(0.05)
         with server_kept_answering():
             import_all(first_run_modules(root))
             decode_default()
