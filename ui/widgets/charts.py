@@ -27,6 +27,7 @@ def show(figure: go.Figure, key: str) -> None:
 # that draws nothing, once a page (it watches the page for toolbars as figures come and go).
 _SVG_BUTTONS = st.components.v2.component(
     "svg_buttons",
+    isolate_styles=False,  # no shadow root: the step view's is the page's one (its tests and pages find it first)
     js="""export default function ({ parentElement }) {
   const page = (parentElement.getRootNode().host ?? parentElement).ownerDocument;
   if (page.defaultView.svgButtonsWatching) return;
