@@ -60,11 +60,11 @@ def visit(checkpoint: str | None, first: str, second: str) -> dict:
     started = time.perf_counter()
     at.run()
     opened = time.perf_counter()
-    drawn = [not at.exception and len(at.get("bidi_component")) > 0]
+    drawn = [not at.exception and step_view_drawn(at)]
     at.text_area(key="widget_text").input(second)
     at.button(key="translate").click().run()
     translated = time.perf_counter()
-    drawn.append(not at.exception and len(at.get("bidi_component")) > 0)
+    drawn.append(not at.exception and step_view_drawn(at))
     device = next((c.value for c in at.caption if c.value.startswith("Running on")), "no device line")
     errors = [e.value for e in at.exception]
     return {
@@ -74,6 +74,11 @@ def visit(checkpoint: str | None, first: str, second: str) -> dict:
         "drawn": all(drawn),
         "errors": errors,
     }
+
+
+def step_view_drawn(at) -> bool:
+    """Whether the page drew the explorer's step view (not the figures' SVG buttons, a component on every page)."""
+    return any(c.proto.component_name == "step_player" for c in at.get("bidi_component"))
 
 
 def visit_in_fresh_process(checkpoint: str | None, first: str, second: str, device: str, threads: int) -> dict:
