@@ -6,13 +6,12 @@ same on one head's map, a layer's heads or the whole model.
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from transformer.analysis.words import merge_words, word_labels, word_spans
+from transformer.analysis.words import is_punctuation, merge_words, word_labels, word_spans
 from transformer.decoding.result import DecodeResult
 from transformer.model.kinds import AttentionKind
 from transformer.text.pieces import produced_label, readable_label
@@ -89,8 +88,7 @@ SINK_PIECES = ("</s>", "<s>", "<pad>")  # the special tokens heads park their we
 
 def is_sink(piece: str) -> bool:
     """A special token or a piece (or word) of punctuation alone: where heads park weight they do not use."""
-    text = piece.replace("\u2581", "").replace("·", "").strip()
-    return piece in SINK_PIECES or (bool(text) and all(unicodedata.category(c).startswith("P") for c in text))
+    return piece in SINK_PIECES or is_punctuation(piece)
 
 
 def without_sinks(

@@ -21,22 +21,23 @@ def word_spans(pieces: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
+def is_punctuation(piece: str) -> bool:
+    """A piece (or a word, or its label) of punctuation alone, its word-start marker and middle dot aside."""
+    text = piece.replace(WORD_START, "").replace("·", "").strip()
+    return bool(text) and all(unicodedata.category(character).startswith("P") for character in text)
+
+
 def punctuation_cores(pieces: list[str], spans: list[tuple[int, int]]) -> list[tuple[int, tuple[int, int]]]:
     """(word, its span without the punctuation pieces at its ends) for each word that has such pieces and more
     ("▁tired" "." -> "▁tired"): what a knockout cuts to leave a word's full stop in."""
-
-    def punctuation(piece: str) -> bool:
-        text = piece.removeprefix(WORD_START)
-        return bool(text) and all(unicodedata.category(character).startswith("P") for character in text)
-
     cores = []
     for word, (start, end) in enumerate(spans):
         first, last = start, end
-        while last - first > 1 and punctuation(pieces[first]):
+        while last - first > 1 and is_punctuation(pieces[first]):
             first += 1
-        while last - first > 1 and punctuation(pieces[last - 1]):
+        while last - first > 1 and is_punctuation(pieces[last - 1]):
             last -= 1
-        if (first, last) != (start, end) and not punctuation(pieces[first]):
+        if (first, last) != (start, end) and not is_punctuation(pieces[first]):
             cores.append((word, (first, last)))
     return cores
 
