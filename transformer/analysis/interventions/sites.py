@@ -276,9 +276,9 @@ def pass_costs(
         encoder = encoder_layers_run * (LAYER_OVERHEAD + rows * source_len)
         return encoder + decoder_layers * (LAYER_OVERHEAD + rows * decoder_positions)
 
-    stream_sites = (encoder_layers + 1) * positions if stream_sites is None else stream_sites
-    embedded = max(stream_sites - encoder_layers * positions, 0)  # the sites at the embeddings: those that differ
-    boundaries = [0] * embedded + [b for b in range(1, encoder_layers + 1) for _ in range(positions)]
+    every_site = [boundary for boundary in range(encoder_layers + 1) for _ in range(positions)]
+    # The sites that differ, boundary by boundary: at the embeddings only some (those left out first), above all
+    boundaries = every_site if stream_sites is None else every_site[max(len(every_site) - stream_sites, 0) :]
     costs = [
         cost(len(boundaries[first : first + per_batch]), encoder_layers - boundaries[first], step + 1)
         for first in range(0, len(boundaries), per_batch)
