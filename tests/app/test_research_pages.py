@@ -784,15 +784,23 @@ def opened_cause(query: dict[str, str]) -> AppTest:
 def test_cause_says_the_time_left_within_a_factor_of_2_from_its_first_update(monkeypatch):
     """Tried as a new user would (issue: noising at 4.5 s said "about 65 s left" with 14.1 s to go): the bar counted
     its passes alike, and the first nine run whole layers over every position where the last seven compute one. Each
-    layer is slowed here to five times its own work (the passes' proportions kept; Streamlit's time small beside
-    them); every update whose real remainder is over 2 s says a time left within a factor of 2 of it."""
+    layer is slowed here to ten times its own work (the passes' proportions kept; Streamlit's time small beside
+    them); every update whose real remainder is over 2 s says a time left within a factor of 2 of it. On one thread:
+    with two, each sleep let the intra-op pool's threads sleep too, and waking them cost a one-position layer 2-28 ms
+    instead of 0.8, the step's passes 10-30x their work (a test of the slowing, not of the bar)."""
+    import torch
 
     from transformer.model.layers import DecoderLayer, EncoderLayer
 
-    for layer in (EncoderLayer, DecoderLayer):
-        monkeypatch.setattr(layer, "forward", slowed_to_five_times(layer.forward))
-    said = bar_texts(monkeypatch)
-    at = opened_cause(LINK)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for layer in (EncoderLayer, DecoderLayer):
+            monkeypatch.setattr(layer, "forward", slowed(layer.forward, times=10))
+        said = bar_texts(monkeypatch)
+        at = opened_cause(LINK)
+    finally:
+        torch.set_num_threads(threads)
     assert not at.exception and not at.error
     finished = said[-1][0]
     promised = [(re.search(r"about (\d+) (s|min) left", text), when) for when, text in said if text and "left" in text]
@@ -828,16 +836,17 @@ def bar_texts(monkeypatch) -> list[tuple[float, str | None]]:
     return said
 
 
-def slowed_to_five_times(forward):
+def slowed(forward, times: int):
+    """`forward` taking `times` its own time (sleeping the rest)."""
     import time
 
-    def slowed(*args, **kwargs):
+    def slowed_forward(*args, **kwargs):
         started = time.perf_counter()
         output = forward(*args, **kwargs)
-        time.sleep(4 * (time.perf_counter() - started))
+        time.sleep((times - 1) * (time.perf_counter() - started))
         return output
 
-    return slowed
+    return slowed_forward
 
 
 def test_a_link_reproduces_the_packages_patching_and_says_what_it_shows():
