@@ -381,15 +381,37 @@ def test_every_part_of_the_survey_reports_its_start_before_its_work(monkeypatch)
         model, tokenizer, sources, references, True, treebank, "ablation", lambda *event: heard.append(event)
     )
     rows = len(every_head(model.config)) * len(sources)
-    assert at_work["ablation"] == ("ablation", 0, rows)
-    assert at_work["gradient_importance"] == ("gradient", 0, 2)
-    assert at_work["syntactic_roles"] == ("treebank", 0, 1)
+    assert at_work["ablation"] == ("ablation", 0, rows, 0.0)
+    assert at_work["gradient_importance"] == ("gradient", 0, 2, None)
+    assert at_work["syntactic_roles"] == ("treebank", 0, 1, None)
     first_pruning = next(event for event in heard if event[0] == "pruning")
     assert first_pruning[1] == 0 and first_pruning[2] > 0
     heard.clear()  # the ablation called alone, from Python, reports its rows first too
     at_work.clear()
     importance.ablation_importance(model, tokenizer, sources, references, progress=lambda *event: heard.append(event))
-    assert at_work["ablation"] == (0, rows)
+    assert at_work["ablation"] == (0, rows, 0.0)
+
+
+def test_the_ablation_and_pruning_report_the_share_of_their_work_weighed_by_each_batchs_length():
+    """Their rows go shortest first: a share per row counted alike said the time left at a third of the real one.
+    Each report carries the share of the work done, the intact translation's first, before any row; a batch of the
+    longest sentences weighs more per row than one of the shortest."""
+    from transformer.analysis.heads.pruning import pruning_curves
+
+    checkpoint = load_checkpoint(REVERSE)
+    model, tokenizer = checkpoint.model, checkpoint.tokenizer
+    sources, references = reversal_sample(40, seed=5)
+    heard = []
+    ablation_importance(model, tokenizer, sources, references, progress=lambda *event: heard.append(event))
+    rows = len(every_head(model.config)) * len(sources)
+    assert heard[0] == (0, rows, 0.0) and heard[1][:2] == (0, rows) and 0 < heard[1][2] < 0.1  # the intact's share
+    shares = [share for _, _, share in heard[1:]]
+    assert shares == sorted(shares) and shares[-1] == 1.0 and heard[-1][:2] == (rows, rows)
+    per_row = [(b[2] - a[2]) / (b[0] - a[0]) for a, b in zip(heard[1:], heard[2:])]
+    assert per_row == sorted(per_row) and per_row[-1] > 1.3 * per_row[0], per_row
+    heard.clear()
+    pruning_curves(model, tokenizer, sources, references, every_head(model.config), progress=lambda *e: heard.append(e))
+    assert heard[0][2] == 0.0 and heard[-1][2] == 1.0 and all(len(event) == 3 for event in heard)
 
 
 def test_a_parts_bar_says_no_time_left_from_its_first_batch(monkeypatch):

@@ -51,7 +51,7 @@ def cmd_heads(args: argparse.Namespace) -> int:
     if args.treebank and not treebank:
         raise ValueError(f"{args.treebank} has no sentences")
 
-    def progress(phase: str, done: int, total: int) -> None:
+    def progress(phase: str, done: int, total: int, share: float | None) -> None:
         end = "\n" if done >= total else ""
         print(f"\r{phase}: {done:,} of {total:,} {PHASES[phase]}", end=end, file=sys.stderr, flush=True)
 

@@ -18,6 +18,9 @@ from transformer.text.tokenizer import TokenizerBase
 BATCH_STATE_BYTES = 1 << 30
 
 
+TRANSLATE_BATCH = 64  # sentences a batch of translate_texts decodes at most
+
+
 def batch_rows(model: Transformer, settings: DecodeSettings, batch_size: int) -> int:
     """The most sentences a batch decodes at once: batch_size, fewer where their keys and values (self and cross
     attention, every decoder layer, at the model's longest, each beam) would pass BATCH_STATE_BYTES."""
@@ -32,7 +35,7 @@ def translate_texts(
     tokenizer: TokenizerBase,
     texts: Sequence[str],
     settings: DecodeSettings = DecodeSettings(),
-    batch_size: int = 64,
+    batch_size: int = TRANSLATE_BATCH,
     progress: Callable[[int], None] | None = None,
     probe: Probe | None = None,
 ) -> list[str]:

@@ -42,8 +42,9 @@ PHASE_NAMES = {
     "treebank": "Reading the gold parses",
     "pruning": "Pruning",
 }
-# Updates a part's bar waits for before it says the time left: from its first batch (the shortest sentences first)
-# pruning said "about 1 s left" with 113 s to go
+# Updates a part's bar waits for before it says the time left where its items count alike: from its first batch (the
+# shortest sentences first) pruning said "about 1 s left" with 113 s to go. Where the part reports the share of its
+# work done (the rows' batches weighed by their cost), its bar says it from the first.
 UPDATES_BEFORE_ESTIMATE = 3
 BATCHED_SHORTEST_FIRST = ("ablation", "treebank", "pruning")  # the parts that wait; the gradient's two halves do not
 STOPPED = "Stopped: nothing had finished, so nothing was kept. Measure again when you are ready."
@@ -235,7 +236,7 @@ class PhasedProgress:
         expected = [TIMINGS.expected(*self.timing(part)) for part in self.parts[self.parts.index(phase) + 1 :]]
         return None if not expected or None in expected else sum(expected)  # type: ignore[arg-type]
 
-    def __call__(self, phase: str, done: int, total: int) -> None:
+    def __call__(self, phase: str, done: int, total: int, share: float | None = None) -> None:
         if phase != self.phase:
             self.finish()
             self.phase = phase
@@ -248,7 +249,7 @@ class PhasedProgress:
                 after=self.after(phase) if phase in self.parts else None,
                 expected=TIMINGS.expected(*self.timing(phase)) if phase in self.parts else None,
             )
-        self.bar(done, total)
+        self.bar(done, total, share)
 
     def finish(self) -> None:
         """The part under way ended: its pace recorded, its bar gone."""

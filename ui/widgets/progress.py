@@ -69,13 +69,16 @@ class ProgressBar:
             text = f"{what} ..." if before is None else f"{what} ... expect {duration(before)}"
             self.bar = st.progress(0.0, text=text)
 
-    def __call__(self, done: int, total: int | None = None) -> None:
-        """`done` items of `total` (the work's own count when it reports one) are finished."""
+    def __call__(self, done: int, total: int | None = None, share: float | None = None) -> None:
+        """`done` items of `total` (the work's own count when it reports one) are finished; `share`: the work done
+        where the work weighs its items itself (its own costs: the time left is said from its first share)."""
         total = total or self.total
-        share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
+        weighed = share is not None
+        if share is None:
+            share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
         elapsed = computing_clock() - self.started
-        self.updates += done > 0
-        sure = self.updates >= self.estimate_after
+        self.updates += share > 0
+        sure = self.updates >= (1 if weighed else self.estimate_after)
         left, seconds = "", None
         if 0 < share < 1 and sure:
             seconds = elapsed / share * (1 - share)

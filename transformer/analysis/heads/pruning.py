@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from transformer.analysis.heads.importance import ablated_rows, corpus_of, scores
+from transformer.analysis.heads.importance import RowProgress, ablated_rows, corpus_of, scores
 from transformer.decoding.translate import translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.heads import Head, every_head
@@ -59,7 +59,7 @@ def pruning_curves(
     ranking: Sequence[Head],
     intact: Sequence[str] | None = None,
     seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
+    progress: RowProgress | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     rows_per_batch: int = 256,
 ) -> list[PruningCurve]:

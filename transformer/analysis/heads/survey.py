@@ -32,13 +32,15 @@ from transformer.model.heads import Head
 from transformer.model.kinds import AttentionKind
 from transformer.text.tokenizer import TokenizerBase
 
-# What a survey reports as it goes: (phase, done, total), the phase one of these.
+# What a survey reports as it goes: (phase, done, total, share), the phase one of these; share: the part's work
+# done where its items differ in cost (the rows' batches, weighed by importance.decode_cost), else None.
 PHASES = {
     "ablation": "rows (a head off, a sentence)",
     "gradient": "parts (the gradient, then the roles)",
     "treebank": "gold-parsed sentences",
     "pruning": "rows (a set of heads off, a sentence)",
 }
+SurveyProgress = Callable[[str, int, int, float | None], None]
 RANKINGS = {"ablation": ("ablation_logprob_delta", -1.0), "gradient": ("gradient_importance", 1.0)}
 
 
@@ -67,7 +69,7 @@ def survey_heads(
     ablation: bool = True,
     treebank: Sequence[ParsedSentence] | None = None,
     prune_by: str | None = None,
-    progress: Callable[[str, int, int], None] | None = None,
+    progress: SurveyProgress | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     kept: Callable[[Survey], None] | None = None,
 ) -> Survey:
@@ -78,8 +80,8 @@ def survey_heads(
     if prune_by == "ablation" and not ablation:
         raise ValueError("pruning by the ablation needs the ablation")
 
-    def reporting(phase: str) -> Callable[[int, int], None] | None:
-        return None if progress is None else lambda done, total: progress(phase, done, total)
+    def reporting(phase: str) -> Callable[..., None] | None:
+        return None if progress is None else lambda done, total, share=None: progress(phase, done, total, share)
 
     ablated = None
     # Each part reports its start, so that its bar and Stop show from its first second
@@ -97,7 +99,7 @@ def survey_heads(
         kept(survey)
     if treebank:
         if progress is not None:
-            progress("treebank", 0, len(treebank))
+            progress("treebank", 0, len(treebank), None)
         syntax = syntactic_roles(model, tokenizer, treebank, reporting("treebank"), should_stop)
         table = head_table(model, ablated, survey.gradient, survey.roles, syntax)
         survey = replace(survey, table=table, syntax=syntax)
