@@ -414,27 +414,27 @@ def test_the_ablation_and_pruning_report_the_share_of_their_work_weighed_by_each
     assert heard[0][2] == 0.0 and heard[-1][2] == 1.0 and all(len(event) == 3 for event in heard)
 
 
-def test_a_parts_bar_says_no_time_left_from_its_first_batch(monkeypatch):
-    """Pruning's first estimate, from a first batch of the shortest sentences, said "about 1 s left" with 113 s to
-    go: a part's bar waits for UPDATES_BEFORE_ESTIMATE updates with work done."""
+def test_a_parts_bar_says_its_time_left_from_the_share_of_the_work_it_hears(monkeypatch):
+    """Pruning's first estimate, from a first batch of the shortest sentences counted alike, said "about 1 s left"
+    with 113 s to go. A part that reports the share of its work done is timed by it: 10 of 100 rows in 2 s, a
+    twentieth of the work, leaves 38 s (counted alike, 18)."""
     import types
 
     import ui.services.work
     import ui.widgets.progress
-    from ui.widgets.head_importance import UPDATES_BEFORE_ESTIMATE, PhasedProgress
+    from ui.widgets.head_importance import PhasedProgress
 
-    shown = []
+    shown, now = [], [0.0]
     bar = types.SimpleNamespace(progress=lambda value, text: shown.append(text), empty=lambda: None)
     monkeypatch.setattr(ui.services.work.st, "progress", lambda value, text: bar)
     monkeypatch.setattr(ui.widgets.progress.st, "button", lambda *args, **kwargs: False)
-    clock = iter(range(100, 200, 5))
-    monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(ui.services.work.time, "monotonic", lambda: now[0])
     progress = PhasedProgress(["pruning"], "a checkpoint", 10)
-    for done in range(0, 5):
-        progress("pruning", done * 10, 100)
-    said_left = ["left" in text for text in shown]
-    assert said_left == [False] * UPDATES_BEFORE_ESTIMATE + [True] * (len(shown) - UPDATES_BEFORE_ESTIMATE)
-    assert shown[0].startswith("Pruning: 0 of 100")  # the bar from the part's first report
+    progress("pruning", 0, 100, 0.0)
+    now[0] = 2.0
+    progress("pruning", 10, 100, 0.05)
+    assert shown[0] == "Pruning: 0 of 100 rows (a set of heads off, a sentence)"  # the bar from the first report
+    assert shown[-1] == "Pruning: 10 of 100 rows (a set of heads off, a sentence) · about 38 s left", shown
 
 
 def test_a_parts_bar_says_the_whole_runs_time_left_from_the_paces_of_the_parts_to_come(monkeypatch):

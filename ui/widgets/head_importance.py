@@ -42,11 +42,6 @@ PHASE_NAMES = {
     "treebank": "Reading the gold parses",
     "pruning": "Pruning",
 }
-# Updates a part's bar waits for before it says the time left where its items count alike: from its first batch (the
-# shortest sentences first) pruning said "about 1 s left" with 113 s to go. Where the part reports the share of its
-# work done (the rows' batches weighed by their cost), its bar says it from the first.
-UPDATES_BEFORE_ESTIMATE = 3
-BATCHED_SHORTEST_FIRST = ("ablation", "treebank", "pruning")  # the parts that wait; the gradient's two halves do not
 STOPPED = "Stopped: nothing had finished, so nothing was kept. Measure again when you are ready."
 STOPPED_KEPT = (
     "Stopped: the parts that had finished are kept below (the table); the part stopped and any after it are not. "
@@ -245,7 +240,6 @@ class PhasedProgress:
                 total,
                 PHASES[phase],
                 stop_key=f"matter_stop_{phase}",
-                estimate_after=UPDATES_BEFORE_ESTIMATE if phase in BATCHED_SHORTEST_FIRST else 1,
                 after=self.after(phase) if phase in self.parts else None,
                 expected=TIMINGS.expected(*self.timing(phase)) if phase in self.parts else None,
             )

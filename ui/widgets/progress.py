@@ -45,20 +45,17 @@ class ProgressBar:
         costs: Sequence[float] | None = None,
         stop_key: str | None = None,
         timed: tuple[str, str, float] | None = None,
-        estimate_after: int = 1,
         after: float | None = None,
         expected: float | None = None,
     ) -> None:
         """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done.
         `timed`: (work, checkpoint key, units of cost): the time the whole work took is recorded in TIMINGS, which
-        the bar states from the start where this work was timed here before. `estimate_after`: the updates with work
-        done before the time left is said (a first batch of the shortest sentences says too little). `after`: the
+        the bar states from the start where this work was timed here before. `after`: the
         seconds the parts of a run still to come should take, at paces measured here: said with this part's.
         `expected`: the seconds this work should take at the pace measured here, the time left said from the first
         update until the bar's own pace is sure."""
         self.what, self.total, self.unit, self.timed, self.after = what, total, unit, timed, after
         self.expected = expected
-        self.estimate_after, self.updates = estimate_after, 0  # updates with work done before the time left is said
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
         self.started = computing_clock()
         self.frame = st.empty()
@@ -70,17 +67,15 @@ class ProgressBar:
             self.bar = st.progress(0.0, text=text)
 
     def __call__(self, done: int, total: int | None = None, share: float | None = None) -> None:
-        """`done` items of `total` (the work's own count when it reports one) are finished; `share`: the work done
-        where the work weighs its items itself (its own costs: the time left is said from its first share)."""
+        """`done` items of `total` (the work's own count when it reports one) are finished; `share`: the share of the
+        work done where the work weighs its items itself (rows of the shortest sentences first, counted alike, said
+        "about 1 s left" with 113 s to go)."""
         total = total or self.total
-        weighed = share is not None
         if share is None:
             share = done / total if self.done_costs is None else self.done_costs[min(done, len(self.done_costs) - 1)]
         elapsed = computing_clock() - self.started
-        self.updates += share > 0
-        sure = self.updates >= (1 if weighed else self.estimate_after)
         left, seconds = "", None
-        if 0 < share < 1 and sure:
+        if 0 < share < 1:
             seconds = elapsed / share * (1 - share)
         elif share < 1 and self.expected is not None:
             seconds = max(self.expected - elapsed, 1.0)
