@@ -110,8 +110,13 @@ def head_importance_rows(checkpoint: Checkpoint, sentences: list[str]) -> list[R
     outputs = translate_texts(model, tokenizer, sentences)
     decoded = (time.perf_counter() - started) * 1000
     heads = len(every_head(model.config))
+    reports = []  # (seconds since the start, the share of the work done), what the page's bar times its estimate by
+
+    def heard(done: int, total: int, share: float) -> None:
+        reports.append((time.perf_counter() - started, share))
+
     started = time.perf_counter()
-    ablation_importance(model, tokenizer, sentences, outputs)
+    ablation_importance(model, tokenizer, sentences, outputs, progress=heard)
     ablated = (time.perf_counter() - started) * 1000
     started = time.perf_counter()
     gradient_importance(model, corpus_of(model, tokenizer, sentences, outputs))
@@ -124,7 +129,7 @@ def head_importance_rows(checkpoint: Checkpoint, sentences: list[str]) -> list[R
             decoded,
             ablated,
             "≤ 2 min",
-            f"{ablated / 1000:.0f} s",
+            f"{ablated / 1000:.0f} s; {time_left_said(reports, ablated / 1000)}",
         ),
         Row(
             f"head importance by gradient, {len(sentences)} sentences",
@@ -135,6 +140,19 @@ def head_importance_rows(checkpoint: Checkpoint, sentences: list[str]) -> list[R
             f"{gradient / 1000:.1f} s",
         ),
     ]
+
+
+def time_left_said(reports: list[tuple[float, float]], took: float) -> str:
+    """How the time left a bar says from these reports (elapsed / share x the rest) compares with the real
+    remainder, over the reports with over 2 s to go."""
+    ratios = [at / share * (1 - share) / (took - at) for at, share in reports if 0 < share < 1 and took - at > 2]
+    if not ratios:
+        return "no report with over 2 s to go"
+    first = next(at for at, share in reports if share > 0)
+    return (
+        f"time left said from {first / took:.1%} of the run (the intact translation), "
+        f"{min(ratios):.2f}-{max(ratios):.2f}x the real remainder over {len(ratios)} reports"
+    )
 
 
 def syntax_row(checkpoint: Checkpoint, treebank: Path, sentences: int) -> Row:
