@@ -50,10 +50,10 @@ class ProgressBar:
     ) -> None:
         """`stop_key`: a Stop button above the bar, under that key, gone with the bar when the work is done.
         `timed`: (work, checkpoint key, units of cost): the time the whole work took is recorded in TIMINGS, which
-        the bar states from the start where this work was timed here before. `after`: the
-        seconds the parts of a run still to come should take, at paces measured here: said with this part's.
-        `expected`: the seconds this work should take at the pace measured here, the time left said from the first
-        update until the bar's own pace is sure."""
+        the bar states from the start where this work was timed here before. `after`: the seconds the parts of a run
+        still to come should take, at paces measured here: said with this part's. `expected`: the seconds this work
+        should take at the pace measured here, the time left said until a first share of the work is done (the
+        bar's own pace from then on)."""
         self.what, self.total, self.unit, self.timed, self.after = what, total, unit, timed, after
         self.expected = expected
         self.done_costs = None if costs is None else [c / max(sum(costs), 1e-9) for c in accumulate(costs, initial=0)]
