@@ -94,18 +94,27 @@ def test_each_pass_has_a_weight_and_the_heavy_passes_weigh_most(shipped, positio
 
 def test_the_passes_weighed_give_the_time_left_within_a_factor_of_2(shipped, pronoun):
     """Counted alike, the it pair's passes said 2-18x the time left: the stream's and the encoder heads' passes run
-    whole layers over every position, the step's compute one position. Weighed, from the first pass on."""
+    whole layers over every position, the step's compute one position. Weighed, from the first pass on. Each pass
+    timed as the fastest of three runs, on one thread: a pass takes 3-60 ms, and under load two threads made them
+    erratic (160-660 ms for passes of 50; a run of the suite failed so)."""
     import time
     from itertools import accumulate
 
     costs = pass_costs(shipped.model, len(pronoun.clean_src), SITES_PER_BATCH, len(pronoun.clean_src), pronoun.step, 61)
     done_share = [done / sum(costs) for done in accumulate(costs)]
-    heard = []
-    started = time.perf_counter()
-    patch_every_site(shipped.model, pronoun, progress=lambda done, total: heard.append(time.perf_counter() - started))
-    took = time.perf_counter() - started
-    said = [at / share * (1 - share) for at, share in zip(heard[:8], done_share)]  # the bar's estimate
-    assert all(0.5 <= left / (took - at) <= 2 for left, at in zip(said, heard)), (said, heard, took)
+    runs, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(3):
+            heard, started = [], time.perf_counter()
+            patch_every_site(shipped.model, pronoun, progress=lambda done, total: heard.append(time.perf_counter()))
+            runs.append([end - start for start, end in zip([started, *heard], heard)])  # the first: its two runs too
+    finally:
+        torch.set_num_threads(threads)
+    passes = [min(times) for times in zip(*runs)]
+    at = list(accumulate(passes))
+    said = [elapsed / share * (1 - share) for elapsed, share in zip(at[:8], done_share)]  # the bar's estimate
+    assert all(0.5 <= left / (at[-1] - elapsed) <= 2 for left, elapsed in zip(said, at)), (said, at)
 
 
 def test_a_words_pieces_are_patched_together_where_words_are_asked(shipped, pronoun, denoised):
