@@ -18,7 +18,9 @@ from transformer.text.tokenizer import TokenizerBase
 BATCH_STATE_BYTES = 1 << 30
 
 
-TRANSLATE_BATCH = 64  # sentences a batch of translate_texts decodes at most
+DEFAULT_TRANSLATE_BATCH = (
+    64  # sentences a batch of translate_texts decodes at most, unless told (the app's bars: work.TRANSLATE_BATCH)
+)
 
 
 def batch_rows(model: Transformer, settings: DecodeSettings, batch_size: int) -> int:
@@ -35,7 +37,7 @@ def translate_texts(
     tokenizer: TokenizerBase,
     texts: Sequence[str],
     settings: DecodeSettings = DecodeSettings(),
-    batch_size: int = TRANSLATE_BATCH,
+    batch_size: int = DEFAULT_TRANSLATE_BATCH,
     progress: Callable[[int], None] | None = None,
     probe: Probe | None = None,
 ) -> list[str]:

@@ -25,7 +25,7 @@ import torch
 from transformer.decoding.greedy import default_max_new_tokens, generate, greedy_chooser
 from transformer.decoding.result import DecodeInputError, model_device, padded, source_ids
 from transformer.decoding.strategies import DecodeSettings
-from transformer.decoding.translate import TRANSLATE_BATCH, batch_rows, translate_texts
+from transformer.decoding.translate import DEFAULT_TRANSLATE_BATCH, batch_rows, translate_texts
 from transformer.model.encoder_decoder import Transformer
 from transformer.model.heads import Head, every_head
 from transformer.model.kinds import AttentionKind
@@ -217,7 +217,7 @@ def decode_cost(lengths: Sequence[int]) -> int:
 
 def translation_cost(model: Transformer, lengths: Sequence[int]) -> float:
     """decode_cost of translate_texts' batches of sources of these lengths (similar lengths batched together)."""
-    ordered, size = sorted(lengths), batch_rows(model, DecodeSettings(), TRANSLATE_BATCH)
+    ordered, size = sorted(lengths), batch_rows(model, DecodeSettings(), DEFAULT_TRANSLATE_BATCH)
     return sum(decode_cost(ordered[start : start + size]) for start in range(0, len(ordered), size))
 
 
